@@ -1,0 +1,167 @@
+/**
+ * The error taxonomy. Every error leasehold throws or hands to an AbortSignal is a
+ * {@link LeaseholdError} with a stable `code`, an optional `cause`, and a `retryable`
+ * marker. Messages say what to do next, because they are read at 3am.
+ */
+
+export type ErrorCode =
+  | 'CONFIG' // bad option, bad duration, bad name, bad URL
+  | 'STORE_UNAVAILABLE' // could not reach the store, or it did not answer in time
+  | 'SCHEMA' // schema missing or older than this version of leasehold
+  | 'LEASE_LOST' // a term ended (reason says why)
+  | 'NOT_LEADER' // asked for a token while not holding the lease (or in jeopardy)
+  | 'NOT_ACQUIRED' // acquire({ wait: false }) or a wait that ran out
+  | 'FENCED' // the resource refused a stale token
+  | 'NO_OWNER' // no lease exists under that name
+  | 'OWNER_DEAD' // a lease exists but its holder's term has expired
+  | 'ABORTED'; // the caller's own signal aborted the call
+
+export interface LeaseholdErrorOptions {
+  cause?: unknown;
+  retryable?: boolean;
+}
+
+export class LeaseholdError extends Error {
+  readonly code: ErrorCode;
+  /** True when the same call may succeed if tried again later (store blips, busy locks). */
+  readonly retryable: boolean;
+
+  constructor(code: ErrorCode, message: string, options: LeaseholdErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.retryable = options.retryable ?? false;
+  }
+}
+
+/** Bad input caught at the edge: options, durations, names, URLs. Never retryable. */
+export class ConfigError extends LeaseholdError {
+  constructor(message: string, options: LeaseholdErrorOptions = {}) {
+    super('CONFIG', message, { ...options, retryable: false });
+  }
+}
+
+/** The store could not be reached or did not answer. The outcome of the call is unknown. */
+export class StoreUnavailableError extends LeaseholdError {
+  constructor(message: string, options: LeaseholdErrorOptions = {}) {
+    super('STORE_UNAVAILABLE', message, { ...options, retryable: true });
+  }
+}
+
+/** The store answered but its schema is missing or out of date. */
+export class SchemaError extends LeaseholdError {
+  constructor(message: string, options: LeaseholdErrorOptions = {}) {
+    super('SCHEMA', message, { ...options, retryable: false });
+  }
+}
+
+export type LeaseLostReason =
+  /** No renewal landed before the local deadline (store slow, down, or the process was paused). */
+  | 'expired'
+  /** The store says another holder (or a clone of this one) now owns the lease. */
+  | 'superseded'
+  /** This process released the lease itself. */
+  | 'released'
+  /** An operator revoked the lease (`leasehold release --force`). */
+  | 'revoked'
+  /** Renewals kept failing and the deadline passed without an answer. */
+  | 'store-unreachable'
+  /** A detector decided this process was suspended, restored or cloned. */
+  | 'suspended'
+  /** The work stopped reporting progress (see `progress()`). */
+  | 'stalled'
+  /** The client was closed. */
+  | 'closed';
+
+export class LeaseLostError extends LeaseholdError {
+  readonly reason: LeaseLostReason;
+  readonly leaseName: string;
+  readonly token: bigint;
+
+  constructor(
+    leaseName: string,
+    token: bigint,
+    reason: LeaseLostReason,
+    detail: string,
+    options: LeaseholdErrorOptions = {},
+  ) {
+    super(
+      'LEASE_LOST',
+      `lease "${leaseName}" term ${token} ended (${reason}): ${detail}. Stop work started under token ${token}; ` +
+        'writes carrying it will be fenced.',
+      { ...options, retryable: false },
+    );
+    this.reason = reason;
+    this.leaseName = leaseName;
+    this.token = token;
+  }
+}
+
+export class NotLeaderError extends LeaseholdError {
+  constructor(message: string, options: LeaseholdErrorOptions = {}) {
+    super('NOT_LEADER', message, { ...options, retryable: true });
+  }
+}
+
+export class NotAcquiredError extends LeaseholdError {
+  readonly leaseName: string;
+  readonly holder: string | null;
+  readonly expiresInMs: number | null;
+  constructor(leaseName: string, holder: string | null, expiresInMs: number | null, detail: string) {
+    super(
+      'NOT_ACQUIRED',
+      `lease "${leaseName}" was not acquired: ${detail}` +
+        (holder === null ? '' : ` (held by ${holder}${expiresInMs === null ? '' : `, expires in ${expiresInMs}ms by the store's clock`})`),
+      { retryable: true },
+    );
+    this.leaseName = leaseName;
+    this.holder = holder;
+    this.expiresInMs = expiresInMs;
+  }
+}
+
+/** The resource refused a write because it has already accepted a higher token. Zero rows changed. */
+export class FencedError extends LeaseholdError {
+  readonly resource: string;
+  readonly token: bigint;
+  readonly highWater: bigint | null;
+  constructor(resource: string, token: bigint, highWater: bigint | null) {
+    super(
+      'FENCED',
+      `write to "${resource}" with token ${token} was fenced: the resource has accepted token ${highWater ?? '?'}. ` +
+        'A newer leader exists; stop this unit of work, nothing was written.',
+      { retryable: false },
+    );
+    this.resource = resource;
+    this.token = token;
+    this.highWater = highWater;
+  }
+}
+
+/** A lease row exists but its holder is no longer alive by the store's clock (distinct from "no lease"). */
+export class OwnerDeadError extends LeaseholdError {
+  constructor(message: string) {
+    super('OWNER_DEAD', message);
+  }
+}
+
+export class NoOwnerError extends LeaseholdError {
+  constructor(message: string) {
+    super('NO_OWNER', message);
+  }
+}
+
+export class AbortedError extends LeaseholdError {
+  constructor(message: string, options: LeaseholdErrorOptions = {}) {
+    super('ABORTED', message, options);
+  }
+}
+
+/** One check for "try again later" (store blips) versus "fix something first". */
+export function isRetryableError(err: unknown): boolean {
+  return err instanceof LeaseholdError && err.retryable;
+}
+
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,140 @@
+import { ConfigError } from '../../core/errors.js';
+
+/** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
+export const SCHEMA_VERSION = 1;
+
+export function validateSchemaName(schema: string): string {
+  if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
+    throw new ConfigError(
+      `schema name ${JSON.stringify(schema)} is not a plain identifier: use letters, digits and _ (at most 63, not starting with a digit)`,
+    );
+  }
+  return schema;
+}
+
+/** The NOTIFY channel on which releases and revocations are announced. */
+export function channelFor(schema: string): string {
+  return `leasehold_freed_${schema}`;
+}
+
+/**
+ * Migrations, in order; index i brings the schema from version i to i+1. Each is run inside
+ * one transaction holding an advisory lock, so concurrent `migrate` calls queue instead of
+ * racing (the one place advisory locks fit: a short job inside a single connection).
+ */
+export function migrations(schema: string): string[] {
+  const s = `"${validateSchemaName(schema)}"`;
+  const channel = channelFor(schema);
+  return [
+    `
+CREATE TABLE ${s}.leases (
+  name            text PRIMARY KEY,
+  holder          text,
+  nonce           text,
+  -- The last token issued for this name. Rows are never deleted, so a released or expired
+  -- lease keeps its token and the next holder's is larger.
+  token           bigint NOT NULL DEFAULT 0,
+  expires_at      timestamptz,
+  term_started_at timestamptz,
+  renewed_at      timestamptz,
+  ended_by        text CHECK (ended_by IN ('released', 'revoked'))
+);
+
+CREATE TABLE ${s}.history (
+  id              bigserial PRIMARY KEY,
+  name            text NOT NULL,
+  event           text NOT NULL CHECK (event IN ('acquired', 'takeover', 'released', 'revoked')),
+  holder          text,
+  previous_holder text,
+  token           bigint NOT NULL,
+  at              timestamptz NOT NULL,
+  detail          text
+);
+CREATE INDEX history_name_id ON ${s}.history (name, id);
+
+-- The resource-side fence: one high-water mark per protected resource (see src/fence).
+CREATE TABLE ${s}.fences (
+  resource   text PRIMARY KEY,
+  token      bigint NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Acquire-or-renew for a batch of leases in one statement, judged by now() of this database.
+-- Rows are locked in name order, so two batches never deadlock.
+CREATE FUNCTION ${s}.claim(
+  p_names text[], p_holders text[], p_expect1 text[], p_expect2 text[], p_next text[],
+  p_ttl_ms float8[], p_contend boolean[]
+) RETURNS TABLE (name text, outcome text, reason text, token bigint, holder text,
+                 expires_at_ms float8, now_ms float8)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := now();
+BEGIN
+  INSERT INTO ${s}.leases AS l (name) SELECT DISTINCT u FROM unnest(p_names) AS u
+    ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+  PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+  RETURN QUERY
+  WITH req AS (
+    SELECT * FROM unnest(p_names, p_holders, p_expect1, p_expect2, p_next, p_ttl_ms, p_contend)
+      WITH ORDINALITY AS r(name, holder, e1, e2, nxt, ttl_ms, contend, ord)
+  ), cur AS (
+    SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
+           l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
+           CASE
+             WHEN NOT r.contend THEN
+               CASE WHEN l.holder = r.holder AND l.nonce IN (r.e1, r.e2) AND l.expires_at > v_now
+                    THEN 'renewed' ELSE 'lost' END
+             WHEN l.holder IS NULL OR l.expires_at <= v_now THEN 'acquired'
+             ELSE 'busy'
+           END AS outcome
+      FROM req r JOIN ${s}.leases l ON l.name = r.name
+  ), upd AS (
+    UPDATE ${s}.leases AS l
+       SET holder = c.holder,
+           nonce = c.nxt,
+           token = CASE WHEN c.outcome = 'acquired' THEN l.token + 1 ELSE l.token END,
+           expires_at = v_now + c.ttl_ms * interval '1 millisecond',
+           term_started_at = CASE WHEN c.outcome = 'acquired' THEN v_now ELSE l.term_started_at END,
+           renewed_at = v_now,
+           ended_by = NULL
+      FROM cur c
+     WHERE l.name = c.name AND c.outcome IN ('acquired', 'renewed')
+    RETURNING l.name, l.token, l.expires_at
+  ), hist AS (
+    INSERT INTO ${s}.history (name, event, holder, previous_holder, token, at)
+    SELECT c.name, CASE WHEN c.cur_holder IS NULL OR c.cur_ended_by IS NOT NULL THEN 'acquired' ELSE 'takeover' END,
+           c.holder, c.cur_holder, u.token, v_now
+      FROM cur c JOIN upd u ON u.name = c.name
+     WHERE c.outcome = 'acquired'
+  )
+  SELECT c.name, c.outcome,
+         CASE WHEN c.outcome <> 'lost' THEN NULL
+              WHEN c.cur_holder = c.holder AND c.cur_nonce IN (c.e1, c.e2) THEN 'expired'
+              WHEN c.cur_holder = c.holder THEN 'cloned'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'revoked' THEN 'revoked'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'released' THEN 'released'
+              WHEN c.cur_holder IS NULL THEN 'expired'
+              ELSE 'superseded' END,
+         COALESCE(u.token, c.cur_token),
+         CASE WHEN u.name IS NOT NULL THEN c.holder ELSE c.cur_holder END,
+         (extract(epoch FROM COALESCE(u.expires_at, c.cur_expires)) * 1000)::float8,
+         (extract(epoch FROM v_now) * 1000)::float8
+    FROM cur c LEFT JOIN upd u ON u.name = c.name
+   ORDER BY c.ord;
+END
+$fn$;
+
+-- Releases and revocations wake followers at once; expiry still covers a lost notification.
+CREATE FUNCTION ${s}.notify_freed() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  PERFORM pg_notify('${channel}', NEW.name);
+  RETURN NEW;
+END
+$fn$;
+CREATE TRIGGER leases_freed AFTER UPDATE OF holder ON ${s}.leases
+  FOR EACH ROW WHEN (OLD.holder IS NOT NULL AND NEW.holder IS NULL)
+  EXECUTE FUNCTION ${s}.notify_freed();
+`,
+  ];
+}

@@ -1,0 +1,442 @@
+import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import type {
+  CallOptions,
+  ClaimRequest,
+  ClaimResult,
+  FreedListener,
+  HistoryEntry,
+  LeaseInfo,
+  LeaseStore,
+  LostReason,
+  ReleaseRequest,
+  RevokeResult,
+  SchemaStatus,
+} from '../store.js';
+import { SCHEMA_VERSION, channelFor, migrations, validateSchemaName } from './schema.js';
+
+/** The subset of a `pg` query result leasehold reads. */
+export interface PgResultLike {
+  rows: Record<string, unknown>[];
+  rowCount: number | null;
+}
+
+/** Anything with `query(text, values)`: a `pg.Pool`, a `pg.Client`, or a pool from another library. */
+export interface PgQueryableLike {
+  query(text: string, values?: unknown[]): Promise<PgResultLike>;
+}
+
+/** A client checked out of a pool (or a standalone client) that can LISTEN. */
+export interface PgListenClientLike extends PgQueryableLike {
+  on(event: 'notification', listener: (msg: { channel: string; payload?: string }) => void): unknown;
+  on(event: 'error' | 'end', listener: (err?: Error) => void): unknown;
+  removeAllListeners?(event?: string): unknown;
+  release?(err?: Error | boolean): void;
+  end?(): Promise<void>;
+}
+
+/** The subset of `pg.Pool` leasehold needs. Pass your own to share connections with your app. */
+export interface PgPoolLike extends PgQueryableLike {
+  connect(): Promise<PgListenClientLike & { release(err?: Error | boolean): void }>;
+  end?(): Promise<void>;
+}
+
+export interface PostgresStoreOptions {
+  /** `postgres://user@host:5432/db?schema=leasehold`, or pass `pool`. */
+  url?: string;
+  /** Your own pool; leasehold will not end it on close(). */
+  pool?: PgPoolLike;
+  /** Schema holding leasehold's tables. Default `leasehold` (or `?schema=` in the URL). */
+  schema?: string;
+  /** For pools leasehold creates: give up on a query after this long. Default 10s. */
+  queryTimeoutMs?: number;
+  /** For pools leasehold creates: give up connecting after this long. Default 5s. */
+  connectTimeoutMs?: number;
+}
+
+// Connection-level failures: the outcome of the call is unknown, try again later.
+const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|40001|40P01|55P03)/;
+const NODE_NET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN']);
+
+export class PostgresStore implements LeaseStore {
+  readonly kind = 'postgres';
+  readonly description: string;
+  readonly schema: string;
+  private readonly pool: PgPoolLike;
+  private readonly ownsPool: boolean;
+  private readonly url: string | undefined;
+  private readonly s: string;
+  private closed = false;
+  private listen: { stop: () => Promise<void> } | undefined;
+
+  private constructor(pool: PgPoolLike, ownsPool: boolean, schema: string, description: string, url?: string) {
+    this.pool = pool;
+    this.ownsPool = ownsPool;
+    this.schema = validateSchemaName(schema);
+    this.s = `"${this.schema}"`;
+    this.description = description;
+    this.url = url;
+  }
+
+  /** @throws {ConfigError} for a malformed URL, or when `pg` is not installed. */
+  static async create(options: PostgresStoreOptions): Promise<PostgresStore> {
+    if (options.pool !== undefined) {
+      return new PostgresStore(options.pool, false, options.schema ?? 'leasehold', `postgres (${options.schema ?? 'leasehold'}, your pool)`);
+    }
+    if (options.url === undefined) throw new ConfigError('PostgresStore needs a url or a pool');
+    const { connectionString, schema, description } = parsePostgresUrl(options.url);
+    const pg = await loadPg();
+    const pool = new pg.Pool({
+      connectionString,
+      max: 4,
+      connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
+      query_timeout: options.queryTimeoutMs ?? 10_000,
+      idleTimeoutMillis: 30_000,
+      allowExitOnIdle: true,
+    });
+    // An idle client's socket error is emitted on the pool; unhandled, it would crash the process.
+    pool.on('error', () => {});
+    return new PostgresStore(pool as unknown as PgPoolLike, true, options.schema ?? schema ?? 'leasehold', description, connectionString);
+  }
+
+  private async q(text: string, values?: unknown[], options?: CallOptions): Promise<PgResultLike> {
+    if (this.closed) throw new LeaseholdError('CONFIG', 'this PostgresStore is closed');
+    options?.signal?.throwIfAborted();
+    try {
+      return await this.pool.query(text, values);
+    } catch (err) {
+      throw mapPgError(err, this.schema);
+    }
+  }
+
+  async migrate(options?: CallOptions): Promise<SchemaStatus> {
+    options?.signal?.throwIfAborted();
+    let client;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      throw mapPgError(err, this.schema);
+    }
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`leasehold.migrate.${this.schema}`]);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.s}`);
+      await client.query(`CREATE TABLE IF NOT EXISTS ${this.s}.schema_version (version integer NOT NULL)`);
+      const r = await client.query(`SELECT version FROM ${this.s}.schema_version`);
+      let current = r.rows.length === 0 ? 0 : Number(r.rows[0]!['version']);
+      if (current > SCHEMA_VERSION) {
+        throw new SchemaError(
+          `schema "${this.schema}" is at version ${current}, newer than this leasehold (${SCHEMA_VERSION}); upgrade leasehold`,
+        );
+      }
+      const all = migrations(this.schema);
+      for (; current < SCHEMA_VERSION; current++) await client.query(all[current]!);
+      await client.query(`DELETE FROM ${this.s}.schema_version`);
+      await client.query(`INSERT INTO ${this.s}.schema_version (version) VALUES ($1)`, [current]);
+      await client.query('COMMIT');
+      return { current, expected: SCHEMA_VERSION };
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw mapPgError(err, this.schema);
+    } finally {
+      client.release();
+    }
+  }
+
+  async schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
+    const r = await this.q(`SELECT to_regclass($1) AS t`, [`${this.s}.schema_version`], options);
+    if (r.rows[0]?.['t'] == null) return { current: 0, expected: SCHEMA_VERSION };
+    const v = await this.q(`SELECT max(version) AS v FROM ${this.s}.schema_version`, [], options);
+    return { current: Number(v.rows[0]?.['v'] ?? 0), expected: SCHEMA_VERSION };
+  }
+
+  async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
+    if (requests.length === 0) return [];
+    assertDistinct(requests);
+    const r = await this.q(
+      `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::float8[], $7::boolean[])`,
+      [
+        requests.map((q) => q.name),
+        requests.map((q) => q.holder),
+        requests.map((q) => q.expect?.[0] ?? null),
+        requests.map((q) => q.expect?.[1] ?? null),
+        requests.map((q) => q.nextNonce),
+        requests.map((q) => q.ttlMs),
+        requests.map((q) => q.expect === null),
+      ],
+      options,
+    );
+    return r.rows.map(toClaimResult);
+  }
+
+  async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
+    const r = await this.q(
+      `WITH upd AS (
+         UPDATE ${this.s}.leases SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'released'
+          WHERE name = $1 AND holder = $2 AND nonce = ANY ($3::text[])
+         RETURNING name, token)
+       INSERT INTO ${this.s}.history (name, event, holder, previous_holder, token, at)
+       SELECT name, 'released', NULL, $2, token, now() FROM upd RETURNING token`,
+      [req.name, req.holder, [...req.expect]],
+      options,
+    );
+    return r.rows.length > 0;
+  }
+
+  async revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
+    const r = await this.q(
+      `WITH old AS (SELECT name, holder, token FROM ${this.s}.leases WHERE name = $1 FOR UPDATE),
+       upd AS (
+         UPDATE ${this.s}.leases l SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'revoked'
+           FROM old WHERE l.name = old.name AND old.holder IS NOT NULL
+         RETURNING l.name, l.token, old.holder AS previous_holder),
+       h AS (
+         INSERT INTO ${this.s}.history (name, event, holder, previous_holder, token, at, detail)
+         SELECT name, 'revoked', NULL, previous_holder, token, now(), $2 FROM upd)
+       SELECT old.token, upd.previous_holder, upd.name IS NOT NULL AS revoked FROM old LEFT JOIN upd ON true`,
+      [name, reason],
+      options,
+    );
+    const row = r.rows[0];
+    if (row === undefined) return { revoked: false, previousHolder: null, token: null };
+    return {
+      revoked: row['revoked'] === true,
+      previousHolder: (row['previous_holder'] as string | null) ?? null,
+      token: BigInt(row['token'] as string),
+    };
+  }
+
+  async list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]> {
+    const r = await this.q(
+      `SELECT name, holder, token, (extract(epoch FROM expires_at) * 1000)::float8 AS expires_at_ms,
+              (extract(epoch FROM term_started_at) * 1000)::float8 AS started_ms,
+              (extract(epoch FROM renewed_at) * 1000)::float8 AS renewed_ms,
+              (extract(epoch FROM now()) * 1000)::float8 AS now_ms
+         FROM ${this.s}.leases WHERE token > 0 AND ($1::text IS NULL OR name = $1) ORDER BY name`,
+      [options?.name ?? null],
+      options,
+    );
+    return r.rows.map((row) => {
+      const holder = (row['holder'] as string | null) ?? null;
+      const expiresAtMs = (row['expires_at_ms'] as number | null) ?? null;
+      const storeNowMs = row['now_ms'] as number;
+      return {
+        name: row['name'] as string,
+        holder,
+        token: BigInt(row['token'] as string),
+        state: holder === null ? 'free' : expiresAtMs !== null && expiresAtMs > storeNowMs ? 'held' : 'expired',
+        expiresAtMs,
+        storeNowMs,
+        termStartedAtMs: (row['started_ms'] as number | null) ?? null,
+        renewedAtMs: (row['renewed_ms'] as number | null) ?? null,
+      };
+    });
+  }
+
+  async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
+    const r = await this.q(
+      `SELECT * FROM (
+         SELECT id, name, event, holder, previous_holder, token, (extract(epoch FROM at) * 1000)::float8 AS at_ms, detail
+           FROM ${this.s}.history WHERE ($1::text IS NULL OR name = $1) ORDER BY id DESC LIMIT $2) h
+       ORDER BY id`,
+      [options?.name ?? null, options?.limit ?? 1000],
+      options,
+    );
+    return r.rows.map((row) => ({
+      id: BigInt(row['id'] as string),
+      name: row['name'] as string,
+      event: row['event'] as HistoryEntry['event'],
+      holder: (row['holder'] as string | null) ?? null,
+      previousHolder: (row['previous_holder'] as string | null) ?? null,
+      token: BigInt(row['token'] as string),
+      atMs: row['at_ms'] as number,
+      detail: (row['detail'] as string | null) ?? null,
+    }));
+  }
+
+  async now(options?: CallOptions): Promise<number> {
+    const r = await this.q(`SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms`, [], options);
+    return r.rows[0]!['now_ms'] as number;
+  }
+
+  /**
+   * One LISTEN connection per store instance, however many leases wait on it. When the
+   * connection drops, it reconnects with backoff and calls `onReconnect` so waiters re-check:
+   * a notification sent while we were away is gone.
+   */
+  async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
+    if (this.listen !== undefined) throw new LeaseholdError('CONFIG', 'watchFreed is already active on this store');
+    const channel = channelFor(this.schema);
+    let stopped = false;
+    let client: PgListenClientLike | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    let attempt = 0;
+
+    const connect = async (): Promise<void> => {
+      if (stopped) return;
+      try {
+        const c = await this.listenClient();
+        c.on('notification', (msg) => {
+          if (msg.channel === channel && msg.payload !== undefined) listener(msg.payload);
+        });
+        c.on('error', () => {
+          dropped(c);
+        });
+        c.on('end', () => {
+          dropped(c);
+        });
+        await c.query(`LISTEN "${channel}"`);
+        // An idle LISTEN socket must not keep the process alive on its own (waiters hold refs).
+        (c as unknown as { connection?: { stream?: { unref?: () => void } } }).connection?.stream?.unref?.();
+        if (stopped) {
+          await closeListenClient(c, true);
+          return;
+        }
+        client = c;
+        if (attempt > 0) onReconnect?.();
+        attempt = 0;
+      } catch {
+        scheduleReconnect();
+      }
+    };
+    const dropped = (c: PgListenClientLike): void => {
+      if (client !== c) return;
+      client = undefined;
+      void closeListenClient(c, false);
+      scheduleReconnect();
+    };
+    const scheduleReconnect = (): void => {
+      if (stopped || timer !== undefined) return;
+      attempt++;
+      const delay = Math.min(30_000, 250 * 2 ** Math.min(attempt, 7)) * (0.5 + Math.random() / 2);
+      timer = setTimeout(() => {
+        timer = undefined;
+        void connect();
+      }, delay);
+      timer.unref();
+    };
+
+    await connect();
+    const stop = async (): Promise<void> => {
+      stopped = true;
+      if (timer !== undefined) clearTimeout(timer);
+      const c = client;
+      client = undefined;
+      this.listen = undefined;
+      if (c !== undefined) await closeListenClient(c, true);
+    };
+    this.listen = { stop };
+    return stop;
+  }
+
+  private async listenClient(): Promise<PgListenClientLike> {
+    if (this.url === undefined) return this.pool.connect();
+    const pg = await loadPg();
+    const c = new pg.Client({ connectionString: this.url, connectionTimeoutMillis: 5000, keepAlive: true });
+    c.on('error', () => {});
+    await c.connect();
+    return c as unknown as PgListenClientLike;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.listen?.stop();
+    if (this.ownsPool) await this.pool.end?.();
+  }
+}
+
+async function closeListenClient(c: PgListenClientLike, graceful: boolean): Promise<void> {
+  c.removeAllListeners?.('notification');
+  try {
+    if (c.release !== undefined) c.release(graceful ? undefined : true);
+    else await c.end?.();
+  } catch {
+    // already closed
+  }
+}
+
+function assertDistinct(requests: readonly ClaimRequest[]): void {
+  const seen = new Set<string>();
+  for (const r of requests) {
+    if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
+    seen.add(r.name);
+  }
+}
+
+function toClaimResult(row: Record<string, unknown>): ClaimResult {
+  const name = row['name'] as string;
+  const outcome = row['outcome'] as string;
+  const token = row['token'] == null ? null : BigInt(row['token'] as string);
+  const holder = (row['holder'] as string | null) ?? null;
+  const expiresAtMs = (row['expires_at_ms'] as number | null) ?? null;
+  const storeNowMs = row['now_ms'] as number;
+  if (outcome === 'acquired' || outcome === 'renewed') {
+    return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs };
+  }
+  if (outcome === 'lost') {
+    return { name, outcome, reason: row['reason'] as LostReason, holder, token, expiresAtMs, storeNowMs };
+  }
+  return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs };
+}
+
+interface PgModule {
+  Pool: new (config: Record<string, unknown>) => PgPoolLike & { on(event: 'error', l: (e: Error) => void): unknown };
+  Client: new (config: Record<string, unknown>) => PgListenClientLike & { connect(): Promise<void> };
+}
+
+async function loadPg(): Promise<PgModule> {
+  try {
+    const mod = (await import('pg')) as unknown as { default?: PgModule } & PgModule;
+    return mod.default ?? mod;
+  } catch (err) {
+    throw new ConfigError('the PostgreSQL store needs the "pg" package: npm install pg', { cause: err });
+  }
+}
+
+export function parsePostgresUrl(url: string): { connectionString: string; schema: string | undefined; description: string } {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch (err) {
+    throw new ConfigError(`store URL ${JSON.stringify(redact(url))} is not a URL; write postgres://user@host:5432/database`, { cause: err });
+  }
+  if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') {
+    throw new ConfigError(`store URL scheme "${u.protocol}" is not PostgreSQL; write postgres://user@host:5432/database`);
+  }
+  if (u.hostname === '' && !u.searchParams.has('host')) {
+    throw new ConfigError(`store URL ${JSON.stringify(redact(url))} has no host; write postgres://user@host:5432/database`);
+  }
+  const schema = u.searchParams.get('schema') ?? undefined;
+  if (schema !== undefined) validateSchemaName(schema);
+  u.searchParams.delete('schema');
+  const connectionString = u.toString();
+  return { connectionString, schema, description: `postgres ${redact(connectionString)} (schema ${schema ?? 'leasehold'})` };
+}
+
+export function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password !== '') u.password = '***';
+    return u.toString();
+  } catch {
+    return url.replace(/:[^:@/]*@/, ':***@');
+  }
+}
+
+export function mapPgError(err: unknown, schema: string): Error {
+  if (err instanceof LeaseholdError) return err;
+  const e = err as { code?: string; message?: string };
+  const code = typeof e.code === 'string' ? e.code : '';
+  const msg = e.message ?? String(err);
+  if (code === '3F000' || code === '42P01' || code === '42883') {
+    return new SchemaError(`leasehold's tables are missing in schema "${schema}" (${msg}); run \`leasehold migrate --store <url>\``, {
+      cause: err,
+    });
+  }
+  if (code === '3D000') return new ConfigError(`database does not exist (${msg}); check the store URL`, { cause: err });
+  if (code.startsWith('28')) return new ConfigError(`PostgreSQL refused the login (${msg}); check the user and password in the store URL`, { cause: err });
+  if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code) || /timeout|terminated|Connection|ECONN|closed/i.test(msg)) {
+    return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); leasehold will retry, check the server`, { cause: err });
+  }
+  return new StoreUnavailableError(`PostgreSQL call failed (${msg})`, { cause: err });
+}

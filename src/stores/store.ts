@@ -1,0 +1,158 @@
+/**
+ * The contract between the lease engine and a store. The engine knows nothing of drivers; a
+ * store knows nothing of timers. Every store folder (`postgres/`, `sqlite/`, ...) implements
+ * {@link LeaseStore}, and `test/conformance/` proves each one against the expectations below.
+ *
+ * Expectations every store must meet (the conformance suite checks each):
+ *  1. Expiry is judged by the store's own clock. The store reports that clock in every answer.
+ *  2. `claim` is atomic per lease: of any set of concurrent claims on a free lease, one wins.
+ *  3. Tokens are strictly increasing per lease name, for ever: every acquisition (after a
+ *     release, an expiry, a revocation, a takeover, a restart of the store) gets a token larger
+ *     than any token that name has had. A renewal keeps the token.
+ *  4. A renewal succeeds only if the row's holder is the caller, the row's nonce is one of the
+ *     nonces the caller expects, and the term has not expired. On success the nonce is replaced
+ *     by the caller's fresh one, so two clones of one term cannot both keep renewing.
+ *  5. Only the holder's current term can be released; operators can revoke any term.
+ *  6. Every change of holder is recorded in the history with the store's time.
+ *  7. Errors are typed: `StoreUnavailableError` (retryable) when the outcome is unknown,
+ *     `SchemaError` when the schema is missing or old, `ConfigError` for bad settings.
+ */
+
+export interface ClaimRequest {
+  name: string;
+  /** The caller's holder id (per process instance, see core/identity). */
+  holder: string;
+  /** How long the store should grant the term for, from the store's now. */
+  ttlMs: number;
+  /**
+   * Null to contend for the lease. When renewing: the nonce(s) this process may have set last:
+   * the confirmed one and, after a renewal whose answer was lost, the one it had sent.
+   */
+  expect: readonly string[] | null;
+  /** The nonce the store stores on success; fresh kernel randomness on every claim. */
+  nextNonce: string;
+}
+
+/** Why a renewal failed, as the store sees the row. */
+export type LostReason =
+  | 'expired' // still our row, but the store's clock passed its expiry
+  | 'superseded' // another holder owns it
+  | 'cloned' // our holder id, but another process with that id renewed it (a restored snapshot)
+  | 'revoked' // an operator revoked it
+  | 'released'; // released (by a clone of this process, since this process did not)
+
+export type ClaimResult =
+  | {
+      name: string;
+      outcome: 'acquired' | 'renewed';
+      token: bigint;
+      holder: string;
+      expiresAtMs: number;
+      storeNowMs: number;
+    }
+  | {
+      name: string;
+      outcome: 'busy';
+      /** The current holder (null if the store could not say). */
+      holder: string | null;
+      token: bigint | null;
+      expiresAtMs: number | null;
+      storeNowMs: number;
+    }
+  | {
+      name: string;
+      outcome: 'lost';
+      reason: LostReason;
+      holder: string | null;
+      token: bigint | null;
+      expiresAtMs: number | null;
+      storeNowMs: number;
+    };
+
+export interface ReleaseRequest {
+  name: string;
+  holder: string;
+  expect: readonly string[];
+}
+
+export interface LeaseInfo {
+  name: string;
+  /** Null when free (released, revoked, or never held). */
+  holder: string | null;
+  /** The last token issued for this name (the current term's, when held). */
+  token: bigint;
+  state: 'held' | 'expired' | 'free';
+  expiresAtMs: number | null;
+  storeNowMs: number;
+  /** When the current (or last) term began, by the store's clock. */
+  termStartedAtMs: number | null;
+  renewedAtMs: number | null;
+}
+
+export type HistoryEvent = 'acquired' | 'takeover' | 'released' | 'revoked';
+
+export interface HistoryEntry {
+  id: bigint;
+  name: string;
+  event: HistoryEvent;
+  /** The holder after the event (null for released/revoked). */
+  holder: string | null;
+  /** The holder before the event, where there was one. */
+  previousHolder: string | null;
+  token: bigint;
+  atMs: number;
+  detail: string | null;
+}
+
+export interface RevokeResult {
+  revoked: boolean;
+  previousHolder: string | null;
+  token: bigint | null;
+}
+
+export interface SchemaStatus {
+  /** The schema version found in the store; 0 when leasehold's tables do not exist. */
+  current: number;
+  /** The version this build of leasehold needs. */
+  expected: number;
+}
+
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
+/** Called with a lease name when the store says it may have become free. */
+export type FreedListener = (name: string) => void;
+
+export interface LeaseStore {
+  /** `postgres`, `sqlite`, ... */
+  readonly kind: string;
+  /** Where it points, with any password redacted: safe to log. */
+  readonly description: string;
+
+  /** Creates or upgrades the schema. Idempotent; safe to run from many processes at once. */
+  migrate(options?: CallOptions): Promise<SchemaStatus>;
+  schemaStatus(options?: CallOptions): Promise<SchemaStatus>;
+
+  /** Acquire or renew many leases in one round trip. Results come back in request order. */
+  claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]>;
+  /** Releases the caller's current term. False when the caller no longer held it. */
+  release(request: ReleaseRequest, options?: CallOptions): Promise<boolean>;
+  /** Operator revocation of whoever holds `name`, recorded in the history. */
+  revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult>;
+
+  list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]>;
+  history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]>;
+  /** The store's clock, in milliseconds since the epoch. */
+  now(options?: CallOptions): Promise<number>;
+
+  /**
+   * Optional: a push channel for "this lease may be free" (LISTEN/NOTIFY, pub/sub, watch).
+   * Without it followers sleep until the store-reported expiry. The returned function stops
+   * listening. `onReconnect` fires after the channel was down, since notifications may have
+   * been missed while it was.
+   */
+  watchFreed?(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>>;
+
+  close(): Promise<void>;
+}
