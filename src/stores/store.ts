@@ -26,7 +26,8 @@ export interface ClaimRequest {
   ttlMs: number;
   /**
    * Null to contend for the lease. When renewing: the nonce(s) this process may have set last:
-   * the confirmed one and, after a renewal whose answer was lost, the one it had sent.
+   * the confirmed one and, after renewals whose answers were lost, the ones it had sent (the
+   * engine sends at most three). Nonces are base64url: no commas, no spaces.
    */
   expect: readonly string[] | null;
   /** The nonce the store stores on success; fresh kernel randomness on every claim. */
@@ -68,6 +69,9 @@ export type ClaimResult =
       expiresAtMs: number | null;
       storeNowMs: number;
     };
+
+/** A claim the store granted (an acquisition or a renewal). */
+export type GrantedClaim = Extract<ClaimResult, { outcome: 'acquired' | 'renewed' }>;
 
 export interface ReleaseRequest {
   name: string;

@@ -62,7 +62,7 @@ CREATE TABLE ${s}.fences (
 -- Acquire-or-renew for a batch of leases in one statement, judged by now() of this database.
 -- Rows are locked in name order, so two batches never deadlock.
 CREATE FUNCTION ${s}.claim(
-  p_names text[], p_holders text[], p_expect1 text[], p_expect2 text[], p_next text[],
+  p_names text[], p_holders text[], p_expect text[], p_next text[],
   p_ttl_ms float8[], p_contend boolean[]
 ) RETURNS TABLE (name text, outcome text, reason text, token bigint, holder text,
                  expires_at_ms float8, now_ms float8)
@@ -76,14 +76,15 @@ BEGIN
   PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
   RETURN QUERY
   WITH req AS (
-    SELECT * FROM unnest(p_names, p_holders, p_expect1, p_expect2, p_next, p_ttl_ms, p_contend)
-      WITH ORDINALITY AS r(name, holder, e1, e2, nxt, ttl_ms, contend, ord)
+    SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.nxt, r.ttl_ms, r.contend, r.ord
+      FROM unnest(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend)
+      WITH ORDINALITY AS r(name, holder, expect, nxt, ttl_ms, contend, ord)
   ), cur AS (
     SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
            l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
            CASE
              WHEN NOT r.contend THEN
-               CASE WHEN l.holder = r.holder AND l.nonce IN (r.e1, r.e2) AND l.expires_at > v_now
+               CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > v_now
                     THEN 'renewed' ELSE 'lost' END
              WHEN l.holder IS NULL OR l.expires_at <= v_now THEN 'acquired'
              ELSE 'busy'
@@ -110,7 +111,7 @@ BEGIN
   )
   SELECT c.name, c.outcome,
          CASE WHEN c.outcome <> 'lost' THEN NULL
-              WHEN c.cur_holder = c.holder AND c.cur_nonce IN (c.e1, c.e2) THEN 'expired'
+              WHEN c.cur_holder = c.holder AND c.cur_nonce = ANY (c.expect) THEN 'expired'
               WHEN c.cur_holder = c.holder THEN 'cloned'
               WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'revoked' THEN 'revoked'
               WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'released' THEN 'released'

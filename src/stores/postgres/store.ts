@@ -153,12 +153,12 @@ export class PostgresStore implements LeaseStore {
     if (requests.length === 0) return [];
     assertDistinct(requests);
     const r = await this.q(
-      `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::float8[], $7::boolean[])`,
+      `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[])`,
       [
         requests.map((q) => q.name),
         requests.map((q) => q.holder),
-        requests.map((q) => q.expect?.[0] ?? null),
-        requests.map((q) => q.expect?.[1] ?? null),
+        // Nonces are base64url, so a comma-joined list is unambiguous and keeps the arrays flat.
+        requests.map((q) => (q.expect === null ? null : q.expect.join(','))),
         requests.map((q) => q.nextNonce),
         requests.map((q) => q.ttlMs),
         requests.map((q) => q.expect === null),
@@ -347,6 +347,8 @@ export class PostgresStore implements LeaseStore {
 
 async function closeListenClient(c: PgListenClientLike, graceful: boolean): Promise<void> {
   c.removeAllListeners?.('notification');
+  // The socket was unref'd while idle; closing it must keep the process alive until it is done.
+  (c as unknown as { connection?: { stream?: { ref?: () => void } } }).connection?.stream?.ref?.();
   try {
     if (c.release !== undefined) c.release(graceful ? undefined : true);
     else await c.end?.();

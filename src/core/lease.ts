@@ -1,0 +1,472 @@
+import { EventEmitter } from 'node:events';
+import { jitter, monoNow } from './clock.js';
+import { resolveTiming, validateLeaseName, parseDuration, type Duration, type Timing, type TimingOptions } from './config.js';
+import {
+  AbortedError,
+  LeaseLostError,
+  LeaseholdError,
+  NotAcquiredError,
+  NotLeaderError,
+  errorMessage,
+  isRetryableError,
+  type LeaseLostReason,
+} from './errors.js';
+import { newNonce } from './identity.js';
+import type { LoggerLike } from './logger.js';
+import type { ClaimRequest, ClaimResult, GrantedClaim, LeaseStore } from '../stores/store.js';
+
+/**
+ * One continuous tenure of a lease by one process: from an acquisition to the moment this
+ * process stops believing it holds it. Renewals keep the term (and its token); anything else
+ * starts a new one with a larger token.
+ */
+export interface Term {
+  readonly name: string;
+  /** The fencing token: pass it with every write to the resource. */
+  readonly token: bigint;
+  /** The holder id this term was acquired under. */
+  readonly holder: string;
+  /** Aborts, with a LeaseLostError as its reason, when the term ends for any reason. */
+  readonly signal: AbortSignal;
+  /** When the term began, by the store's clock. */
+  readonly acquiredAtMs: number;
+}
+
+export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
+
+export interface LeaseOptions extends TimingOptions {}
+
+export interface AcquireOptions {
+  /** true (default): wait for ever; false: one attempt; a duration: give up after it. */
+  wait?: boolean | Duration;
+  signal?: AbortSignal;
+}
+
+export interface LeaseEvents {
+  acquired: [term: Term];
+  renewed: [term: Term, expiresInMs: number];
+  jeopardy: [term: Term, error: unknown];
+  recovered: [term: Term];
+  lost: [term: Term, error: LeaseLostError];
+  released: [term: Term, handedOver: boolean];
+  busy: [holder: string | null, expiresInMs: number | null];
+  'store-error': [error: unknown, during: 'acquire' | 'renew' | 'release'];
+}
+
+/** What a Lease needs from the client that created it (the scheduler, identity, notifications). */
+export interface LeaseHost {
+  readonly store: LeaseStore;
+  readonly logger: LoggerLike;
+  currentHolder(): string;
+  regenerateIdentity(why: string): void;
+  enroll(lease: Lease): void;
+  unenroll(lease: Lease): void;
+  requestRenewal(lease: Lease): void;
+  waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void };
+  checkSuspension(): void;
+  /** Called after each renewal: how far the store's clock and the monotonic clock moved. */
+  noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, lease: Lease): void;
+}
+
+interface TermState extends Term {
+  readonly controller: AbortController;
+  /** The nonce the store confirmed last. */
+  confirmed: string;
+  /** Nonces sent in renewals whose answers never came: the store may hold one of them. */
+  unconfirmed: string[];
+  /** Monotonic ms after which this process no longer believes it leads. */
+  deadline: number;
+  renewDueAt: number;
+  deadlineTimer: NodeJS.Timeout | undefined;
+  failures: number;
+  lastStoreNowMs: number;
+  lastAnsweredAt: number;
+}
+
+/**
+ * A named lease as seen from one process. Create it with `leasehold.lease(name)`, then
+ * `acquire()`, read `token` for each unit of work, and `release()` (or `await using`).
+ */
+export class Lease extends EventEmitter<LeaseEvents> {
+  readonly name: string;
+  readonly timing: Timing;
+  private readonly host: LeaseHost;
+  private _state: LeaseState = 'idle';
+  private term: TermState | undefined;
+  private contention: Promise<Term> | undefined;
+  private contentionAbort: AbortController | undefined;
+  /** Set while a renewal for this lease is in flight (one at a time, never overlapping). */
+  inFlight = false;
+  /** confirm() callers waiting for the next renewal round trip. */
+  confirmWaiters: Array<{ resolve: () => void }> = [];
+
+  /** @internal use `leasehold.lease(name, options)` */
+  constructor(host: LeaseHost, name: string, options: LeaseOptions = {}) {
+    super();
+    this.host = host;
+    this.name = validateLeaseName(name);
+    this.timing = resolveTiming(options);
+  }
+
+  get state(): LeaseState {
+    return this._state;
+  }
+
+  /** True while this process holds the term and a renewal has landed in time. */
+  get isLeader(): boolean {
+    return this._state === 'leading' && this.term !== undefined && monoNow() < this.term.deadline;
+  }
+
+  /**
+   * The current fencing token. Read it at the start of each unit of work and pass it to the
+   * fenced write. Throws rather than hand out a token it is not sure of.
+   * @throws {NotLeaderError} when not leading, or while a renewal is overdue (jeopardy).
+   */
+  get token(): bigint {
+    const t = this.term;
+    if (t !== undefined && monoNow() >= t.deadline) {
+      this.lose('expired', 'no renewal landed before the local deadline');
+    }
+    if (this._state === 'leading' && this.term !== undefined) return this.term.token;
+    if (this._state === 'jeopardy') {
+      throw new NotLeaderError(`lease "${this.name}" is in jeopardy (a renewal failed); not handing out the token until one lands`);
+    }
+    throw new NotLeaderError(`this process does not hold lease "${this.name}"; acquire it first`);
+  }
+
+  /** The current term, if this process holds one (including while in jeopardy). */
+  get currentTerm(): Term | undefined {
+    return this.term;
+  }
+
+  /**
+   * Contends until this process holds the lease, then returns the term.
+   * @throws {NotAcquiredError} wait: false, or the wait ran out.
+   * @throws {StoreUnavailableError} wait: false and the store could not be asked.
+   * @throws {AbortedError} the caller's signal aborted.
+   */
+  async acquire(options: AcquireOptions = {}): Promise<Term> {
+    if (this._state === 'closed') throw new LeaseholdError('CONFIG', `lease "${this.name}" is closed`);
+    if (this.term !== undefined) return this.term;
+    if (this.contention !== undefined) return await withSignal(this.contention, options.signal);
+    const controller = new AbortController();
+    this.contentionAbort = controller;
+    const p = this.contend(options, controller.signal);
+    this.contention = p;
+    try {
+      return await p;
+    } finally {
+      this.contention = undefined;
+      this.contentionAbort = undefined;
+    }
+  }
+
+  private async contend(options: AcquireOptions, internal: AbortSignal): Promise<Term> {
+    const signal = options.signal === undefined ? internal : AbortSignal.any([internal, options.signal]);
+    const wait = options.wait ?? true;
+    const waitUntil = wait === true ? Infinity : wait === false ? 0 : monoNow() + parseDuration(wait, 'wait');
+    this._state = 'contending';
+    let errors = 0;
+    let lastError: unknown;
+    try {
+      for (;;) {
+        if (signal.aborted) throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
+        this.host.checkSuspension();
+        const holder = this.host.currentHolder();
+        const nextNonce = newNonce();
+        const sentAt = monoNow();
+        let result: ClaimResult | undefined;
+        try {
+          [result] = await this.host.store.claim([{ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce }]);
+          errors = 0;
+        } catch (err) {
+          lastError = err;
+          this.emit('store-error', err, 'acquire');
+          this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: acquire attempt failed');
+          // Waiting cannot fix a missing schema or a bad configuration: say so now.
+          if (waitUntil === 0 || !isRetryableError(err)) throw err;
+          errors++;
+        }
+        if (result?.outcome === 'acquired') {
+          const term = this.startTerm(result, holder, nextNonce, sentAt);
+          if (term !== undefined) return term;
+          continue; // the answer came back too late to use; the row expires on its own
+        }
+        let sleepMs: number;
+        if (result === undefined) {
+          // Store down: back off exponentially, never a tight loop, never longer than a TTL.
+          sleepMs = Math.min(this.timing.ttlMs, 100 * 2 ** Math.min(errors, 10)) * (0.5 + Math.random() / 2);
+        } else {
+          const remaining = result.expiresAtMs === null ? null : Math.max(0, result.expiresAtMs - result.storeNowMs);
+          this.emit('busy', result.holder, remaining);
+          sleepMs = (remaining ?? this.timing.renewMs) + jitter(Math.min(250, this.timing.ttlMs / 10)) + 1;
+        }
+        const left = waitUntil - monoNow();
+        if (left <= 0) {
+          const busy = result !== undefined && result.outcome === 'busy' ? result : undefined;
+          const err = new NotAcquiredError(
+            this.name,
+            busy?.holder ?? null,
+            busy?.expiresAtMs == null ? null : Math.max(0, Math.round(busy.expiresAtMs - busy.storeNowMs)),
+            waitUntil === 0 ? 'another process holds it' : 'the wait ran out',
+          );
+          if (result === undefined) (err as { cause?: unknown }).cause = lastError;
+          throw err;
+        }
+        await this.sleepOrFreed(Math.min(sleepMs, left), signal);
+      }
+    } finally {
+      if (this._state === 'contending') this._state = 'idle';
+    }
+  }
+
+  /** Sleeps until the store-reported expiry, a "freed" notification, or the signal. */
+  private async sleepOrFreed(ms: number, signal: AbortSignal): Promise<void> {
+    const freed = this.host.waitForFreed(this.name, signal);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        freed.promise,
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, ms);
+        }),
+      ]);
+    } finally {
+      if (timer !== undefined) clearTimeout(timer);
+      freed.cancel();
+    }
+  }
+
+  private startTerm(result: GrantedClaim, holder: string, nonce: string, sentAt: number): Term | undefined {
+    const now = monoNow();
+    // Measured from when the claim was sent: the store may have granted it at any point after.
+    const deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
+    if (deadline <= now) {
+      this.host.logger.warn({ lease: this.name, token: String(result.token) }, 'leasehold: acquire answer arrived too late to use');
+      return undefined;
+    }
+    const controller = new AbortController();
+    const term: TermState = {
+      name: this.name,
+      token: result.token,
+      holder,
+      signal: controller.signal,
+      acquiredAtMs: result.storeNowMs,
+      controller,
+      confirmed: nonce,
+      unconfirmed: [],
+      deadline,
+      renewDueAt: sentAt + this.timing.renewMs,
+      deadlineTimer: undefined,
+      failures: 0,
+      lastStoreNowMs: result.storeNowMs,
+      lastAnsweredAt: now,
+    };
+    this.term = term;
+    this._state = 'leading';
+    this.armDeadline(term);
+    this.host.enroll(this);
+    this.host.logger.info({ lease: this.name, token: String(term.token), holder }, 'leasehold: acquired');
+    this.emit('acquired', term);
+    return term;
+  }
+
+  private armDeadline(term: TermState): void {
+    if (term.deadlineTimer !== undefined) clearTimeout(term.deadlineTimer);
+    term.deadlineTimer = setTimeout(() => {
+      if (this.term !== term) return;
+      if (this._state === 'jeopardy') this.lose('store-unreachable', 'renewals kept failing until the local deadline');
+      else this.lose('expired', 'no renewal landed before the local deadline (was this process paused?)');
+    }, Math.max(0, term.deadline - monoNow()));
+    term.deadlineTimer.unref();
+  }
+
+  /** @internal scheduler: is a renewal due within `slackMs`? */
+  renewalDue(now: number, slackMs: number): boolean {
+    return this.term !== undefined && !this.inFlight && this.term.renewDueAt - slackMs <= now;
+  }
+
+  /** @internal scheduler */
+  get renewDueAt(): number | undefined {
+    return this.term?.renewDueAt;
+  }
+
+  /** @internal scheduler: the claim for the next renewal. Also a deadline check. */
+  renewalRequest(now: number): ClaimRequest | undefined {
+    const t = this.term;
+    if (t === undefined) return undefined;
+    if (now >= t.deadline) {
+      this.lose(this._state === 'jeopardy' ? 'store-unreachable' : 'expired', 'no renewal landed before the local deadline');
+      return undefined;
+    }
+    const nextNonce = newNonce();
+    const expect = [t.confirmed, ...t.unconfirmed];
+    // Until the answer comes, the store may hold either nonce. Keep the last two unanswered.
+    t.unconfirmed = [...t.unconfirmed, nextNonce].slice(-2);
+    return { name: this.name, holder: t.holder, ttlMs: this.timing.ttlMs, expect, nextNonce };
+  }
+
+  /** @internal scheduler: the store answered this lease's renewal. */
+  renewalAnswered(req: ClaimRequest, result: ClaimResult, sentAt: number, host: LeaseHost): void {
+    const t = this.term;
+    if (t === undefined || t.holder !== req.holder) return; // the term already ended
+    const now = monoNow();
+    if (now >= t.deadline) {
+      // A pause (or a slow answer) carried us past the point where we promised to stop.
+      this.lose('expired', 'the renewal answer arrived after the local deadline (was this process paused?)');
+      return;
+    }
+    if (result.outcome === 'renewed') {
+      if (result.token !== t.token) {
+        this.lose('superseded', `the store renewed token ${result.token}, not this term's ${t.token}`);
+        return;
+      }
+      const storeAdvance = result.storeNowMs - t.lastStoreNowMs;
+      const localAdvance = now - t.lastAnsweredAt;
+      t.confirmed = req.nextNonce;
+      t.unconfirmed = [];
+      t.deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
+      t.renewDueAt = sentAt + this.timing.renewMs;
+      t.lastStoreNowMs = result.storeNowMs;
+      t.lastAnsweredAt = now;
+      t.failures = 0;
+      this.armDeadline(t);
+      host.noteStoreAdvance?.(storeAdvance, localAdvance, this);
+      if (this.term !== t) return; // a suspension detector ended the term
+      if (this._state === 'jeopardy') {
+        this._state = 'leading';
+        this.host.logger.info({ lease: this.name, token: String(t.token) }, 'leasehold: renewal landed, out of jeopardy');
+        this.emit('recovered', t);
+      }
+      this.emit('renewed', t, Math.round(result.expiresAtMs - result.storeNowMs));
+      return;
+    }
+    if (result.outcome === 'lost') {
+      const why: Record<typeof result.reason, [LeaseLostReason, string]> = {
+        expired: ['expired', 'the store says the term expired before the renewal reached it'],
+        superseded: ['superseded', `the store says ${result.holder ?? 'another process'} holds it now`],
+        cloned: ['superseded', 'another process with this holder id renewed it: a restored snapshot or a fork of this process'],
+        revoked: ['revoked', 'an operator revoked it'],
+        released: ['superseded', 'another process with this holder id released it: a restored snapshot or a fork of this process'],
+      };
+      const [reason, detail] = why[result.reason];
+      if (result.reason === 'cloned' || result.reason === 'released') this.host.regenerateIdentity('a clone of this process renewed its term');
+      this.lose(reason, detail);
+      return;
+    }
+    this.lose('superseded', `unexpected renewal outcome "${result.outcome}"`);
+  }
+
+  /** @internal scheduler: the renewal's outcome is unknown. Unknown is not yes. */
+  renewalFailed(err: unknown): void {
+    const t = this.term;
+    if (t === undefined) return;
+    t.failures++;
+    this.emit('store-error', err, 'renew');
+    const now = monoNow();
+    // Retry soon, but never in a tight loop, and at least once more before the deadline.
+    const backoff = Math.min(this.timing.renewMs / 2, 100 * 2 ** Math.min(t.failures, 8));
+    t.renewDueAt = Math.min(now + backoff * (0.5 + Math.random() / 2), t.deadline - 1);
+    if (this._state === 'leading') {
+      this._state = 'jeopardy';
+      this.host.logger.warn({ lease: this.name, token: String(t.token), err: errorMessage(err) }, 'leasehold: renewal failed; in jeopardy');
+      this.emit('jeopardy', t, err);
+    }
+  }
+
+  /**
+   * Ends the current term locally: aborts its signal (with a LeaseLostError), stops renewing.
+   * @internal also called by the client's suspension detectors.
+   */
+  lose(reason: LeaseLostReason, detail: string, cause?: unknown): void {
+    const t = this.term;
+    if (t === undefined) return;
+    this.term = undefined;
+    if (t.deadlineTimer !== undefined) clearTimeout(t.deadlineTimer);
+    if (this._state === 'leading' || this._state === 'jeopardy') this._state = 'idle';
+    this.host.unenroll(this);
+    const error = new LeaseLostError(this.name, t.token, reason, detail, { cause });
+    const level = reason === 'released' || reason === 'closed' ? 'info' : 'warn';
+    this.host.logger[level]({ lease: this.name, token: String(t.token), reason }, `leasehold: term ended: ${detail}`);
+    for (const w of this.confirmWaiters.splice(0)) w.resolve();
+    t.controller.abort(error);
+    this.emit('lost', t, error);
+  }
+
+  /**
+   * One renewal round trip, now. Resolves with the token only if this process still holds the
+   * same term after the store answered. Use it right before a side effect the fence cannot
+   * cover (an email, a payment API), together with an idempotency key.
+   * @throws {LeaseLostError} the term ended. @throws {NotLeaderError} no term.
+   */
+  async confirm(options: { signal?: AbortSignal } = {}): Promise<bigint> {
+    const t = this.term;
+    if (t === undefined) throw new NotLeaderError(`this process does not hold lease "${this.name}"`);
+    await withSignal(
+      new Promise<void>((resolve) => {
+        this.confirmWaiters.push({ resolve });
+        this.host.requestRenewal(this);
+      }),
+      options.signal,
+    );
+    if (this.term !== t) throw t.signal.reason as Error;
+    if (this._state !== 'leading') throw new NotLeaderError(`lease "${this.name}" is in jeopardy; its renewal did not land`);
+    return t.token;
+  }
+
+  /**
+   * Stands down locally first (the term's signal aborts), then tells the store so the next
+   * holder need not wait for expiry. Release is an optimisation: if the store cannot be told,
+   * the lease simply expires. Resolves true when the store confirmed the hand-over.
+   */
+  async release(): Promise<boolean> {
+    this.contentionAbort?.abort(new AbortedError(`lease "${this.name}" was released while contending`));
+    const t = this.term;
+    if (t === undefined) return false;
+    const expect = [t.confirmed, ...t.unconfirmed];
+    this.lose('released', 'released by this process');
+    let handedOver = false;
+    try {
+      handedOver = await this.host.store.release({ name: this.name, holder: t.holder, expect });
+    } catch (err) {
+      this.emit('store-error', err, 'release');
+      this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: release failed; the lease will expire instead');
+    }
+    this.emit('released', t, handedOver);
+    return handedOver;
+  }
+
+  /** Releases and stops this Lease object for good. */
+  async close(): Promise<void> {
+    await this.release();
+    this._state = 'closed';
+  }
+
+  /** @internal client shutdown */
+  abandon(reason: LeaseLostReason, detail: string): void {
+    this.contentionAbort?.abort(new AbortedError(`lease "${this.name}": ${detail}`));
+    this.lose(reason, detail);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** Races a promise against a caller's signal without leaving listeners behind. */
+export async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return p;
+  signal.throwIfAborted();
+  let onAbort: (() => void) | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        onAbort = () => reject(new AbortedError('aborted by the caller', { cause: signal.reason }));
+        signal.addEventListener('abort', onAbort, { once: true });
+      }),
+    ]);
+  } finally {
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  }
+}

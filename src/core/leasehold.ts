@@ -1,0 +1,371 @@
+import { EventEmitter } from 'node:events';
+import { monoNow, wallNow } from './clock.js';
+import { LeaseLostError, LeaseholdError, errorMessage } from './errors.js';
+import { newHolderId } from './identity.js';
+import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type Term } from './lease.js';
+import { silentLogger, type LoggerLike } from './logger.js';
+import { Elector, type ElectorHandlers } from './elector.js';
+import type { ClaimRequest, LeaseStore } from '../stores/store.js';
+
+export type SuspicionDetector = 'wall-clock-jump' | 'store-clock-advance' | 'deadline-passed' | 'manual';
+
+export interface SuspensionOptions {
+  /** Stand down when the wall clock moves this much more (or less) than the monotonic clock between two checks. Default 2000ms. */
+  wallJumpMs?: number;
+  /** How often to compare the clocks. Default 500ms. */
+  checkIntervalMs?: number;
+  /**
+   * Stand down when the store's clock advanced this much more than the local monotonic clock
+   * between two renewals. Default max(ttl/4, 500ms) of the lease concerned.
+   */
+  storeAdvanceMs?: number;
+}
+
+export interface LeaseholdOptions {
+  store: LeaseStore;
+  /** pino-compatible; default silent. */
+  logger?: LoggerLike;
+  /** A readable prefix for the holder id (default `host:pid`). 128 kernel-random bits are always appended. */
+  holderLabel?: string;
+  /** close() also closes the store. Default false (true when leasehold opened it from a URL). */
+  closeStore?: boolean;
+  /** Suspension detectors (wall-clock jump, store-clock advance). `false` turns off the wall-clock watchdog. */
+  suspension?: SuspensionOptions | false;
+}
+
+export interface RunContext {
+  token: bigint;
+  signal: AbortSignal;
+  term: Term;
+  lease: Lease;
+  /** One renewal round trip; the token if still held. Use before an unfenceable side effect. */
+  confirm(): Promise<bigint>;
+}
+
+export interface RunExclusiveOptions extends LeaseOptions, AcquireOptions {}
+
+export interface LeaseholdEvents {
+  /** A detector decided this process was suspended, restored or cloned; every term was ended. */
+  suspected: [detector: SuspicionDetector, detail: string];
+  identity: [holder: string, why: string];
+}
+
+/** How many leases one claim round trip carries at most. */
+const MAX_BATCH = 5000;
+
+/**
+ * A process's connection to one store: it owns the holder identity, one renewal scheduler that
+ * renews every held lease in as few round trips as possible, one "freed" listener, and the
+ * suspension detectors. Create one per store per process.
+ */
+export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHost {
+  readonly store: LeaseStore;
+  readonly logger: LoggerLike;
+  private holderId: string;
+  private readonly holderLabel: string | undefined;
+  private readonly closeStore: boolean;
+  private readonly suspension: Required<SuspensionOptions> | undefined;
+  private closed = false;
+  private readonly leases = new Set<Lease>();
+  private readonly enrolled = new Set<Lease>();
+  private tickTimer: NodeJS.Timeout | undefined;
+  private tickAt = Infinity;
+  private wallTimer: NodeJS.Timeout | undefined;
+  private lastWall = wallNow();
+  private lastMono = monoNow();
+  private readonly freedWaiters = new Map<string, Set<() => void>>();
+  private freedStop: Promise<(() => Promise<void>) | undefined> | undefined;
+  private freedRetryAt = 0;
+
+  constructor(options: LeaseholdOptions) {
+    super();
+    if (options?.store === undefined) throw new LeaseholdError('CONFIG', 'new Leasehold({ store }) needs a store; see openStore(url)');
+    this.store = options.store;
+    this.logger = options.logger ?? silentLogger;
+    this.holderLabel = options.holderLabel;
+    this.holderId = newHolderId(options.holderLabel);
+    this.closeStore = options.closeStore ?? false;
+    if (options.suspension !== false) {
+      this.suspension = {
+        wallJumpMs: options.suspension?.wallJumpMs ?? 2000,
+        checkIntervalMs: options.suspension?.checkIntervalMs ?? 500,
+        storeAdvanceMs: options.suspension?.storeAdvanceMs ?? -1,
+      };
+    }
+  }
+
+  /** This process instance's holder id. Changes after a suspected clone, restore or wake. */
+  get holder(): string {
+    return this.holderId;
+  }
+
+  currentHolder(): string {
+    return this.holderId;
+  }
+
+  regenerateIdentity(why: string): void {
+    this.holderId = newHolderId(this.holderLabel);
+    this.logger.warn({ holder: this.holderId, why }, 'leasehold: new holder identity');
+    this.emit('identity', this.holderId, why);
+  }
+
+  /**
+   * A handle on one named lease. Nothing happens until `acquire()`.
+   * @throws {ConfigError} bad name or timing.
+   */
+  lease(name: string, options: LeaseOptions = {}): Lease {
+    if (this.closed) throw new LeaseholdError('CONFIG', 'this Leasehold is closed');
+    const lease = new Lease(this, name, options);
+    this.leases.add(lease);
+    return lease;
+  }
+
+  /**
+   * Acquires `name`, runs `fn` with the token and a signal that aborts if the lease is lost,
+   * and releases when `fn` settles. Rejects with the LeaseLostError if the term ended before
+   * `fn` finished, even if `fn` itself resolved: its later writes may have been fenced.
+   */
+  async runExclusive<T>(name: string, fn: (ctx: RunContext) => Promise<T> | T, options: RunExclusiveOptions = {}): Promise<T> {
+    const lease = this.lease(name, options);
+    try {
+      const term = await lease.acquire({ wait: options.wait ?? true, signal: options.signal });
+      const result = await fn({ token: term.token, signal: term.signal, term, lease, confirm: () => lease.confirm() });
+      if (term.signal.aborted && !(term.signal.reason instanceof LeaseLostError && term.signal.reason.reason === 'released')) {
+        throw term.signal.reason as Error;
+      }
+      return result;
+    } finally {
+      await lease.close();
+      this.leases.delete(lease);
+    }
+  }
+
+  /** A long-running contender: `onElected(term)` for each term won, `onRevoked(term, error)` when it ends. */
+  elect(name: string, handlers: ElectorHandlers, options: LeaseOptions & { signal?: AbortSignal } = {}): Elector {
+    const elector = new Elector(this.lease(name, options), handlers, this.logger, options.signal);
+    elector.start();
+    return elector;
+  }
+
+  // ---- renewal scheduler -------------------------------------------------------------------
+
+  enroll(lease: Lease): void {
+    this.enrolled.add(lease);
+    this.startWallWatchdog();
+    this.scheduleTick();
+  }
+
+  unenroll(lease: Lease): void {
+    this.enrolled.delete(lease);
+    if (this.enrolled.size === 0) this.stopWallWatchdog();
+  }
+
+  requestRenewal(_lease: Lease): void {
+    this.scheduleTick(true);
+  }
+
+  private scheduleTick(now = false): void {
+    if (this.closed) return;
+    let at = Infinity;
+    if (now) at = monoNow();
+    else {
+      for (const l of this.enrolled) {
+        if (l.inFlight) continue;
+        const due = l.confirmWaiters.length > 0 ? -Infinity : (l.renewDueAt ?? Infinity) - l.timing.renewMs / 8;
+        if (due < at) at = due;
+      }
+    }
+    if (at === Infinity) return;
+    if (this.tickTimer !== undefined && at >= this.tickAt) return;
+    if (this.tickTimer !== undefined) clearTimeout(this.tickTimer);
+    this.tickAt = at;
+    this.tickTimer = setTimeout(() => {
+      this.tickTimer = undefined;
+      this.tickAt = Infinity;
+      this.tick();
+    }, Math.max(0, at - monoNow()));
+    // Renewal timers do not keep the process alive; a held lease simply expires at exit.
+    this.tickTimer.unref();
+  }
+
+  /**
+   * Renews every held lease that is due, or nearly due, in one claim per MAX_BATCH leases.
+   * Gathering the nearly-due ones aligns leases acquired at different moments, so a process
+   * holding 10,000 leases settles into one round trip per renew interval.
+   */
+  private tick(): void {
+    const now = monoNow();
+    this.checkSuspension();
+    const batch: { lease: Lease; req: ClaimRequest; waiters: Array<{ resolve: () => void }> }[] = [];
+    for (const lease of this.enrolled) {
+      if (lease.inFlight) continue;
+      if (!(lease.confirmWaiters.length > 0 || lease.renewalDue(now, lease.timing.renewMs / 4))) continue;
+      const req = lease.renewalRequest(now);
+      if (req === undefined) continue;
+      lease.inFlight = true;
+      batch.push({ lease, req, waiters: lease.confirmWaiters.splice(0) });
+    }
+    for (let i = 0; i < batch.length; i += MAX_BATCH) {
+      void this.sendBatch(batch.slice(i, i + MAX_BATCH), now);
+    }
+    this.scheduleTick();
+  }
+
+  private async sendBatch(
+    batch: { lease: Lease; req: ClaimRequest; waiters: Array<{ resolve: () => void }> }[],
+    sentAt: number,
+  ): Promise<void> {
+    try {
+      const results = await this.store.claim(
+        batch.map((b) => b.req),
+        {},
+      );
+      batch.forEach((b, i) => {
+        const r = results[i];
+        b.lease.inFlight = false;
+        if (r === undefined || r.name !== b.req.name) b.lease.renewalFailed(new LeaseholdError('STORE_UNAVAILABLE', 'store answered out of order'));
+        else b.lease.renewalAnswered(b.req, r, sentAt, this);
+      });
+    } catch (err) {
+      for (const b of batch) {
+        b.lease.inFlight = false;
+        b.lease.renewalFailed(err);
+      }
+    } finally {
+      for (const b of batch) {
+        b.lease.inFlight = false;
+        for (const w of b.waiters) w.resolve();
+      }
+      this.scheduleTick();
+    }
+  }
+
+  // ---- suspension detectors ------------------------------------------------------------------
+
+  private startWallWatchdog(): void {
+    if (this.suspension === undefined || this.wallTimer !== undefined) return;
+    this.lastWall = wallNow();
+    this.lastMono = monoNow();
+    this.wallTimer = setInterval(() => this.checkSuspension(), this.suspension.checkIntervalMs);
+    this.wallTimer.unref();
+  }
+
+  private stopWallWatchdog(): void {
+    if (this.wallTimer !== undefined) clearInterval(this.wallTimer);
+    this.wallTimer = undefined;
+  }
+
+  /**
+   * Detector 1: the wall clock moved much more (or less) than the monotonic clock since the
+   * last check. That is what a restored or woken guest looks like once its clock is re-synced:
+   * the suspension shows on the wall clock, never on the monotonic one.
+   */
+  checkSuspension(): void {
+    const wall = wallNow();
+    const mono = monoNow();
+    const drift = wall - this.lastWall - (mono - this.lastMono);
+    this.lastWall = wall;
+    this.lastMono = mono;
+    if (this.suspension === undefined) return;
+    if (Math.abs(drift) > this.suspension.wallJumpMs) {
+      this.suspect('wall-clock-jump', `the wall clock moved ${Math.round(drift)}ms more than the monotonic clock`);
+    }
+  }
+
+  /**
+   * Detector 2: the store's clock advanced much more than our monotonic clock between two
+   * renewals. Works when the guest's wall clock was never re-synced after a restore.
+   */
+  noteStoreAdvance(storeAdvanceMs: number, localAdvanceMs: number, lease: Lease): void {
+    if (this.suspension === undefined) return;
+    const limit = this.suspension.storeAdvanceMs >= 0 ? this.suspension.storeAdvanceMs : Math.max(lease.timing.ttlMs / 4, 500);
+    const gap = storeAdvanceMs - localAdvanceMs;
+    if (gap > limit) {
+      this.suspect('store-clock-advance', `the store's clock advanced ${Math.round(gap)}ms more than the monotonic clock between renewals`);
+    }
+  }
+
+  /**
+   * Treat it exactly as a process start: end every term (their signals fire with reason
+   * "suspended" and the detector in the message), take a new identity, contend afresh.
+   */
+  suspect(detector: SuspicionDetector, detail: string): void {
+    const held = [...this.enrolled];
+    if (held.length > 0 || detector !== 'wall-clock-jump') {
+      this.logger.warn({ detector, detail, held: held.length }, 'leasehold: suspension suspected; standing down');
+    }
+    this.regenerateIdentity(`${detector}: ${detail}`);
+    for (const lease of held) lease.lose('suspended', `${detector}: ${detail}`);
+    this.emit('suspected', detector, detail);
+  }
+
+  // ---- freed notifications -----------------------------------------------------------------
+
+  waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void } {
+    let wake: () => void = () => {};
+    const promise = new Promise<void>((resolve) => {
+      wake = resolve;
+    });
+    const onAbort = (): void => wake();
+    signal.addEventListener('abort', onAbort, { once: true });
+    let set = this.freedWaiters.get(name);
+    if (set === undefined) this.freedWaiters.set(name, (set = new Set()));
+    set.add(wake);
+    this.ensureFreedWatch();
+    return {
+      promise,
+      cancel: () => {
+        signal.removeEventListener('abort', onAbort);
+        const s = this.freedWaiters.get(name);
+        s?.delete(wake);
+        if (s?.size === 0) this.freedWaiters.delete(name);
+      },
+    };
+  }
+
+  private ensureFreedWatch(): void {
+    if (this.freedStop !== undefined || this.store.watchFreed === undefined || this.closed) return;
+    if (monoNow() < this.freedRetryAt) return;
+    this.freedStop = this.store
+      .watchFreed(
+        (name) => this.wake(name),
+        () => {
+          // Notifications sent while the channel was down are gone: everyone re-checks.
+          for (const n of [...this.freedWaiters.keys()]) this.wake(n);
+        },
+      )
+      .catch((err: unknown) => {
+        this.logger.warn({ err: errorMessage(err) }, 'leasehold: could not listen for releases; followers poll at expiry');
+        this.freedRetryAt = monoNow() + 5000;
+        this.freedStop = undefined;
+        return undefined;
+      });
+  }
+
+  private wake(name: string): void {
+    const set = this.freedWaiters.get(name);
+    if (set === undefined) return;
+    for (const w of [...set]) w();
+  }
+
+  // ---- shutdown ------------------------------------------------------------------------------
+
+  /** Releases every held lease (best effort), stops listening, and closes the store if owned. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    const leases = [...this.leases];
+    await Promise.allSettled(leases.map((l) => l.close()));
+    this.closed = true;
+    if (this.tickTimer !== undefined) clearTimeout(this.tickTimer);
+    this.stopWallWatchdog();
+    for (const l of leases) l.abandon('closed', 'the Leasehold client was closed');
+    const stop = await this.freedStop;
+    await stop?.().catch(() => {});
+    if (this.closeStore) await this.store.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+

@@ -1,0 +1,367 @@
+import { ConfigError, StoreUnavailableError } from '../../core/errors.js';
+import type { ClaimRequest, ClaimResult, LostReason } from '../store.js';
+import type { Etcd3Like, EtcdKeyValue, EtcdRequestOp, EtcdTxnResponse } from './client.js';
+import { mapEtcdError } from './client.js';
+import {
+  json,
+  parseRenew,
+  parseState,
+  parseTerm,
+  stateToken,
+  termValue,
+  type EtcdKeys,
+  type HistoryValue,
+  type RenewValue,
+  type StateValue,
+} from './keys.js';
+import { guarded, rangeOf, schemaOk } from './txn.js';
+
+/**
+ * Acquire-or-renew for a batch, in as few round trips as etcd allows:
+ *
+ *   1. one LeaseGrant per distinct TTL in the batch (shared with concurrent claims, and reused
+ *      while a granted lease still covers the whole requested TTL);
+ *   2. one Txn per chunk of up to ~120 leases, chunks sent concurrently. Each lease is a nested
+ *      Txn (etcd >= 3.3) with its own compares, so one lease's outcome never depends on another's.
+ *
+ * A renewal is therefore 2 round trips (grant, txn) however many leases it renews. Contending
+ * is the same when this store instance has seen the lease's state key before (or it has never
+ * existed); otherwise the first txn answers with the current state and a second one acts on it.
+ *
+ * Renewal (`expect` set) is blind: compare the term key's value with [holder, nonce] for each
+ * expected nonce (an OR, built from nested Txns), and on a match put [holder, nextNonce] on the
+ * fresh lease. The put keeps the key's create revision, so the token stays; moving the key to
+ * a fresh lease is what extends the term, atomically with the nonce swap. Nothing ever sends
+ * LeaseKeepAlive: two clones sharing a lease id could both keep it alive, so a term's life is
+ * tied to its own last successful compare-and-swap instead.
+ *
+ * Contending compares "term key absent" (never held, released, revoked, or its lease ran out:
+ * etcd deleted it) and "state key unchanged since we read it", then creates the term key on the
+ * fresh lease; its create revision, the transaction's revision, is the new token. Revisions only
+ * go up, cluster-wide, and survive restarts, so a recreated key always gets a larger token.
+ *
+ * Every answer can be recognised if it already landed (a failover retry inside etcd3, see
+ * client.ts): the term key then holds this very request's nextNonce, fresh randomness that no
+ * other request carries.
+ */
+
+export interface Grant {
+  id: string;
+  /** Seconds, as granted (etcd raises TTLs below its minimum, ~2s by default). */
+  ttlSec: number;
+  /** Local time just before the grant was sent: etcd's expiry is at least this + ttl. */
+  sentAtMs: number;
+}
+
+/** What this store instance last saw of a lease's state key; contending compares against it. */
+export interface SeenState {
+  rev: string;
+  holder: string | null;
+  ended: boolean;
+}
+
+export interface ClaimContext {
+  client: Etcd3Like;
+  keys: EtcdKeys;
+  /** etcd's --max-txn-ops (default 128): a nested Txn counts against its parent's budget. */
+  maxOpsPerTxn: number;
+  seen: Map<string, SeenState>;
+  leaseFor(ttlMs: number, deadline: number): Promise<Grant>;
+}
+
+const NEVER_SEEN: SeenState = { rev: '0', holder: null, ended: false };
+const MAX_ROUNDS = 5;
+const SEEN_CAP = 100_000;
+
+interface Plan {
+  index: number;
+  req: ClaimRequest;
+  grant: Grant;
+  atMs: number;
+  seen: SeenState;
+  op: EtcdRequestOp;
+}
+
+/** What the innermost nested Txn answered: our put, or the three reads of the failure branch. */
+type Leaf = { kind: 'put'; prevTerm: EtcdKeyValue | undefined } | { kind: 'read'; term?: EtcdKeyValue; state?: EtcdKeyValue; renew?: EtcdKeyValue };
+
+type Decided = { result: ClaimResult; ttlLookup?: { lease: string; renew: RenewValue | null; nonce: string } } | { retry: SeenState };
+
+export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequest[], deadline: number): Promise<ClaimResult[]> {
+  validate(requests);
+  const results: (ClaimResult | undefined)[] = new Array<ClaimResult | undefined>(requests.length);
+  const lookups: { index: number; lease: string; renew: RenewValue | null; nonce: string }[] = [];
+
+  let grants: Map<number, Grant>;
+  try {
+    const ttls = [...new Set(requests.map((r) => r.ttlMs))];
+    const granted = await Promise.all(ttls.map((t) => ctx.leaseFor(t, deadline)));
+    grants = new Map(ttls.map((t, i) => [t, granted[i]!]));
+  } catch (err) {
+    throw mapEtcdError(err, 'lease grant');
+  }
+
+  let pending = requests.map((req, index) => ({ index, req, seen: ctx.seen.get(req.name) ?? NEVER_SEEN }));
+  for (let round = 0; pending.length > 0; round++) {
+    if (round >= MAX_ROUNDS) {
+      throw new StoreUnavailableError(
+        `etcd: the state of ${pending.length} lease(s) kept changing under contention (${pending[0]!.req.name}, ...); try again`,
+      );
+    }
+    const atMs = Date.now();
+    const chunks = chunk(pending, ctx.maxOpsPerTxn).map((c) =>
+      c.map((p, seq) => plan(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen)),
+    );
+    let responses: EtcdTxnResponse[];
+    try {
+      responses = await Promise.all(chunks.map((c) => ctx.client.kv.txn(guarded(ctx.keys, c.map((p) => p.op)), { deadline })));
+    } catch (err) {
+      throw mapEtcdError(err, 'claim');
+    }
+    const storeNowMs = Date.now();
+    const next: typeof pending = [];
+    chunks.forEach((c, ci) => {
+      const resp = responses[ci]!;
+      schemaOk(ctx.keys, resp);
+      const revision = resp.header?.revision ?? '0';
+      c.forEach((p, i) => {
+        const inner = resp.responses[i]?.response_txn;
+        if (inner == null) throw new StoreUnavailableError(`etcd answered claim of "${p.req.name}" without a transaction response`);
+        const d = decide(ctx, p, leaf(inner), revision, storeNowMs);
+        if ('retry' in d) next.push({ index: p.index, req: p.req, seen: d.retry });
+        else {
+          results[p.index] = d.result;
+          if (d.ttlLookup !== undefined) lookups.push({ index: p.index, ...d.ttlLookup });
+        }
+      });
+    });
+    pending = next;
+  }
+
+  if (lookups.length > 0) await fillExpiry(ctx, results, lookups, deadline);
+  if (ctx.seen.size > SEEN_CAP) ctx.seen.clear();
+  return results as ClaimResult[];
+}
+
+function validate(requests: readonly ClaimRequest[]): void {
+  const names = new Set<string>();
+  for (const r of requests) {
+    if (names.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
+    names.add(r.name);
+    if (!Number.isFinite(r.ttlMs) || r.ttlMs <= 0) throw new ConfigError(`claim of "${r.name}": ttlMs must be a positive number, got ${r.ttlMs}`);
+    if (r.expect !== null && r.expect.length > 8) {
+      throw new ConfigError(`claim of "${r.name}" expects ${r.expect.length} nonces; at most 8 are supported`);
+    }
+  }
+}
+
+function plan(ctx: ClaimContext, index: number, seq: number, req: ClaimRequest, grant: Grant, atMs: number, seen: SeenState): Plan {
+  const k = ctx.keys;
+  const T = k.term(req.name);
+  const renew: RenewValue = { nonce: req.nextNonce, renewedAtMs: atMs, expiresAtMs: grant.sentAtMs + grant.ttlSec * 1000 };
+  const reads: EtcdRequestOp[] = [rangeOf(T), rangeOf(k.state(req.name)), rangeOf(k.renew(req.name))];
+  const putTerm: EtcdRequestOp = { request_put: { key: T, value: termValue(req.holder, req.nextNonce), lease: grant.id, prev_kv: true } };
+  const putRenew: EtcdRequestOp = { request_put: { key: k.renew(req.name), value: json(renew) } };
+
+  if (req.expect === null) {
+    const takeover = seen.rev !== '0' && !seen.ended;
+    const state: StateValue = { holder: req.holder, startedAtMs: atMs };
+    const entry: HistoryValue = {
+      name: req.name,
+      event: takeover ? 'takeover' : 'acquired',
+      holder: req.holder,
+      previousHolder: takeover ? seen.holder : null,
+      atMs,
+      detail: null,
+      seq,
+    };
+    const op: EtcdRequestOp = {
+      request_txn: {
+        compare: [
+          { key: T, target: 'Create', result: 'Equal', create_revision: 0 },
+          { key: k.state(req.name), target: 'Mod', result: 'Equal', mod_revision: seen.rev },
+        ],
+        success: [
+          putTerm,
+          { request_put: { key: k.state(req.name), value: json(state) } },
+          putRenew,
+          { request_put: { key: k.history(req.name, req.nextNonce), value: json(entry) } },
+        ],
+        failure: reads,
+      },
+    };
+    return { index, req, grant, atMs, seen, op };
+  }
+
+  if (req.expect.length === 0) {
+    // Nothing to compare against: the answer is 'lost', worked out from the reads.
+    return { index, req, grant, atMs, seen, op: { request_txn: { compare: [], success: reads, failure: [] } } };
+  }
+  // An OR over the expected nonces: Txn(e1 ? put : Txn(e2 ? put : ... : reads)).
+  let failure = reads;
+  for (let i = req.expect.length - 1; ; i--) {
+    const txn = {
+      compare: [{ key: T, target: 'Value' as const, result: 'Equal' as const, value: termValue(req.holder, req.expect[i]!) }],
+      success: [putTerm, putRenew],
+      failure,
+    };
+    if (i === 0) return { index, req, grant, atMs, seen, op: { request_txn: txn } };
+    failure = [{ request_txn: txn }];
+  }
+}
+
+/**
+ * etcd checks --max-txn-ops per level, and a nested Txn's budget is what its parent left: a
+ * chunk fits when (leases in it) + (the deepest chain of ops under one lease) <= maxOps.
+ */
+function opCost(req: ClaimRequest): number {
+  if (req.expect === null) return 4; // compares 2, puts 4, reads 3
+  if (req.expect.length === 0) return 3;
+  return 3 + 2 * (req.expect.length - 1); // each OR level: compare 1, puts 2, nested 1; last: reads 3
+}
+
+function chunk<T extends { req: ClaimRequest }>(items: T[], maxOps: number): T[][] {
+  const out: T[][] = [];
+  let cur: T[] = [];
+  let maxCost = 0;
+  for (const item of items) {
+    const cost = Math.max(maxCost, opCost(item.req));
+    if (cur.length > 0 && cur.length + 1 + cost > maxOps) {
+      out.push(cur);
+      cur = [];
+    }
+    cur.push(item);
+    maxCost = cur.length === 1 ? opCost(item.req) : cost;
+  }
+  if (cur.length > 0) out.push(cur);
+  return out;
+}
+
+function leaf(txn: EtcdTxnResponse): Leaf {
+  for (let r = txn; ; ) {
+    const op = r.responses[0];
+    if (op?.response_txn != null) {
+      r = op.response_txn;
+      continue;
+    }
+    if (op?.response_put != null) return { kind: 'put', prevTerm: op.response_put.prev_kv ?? undefined };
+    const kv = (i: number): EtcdKeyValue | undefined => r.responses[i]?.response_range?.kvs[0];
+    return { kind: 'read', term: kv(0), state: kv(1), renew: kv(2) };
+  }
+}
+
+function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowMs: number): Decided {
+  const { req, grant } = p;
+  const expiresAtMs = grant.sentAtMs + grant.ttlSec * 1000;
+  const mine = (token: bigint, outcome: 'acquired' | 'renewed'): Decided => ({
+    result: { name: req.name, outcome, token, holder: req.holder, expiresAtMs, storeNowMs },
+  });
+
+  if (l.kind === 'put') {
+    if (req.expect === null) {
+      // Acquired: the term key was created by this transaction, at its revision.
+      ctx.seen.set(req.name, { rev: revision, holder: req.holder, ended: false });
+      return mine(BigInt(revision), 'acquired');
+    }
+    if (l.prevTerm === undefined) throw new StoreUnavailableError(`etcd renewed "${req.name}" without returning the previous term`);
+    return mine(BigInt(l.prevTerm.create_revision), 'renewed');
+  }
+
+  const term = parseTerm(l.term);
+  const stateVal = parseState(l.state);
+  const renew = parseRenew(l.renew);
+  // An unreadable state key still has a revision to compare against; count its term as ended.
+  const seen: SeenState =
+    l.state === undefined
+      ? NEVER_SEEN
+      : { rev: l.state.mod_revision, holder: stateVal?.holder ?? null, ended: stateVal === null || stateVal.endedBy !== undefined };
+  ctx.seen.set(req.name, seen);
+
+  if (l.term !== undefined) {
+    const token = BigInt(l.term.create_revision);
+    if (term === null) {
+      // Not a value leasehold writes: someone else's key under our prefix. Never take it over.
+      const result: ClaimResult =
+        req.expect === null
+          ? { name: req.name, outcome: 'busy', holder: null, token, expiresAtMs: null, storeNowMs }
+          : { name: req.name, outcome: 'lost', reason: 'superseded', holder: null, token, expiresAtMs: null, storeNowMs };
+      return { result };
+    }
+    if (term.holder === req.holder && term.nonce === req.nextNonce) {
+      // This very request landed already (an attempt whose answer was lost, retried by the client).
+      return mine(token, req.expect === null ? 'acquired' : 'renewed');
+    }
+    const lookup = { lease: l.term.lease, renew, nonce: term.nonce };
+    if (req.expect === null) {
+      return { result: { name: req.name, outcome: 'busy', holder: term.holder, token, expiresAtMs: null, storeNowMs }, ttlLookup: lookup };
+    }
+    const reason: LostReason = term.holder === req.holder ? 'cloned' : 'superseded';
+    return { result: { name: req.name, outcome: 'lost', reason, holder: term.holder, token, expiresAtMs: null, storeNowMs }, ttlLookup: lookup };
+  }
+
+  // No live term: free (never held, released, revoked) or its etcd lease ran out.
+  if (req.expect === null) return { retry: seen };
+  const token = l.state !== undefined && stateVal !== null ? stateToken(l.state, stateVal) : null;
+  let reason: LostReason;
+  let holder: string | null = null;
+  let lostExpiry: number | null = null;
+  if (stateVal?.endedBy !== undefined) {
+    reason = stateVal.endedBy;
+    lostExpiry = stateVal.endedAtMs ?? null;
+  } else if (stateVal !== null) {
+    holder = stateVal.holder;
+    lostExpiry = renew?.expiresAtMs ?? null;
+    reason = stateVal.holder !== req.holder ? 'superseded' : renew === null || req.expect.includes(renew.nonce) ? 'expired' : 'cloned';
+  } else {
+    reason = 'expired';
+  }
+  return { result: { name: req.name, outcome: 'lost', reason, holder, token, expiresAtMs: lostExpiry, storeNowMs } };
+}
+
+/**
+ * etcd has no clock API: a busy answer's expiry comes from LeaseTimeToLive, which reports whole
+ * seconds, truncated, so the real expiry lies in [now + TTL, now + TTL + 1s). The holder's own
+ * record (its clock) pins it down inside that window when the two agree; when they do not (clock
+ * skew, or etcd extended the lease on a leader change), the window wins. One lookup per
+ * distinct etcd lease, concurrently; a failed lookup leaves the expiry unknown (null).
+ */
+async function fillExpiry(
+  ctx: ClaimContext,
+  results: (ClaimResult | undefined)[],
+  lookups: { index: number; lease: string; renew: RenewValue | null; nonce: string }[],
+  deadline: number,
+): Promise<void> {
+  const ttl = await leaseRemaining(ctx.client, [...new Set(lookups.map((l) => l.lease))], deadline);
+  for (const l of lookups) {
+    const r = results[l.index];
+    if (r === undefined || r.outcome === 'acquired' || r.outcome === 'renewed') continue;
+    const remaining = ttl.get(l.lease);
+    if (remaining === undefined) continue;
+    r.expiresAtMs = estimateExpiry(remaining, l.renew?.nonce === l.nonce ? l.renew.expiresAtMs : null);
+    r.storeNowMs = remaining.atMs;
+  }
+}
+
+export function estimateExpiry(remaining: { ttlSec: number; atMs: number }, recordedMs: number | null): number {
+  if (remaining.ttlSec < 0) return remaining.atMs; // the lease is gone: the key goes with it
+  const lo = remaining.atMs + remaining.ttlSec * 1000;
+  const hi = lo + 1000;
+  return recordedMs === null ? hi : Math.min(hi, Math.max(lo, recordedMs));
+}
+
+/** Remaining TTL per etcd lease id, with the local time of each answer. Failed lookups are left out. */
+export async function leaseRemaining(client: Etcd3Like, leases: string[], deadline: number): Promise<Map<string, { ttlSec: number; atMs: number }>> {
+  const out = new Map<string, { ttlSec: number; atMs: number }>();
+  await Promise.all(
+    leases.map(async (id) => {
+      if (id === '0') return;
+      try {
+        const r = await client.leaseClient.leaseTimeToLive({ ID: id }, { deadline });
+        out.set(id, { ttlSec: Number(r.TTL), atMs: Date.now() });
+      } catch {
+        // expiry unknown; the answer itself stands
+      }
+    }),
+  );
+  return out;
+}

@@ -1,0 +1,357 @@
+import { ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
+
+/**
+ * The etcd store talks to etcd through the raw v3 RPCs of an `etcd3` client (`kv.txn`,
+ * `leaseClient.leaseGrant`, `leaseClient.leaseTimeToLive`, `watch()`), described here
+ * structurally so `etcd3` stays an optional peer dependency. We use none of etcd3's
+ * higher-level helpers: not `Election` (known multi-leader bugs), not `Lease` (its keepalive
+ * would extend a term that a clone has taken over), not `Namespace` (keys are prefixed here).
+ */
+
+/** bytes fields arrive as Buffers; int64 fields as decimal strings (etcd3 loads protos with longs: String). */
+export interface EtcdKeyValue {
+  key: Buffer;
+  value: Buffer;
+  create_revision: string;
+  mod_revision: string;
+  version: string;
+  lease: string;
+}
+
+export interface EtcdResponseHeader {
+  revision: string;
+}
+
+export interface EtcdRangeRequest {
+  key: Buffer;
+  range_end?: Buffer;
+  limit?: number;
+  /** Enum names as spelled in etcd3's bundled rpc.proto (not etcd's upper-case ones). */
+  sort_order?: 'None' | 'Ascend' | 'Descend';
+  sort_target?: 'Key' | 'Version' | 'Create' | 'Mod' | 'Value';
+  count_only?: boolean;
+  keys_only?: boolean;
+}
+
+export interface EtcdRangeResponse {
+  header?: EtcdResponseHeader | null;
+  kvs: EtcdKeyValue[];
+  more: boolean;
+  count: string;
+}
+
+export interface EtcdPutRequest {
+  key: Buffer;
+  value: Buffer;
+  lease?: string | number;
+  prev_kv?: boolean;
+}
+
+export interface EtcdDeleteRangeRequest {
+  key: Buffer;
+  range_end?: Buffer;
+  prev_kv?: boolean;
+}
+
+export interface EtcdCompare {
+  key: Buffer;
+  target: 'Version' | 'Create' | 'Mod' | 'Value' | 'Lease';
+  result: 'Equal' | 'Greater' | 'Less' | 'NotEqual';
+  create_revision?: string | number;
+  mod_revision?: string | number;
+  value?: Buffer;
+}
+
+export interface EtcdRequestOp {
+  request_range?: EtcdRangeRequest;
+  request_put?: EtcdPutRequest;
+  request_delete_range?: EtcdDeleteRangeRequest;
+  request_txn?: EtcdTxnRequest;
+}
+
+export interface EtcdTxnRequest {
+  compare: EtcdCompare[];
+  success: EtcdRequestOp[];
+  failure: EtcdRequestOp[];
+}
+
+export interface EtcdResponseOp {
+  response_range?: EtcdRangeResponse | null;
+  response_put?: { prev_kv?: EtcdKeyValue | null } | null;
+  response_delete_range?: { deleted: string; prev_kvs?: EtcdKeyValue[] } | null;
+  response_txn?: EtcdTxnResponse | null;
+}
+
+export interface EtcdTxnResponse {
+  header?: EtcdResponseHeader | null;
+  succeeded: boolean;
+  responses: EtcdResponseOp[];
+}
+
+/** Per-call gRPC options; leasehold always sets a deadline so no call outlives its timeout. */
+export interface EtcdCallOptions {
+  deadline?: Date | number;
+}
+
+export interface EtcdWatcherLike {
+  on(event: 'delete' | 'put', handler: (kv: EtcdKeyValue) => void): unknown;
+  on(event: 'connected', handler: (res: unknown) => void): unknown;
+  on(event: 'disconnected' | 'error', handler: (err: Error) => void): unknown;
+  on(event: 'end', handler: () => void): unknown;
+  removeAllListeners(event?: string): unknown;
+  cancel(): Promise<void>;
+}
+
+export interface EtcdWatchBuilderLike {
+  prefix(key: string | Buffer): EtcdWatchBuilderLike;
+  /** Server-side filter: with 'delete', etcd does not send the puts every renewal makes. */
+  only(...operations: ('put' | 'delete')[]): EtcdWatchBuilderLike;
+  /** Creates the watcher and starts connecting, without waiting for etcd (unlike `create()`). */
+  watcher(): EtcdWatcherLike;
+}
+
+/** The subset of an `etcd3` `Etcd3` client leasehold uses. Pass your own to share its connection. */
+export interface Etcd3Like {
+  readonly kv: {
+    txn(req: EtcdTxnRequest, options?: EtcdCallOptions): Promise<EtcdTxnResponse>;
+    range(req: EtcdRangeRequest, options?: EtcdCallOptions): Promise<EtcdRangeResponse>;
+    deleteRange(req: EtcdDeleteRangeRequest, options?: EtcdCallOptions): Promise<unknown>;
+  };
+  readonly leaseClient: {
+    leaseGrant(req: { TTL: number | string; ID?: number | string }, options?: EtcdCallOptions): Promise<{ ID: string; TTL: string; error?: string }>;
+    leaseTimeToLive(req: { ID: string; keys?: boolean }, options?: EtcdCallOptions): Promise<{ ID: string; TTL: string; grantedTTL: string }>;
+  };
+  watch(): EtcdWatchBuilderLike;
+  close(): void;
+}
+
+/** The etcd3 constructor options leasehold sets when it creates the client itself. */
+interface Etcd3Options {
+  hosts: string[];
+  auth?: { username: string; password: string };
+  credentials?: { rootCertificate: Buffer };
+  grpcOptions?: Record<string, number | string>;
+  faultHandling?: {
+    host?: (host: string) => PolicyLike;
+    global?: PolicyLike;
+    watchBackoff?: BackoffLike;
+  };
+}
+
+/** cockatiel's IPolicy, as far as etcd3 calls it. */
+interface PolicyLike {
+  execute<T>(fn: (context: { signal: AbortSignal; attempt: number }) => PromiseLike<T> | T, signal?: AbortSignal): Promise<T>;
+}
+
+/** cockatiel's IBackoff, as far as etcd3's watch manager calls it. */
+interface BackoffLike {
+  readonly duration: number;
+  next(context?: unknown): BackoffLike;
+}
+
+interface Etcd3Module {
+  Etcd3: new (options: Etcd3Options) => Etcd3Like;
+}
+
+export async function loadEtcd3(): Promise<Etcd3Module> {
+  try {
+    const mod = (await import('etcd3')) as unknown as { default?: Etcd3Module } & Etcd3Module;
+    const Etcd3 = mod.Etcd3 ?? mod.default?.Etcd3;
+    if (typeof Etcd3 !== 'function') throw new Error('the etcd3 module has no Etcd3 export');
+    return { Etcd3 };
+  } catch (err) {
+    throw new ConfigError('the etcd store needs the "etcd3" package: npm install etcd3', { cause: err });
+  }
+}
+
+const neverAborted = new AbortController().signal;
+
+/** The gRPC errors (by etcd3 class name) after which the outcome of a call is unknown, or nothing was sent. */
+const TRANSIENT = new Set([
+  'GRPCUnavailableError',
+  'GRPCDeadlineExceededError',
+  'GRPCCancelledError',
+  'GRPCInternalError',
+  'GRPCAbortedError',
+  'GRPCResourceExhastedError',
+  'GRPCUnknownError',
+  'GRPCConnectFailedError',
+  'EtcdWatchStreamEnded',
+  'BrokenCircuitError',
+]);
+
+function isTransient(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  if (TRANSIENT.has(err.constructor.name)) return true;
+  return Object.getOwnPropertySymbols(err).some((s) => s.description === 'RecoverableError');
+}
+
+/**
+ * etcd3's defaults are a 3-attempt global retry and a per-host circuit breaker that stays open
+ * for 5s. Leasehold's engine does its own retrying against a deadline, and a breaker would
+ * keep failing calls for seconds after etcd comes back, so: no breaker, and the only retry is
+ * "try the next member", at most once per other member, inside the same call deadline. That
+ * retry is safe because every write leasehold sends is recognisable when it has already
+ * landed (the claim's fresh nonce, the release's nonce), see claim.ts.
+ */
+function failoverPolicy(hostCount: number): PolicyLike {
+  return {
+    async execute<T>(fn: (context: { signal: AbortSignal; attempt: number }) => PromiseLike<T> | T): Promise<T> {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          return await fn({ signal: neverAborted, attempt });
+        } catch (err) {
+          if (attempt + 1 >= hostCount || !isTransient(err)) throw err;
+        }
+      }
+    },
+  };
+}
+
+const passThrough: PolicyLike = {
+  async execute<T>(fn: (context: { signal: AbortSignal; attempt: number }) => PromiseLike<T> | T): Promise<T> {
+    return fn({ signal: neverAborted, attempt: 0 });
+  },
+};
+
+/** Watch reconnects: 100ms doubling to 2s, jittered, so a restarted etcd is watched again promptly. */
+function watchBackoff(attempt = 0): BackoffLike {
+  return {
+    duration: Math.min(2000, 100 * 2 ** attempt) * (0.5 + Math.random() / 2),
+    next: () => watchBackoff(Math.min(attempt + 1, 10)),
+  };
+}
+
+export interface ParsedEtcdUrl {
+  hosts: string[];
+  tls: boolean;
+  username?: string;
+  password?: string;
+  prefix: string | undefined;
+  callTimeoutMs: number | undefined;
+  description: string;
+}
+
+const URL_SHAPE = 'write etcd://host:2379 or etcd://host1:2379,host2:2379?prefix=leasehold';
+
+/**
+ * `etcd://[user:password@]host:port[,host:port...][?prefix=leasehold&timeout=5000]`, or
+ * `etcds://` for TLS with the system's CA roots. Parsed by hand: WHATWG URL rejects a comma
+ * list of hosts.
+ * @throws {ConfigError}
+ */
+export function parseEtcdUrl(url: string): ParsedEtcdUrl {
+  const m = /^(etcds?):\/\/(?:([^@/?#]*)@)?([^/?#]*)\/?(?:\?([^#]*))?$/i.exec(url.trim());
+  if (m === null) throw new ConfigError(`store URL ${JSON.stringify(redactEtcdUrl(url))} is not an etcd URL; ${URL_SHAPE}`);
+  const tls = m[1]!.toLowerCase() === 'etcds';
+  let username: string | undefined;
+  let password: string | undefined;
+  if (m[2] !== undefined) {
+    const [u, ...p] = m[2].split(':');
+    username = decodeURIComponent(u ?? '');
+    password = decodeURIComponent(p.join(':'));
+  }
+  const hosts = m[3]!.split(',').map((h) => h.trim());
+  if (hosts.length === 0 || hosts.some((h) => h === '')) {
+    throw new ConfigError(`store URL ${JSON.stringify(redactEtcdUrl(url))} has no host; ${URL_SHAPE}`);
+  }
+  const normalised = hosts.map((h) => {
+    const hm = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$/.exec(h);
+    const port = hm?.[2] === undefined ? 2379 : Number(hm[2]);
+    if (hm === null || port < 1 || port > 65535) {
+      throw new ConfigError(`etcd host ${JSON.stringify(h)} is not host:port; ${URL_SHAPE}`);
+    }
+    return `${hm[1]}:${port}`;
+  });
+  const params = new URLSearchParams(m[4] ?? '');
+  let prefix: string | undefined;
+  let callTimeoutMs: number | undefined;
+  for (const [k, v] of params) {
+    if (k === 'prefix') prefix = validatePrefix(v);
+    else if (k === 'timeout') {
+      callTimeoutMs = Number(v);
+      if (!Number.isInteger(callTimeoutMs) || callTimeoutMs <= 0) {
+        throw new ConfigError(`etcd URL timeout=${JSON.stringify(v)} must be a whole number of milliseconds, for example timeout=5000`);
+      }
+    } else throw new ConfigError(`etcd URL parameter "${k}" is unknown; the etcd store understands prefix= and timeout=`);
+  }
+  const who = username === undefined ? '' : `${username}:***@`;
+  return {
+    hosts: normalised.map((h) => (tls ? `https://${h}` : h)),
+    tls,
+    ...(username === undefined ? {} : { username, password: password ?? '' }),
+    prefix,
+    callTimeoutMs,
+    description: `etcd ${tls ? 'etcds' : 'etcd'}://${who}${normalised.join(',')}`,
+  };
+}
+
+export function redactEtcdUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
+}
+
+/** Key prefixes: printable, no leading or trailing slash (added here), never empty. */
+export function validatePrefix(prefix: string): string {
+  const p = prefix.replace(/^\/+|\/+$/g, '');
+  if (p === '' || /[\u0000-\u001f\u007f]/.test(p)) {
+    throw new ConfigError(`etcd key prefix ${JSON.stringify(prefix)} must be non-empty printable text, for example "leasehold"`);
+  }
+  return p;
+}
+
+export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<Etcd3Like> {
+  const { Etcd3 } = await loadEtcd3();
+  const policy = failoverPolicy(parsed.hosts.length);
+  return new Etcd3({
+    hosts: parsed.hosts,
+    ...(parsed.username === undefined ? {} : { auth: { username: parsed.username, password: parsed.password ?? '' } }),
+    grpcOptions: {
+      // Notice a dead connection (a partitioned member) in seconds, not at the next TCP timeout.
+      // etcd refuses pings more often than every 5s (--grpc-keepalive-min-time).
+      'grpc.keepalive_time_ms': 10_000,
+      'grpc.keepalive_timeout_ms': 5_000,
+      'grpc.keepalive_permit_without_calls': 1,
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.max_reconnect_backoff_ms': 2_000,
+    },
+    faultHandling: { host: () => passThrough, global: policy, watchBackoff: watchBackoff() },
+  });
+}
+
+/**
+ * Maps an etcd3/gRPC error to leasehold's taxonomy. Anything that is not clearly a
+ * configuration problem is `StoreUnavailableError`: the outcome of the call is unknown.
+ */
+export function mapEtcdError(err: unknown, where: string): Error {
+  if (err instanceof LeaseholdError) return err;
+  const name = typeof err === 'object' && err !== null ? err.constructor.name : '';
+  const msg = err instanceof Error ? err.message : String(err);
+  if (/too many operations in txn request/.test(msg)) {
+    return new ConfigError(
+      `etcd refused a transaction as too large (${msg}); lower the etcd store's maxOpsPerTxn to etcd's --max-txn-ops`,
+      { cause: err },
+    );
+  }
+  if (/request is too large/.test(msg)) {
+    return new ConfigError(`etcd refused a request as too large (${msg}); claim fewer leases per batch or raise --max-request-bytes`, {
+      cause: err,
+    });
+  }
+  if (
+    name === 'EtcdAuthenticationFailedError' ||
+    name === 'EtcdPermissionDeniedError' ||
+    name === 'GRPCUnauthenticatedError' ||
+    /authentication failed|permission denied|user name is empty/.test(msg)
+  ) {
+    return new ConfigError(`etcd refused ${where} (${msg}); check the user, password and role permissions for the key prefix`, {
+      cause: err,
+    });
+  }
+  if (name === 'ClientClosedError') return new LeaseholdError('CONFIG', `the etcd client is closed (${where})`, { cause: err });
+  if (isTransient(err) || /UNAVAILABLE|DEADLINE|ECONNREFUSED|No connection|timed out|timeout/i.test(msg)) {
+    return new StoreUnavailableError(`etcd is unavailable during ${where} (${msg}); leasehold will retry, check the etcd cluster`, {
+      cause: err,
+    });
+  }
+  return new StoreUnavailableError(`etcd call failed during ${where} (${msg})`, { cause: err });
+}

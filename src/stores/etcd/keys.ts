@@ -1,0 +1,158 @@
+import type { EtcdKeyValue } from './client.js';
+import type { HistoryEvent } from '../store.js';
+
+/**
+ * The key layout, under one prefix (default `leasehold`). Lease names are URI-encoded in keys,
+ * so a name containing `/` cannot reach into another name's keys.
+ *
+ *   {p}/schema-version          "1"; every transaction compares it (SchemaError when absent or newer)
+ *   {p}/term/{name}             the live term: JSON [holder, nonce], attached to an etcd lease.
+ *                               Its create revision IS the fencing token. Deleted by etcd when
+ *                               the lease runs out (expiry), by release and by revoke.
+ *   {p}/state/{name}            no lease: who began the last term, when, and how it ended
+ *                               (released/revoked). Outlives the term, like the Postgres row.
+ *   {p}/renew/{name}            no lease: the last renewal's nonce and times (rewritten blind on
+ *                               every renewal, so the renewal transaction needs no read).
+ *   {p}/history/{name}/{id}     one key per change of holder, written in the same transaction.
+ */
+
+/** Bump when the layout changes incompatibly. `leasehold doctor` compares it. */
+export const SCHEMA_VERSION = 1;
+
+export class EtcdKeys {
+  readonly prefix: string;
+  readonly version: Buffer;
+  readonly termPrefix: string;
+  readonly statePrefix: string;
+  readonly renewPrefix: string;
+  readonly historyPrefix: string;
+
+  constructor(prefix: string) {
+    this.prefix = prefix;
+    this.version = Buffer.from(`${prefix}/schema-version`);
+    this.termPrefix = `${prefix}/term/`;
+    this.statePrefix = `${prefix}/state/`;
+    this.renewPrefix = `${prefix}/renew/`;
+    this.historyPrefix = `${prefix}/history/`;
+  }
+
+  term(name: string): Buffer {
+    return Buffer.from(this.termPrefix + encodeURIComponent(name));
+  }
+  state(name: string): Buffer {
+    return Buffer.from(this.statePrefix + encodeURIComponent(name));
+  }
+  renew(name: string): Buffer {
+    return Buffer.from(this.renewPrefix + encodeURIComponent(name));
+  }
+  history(name: string, id: string): Buffer {
+    return Buffer.from(`${this.historyPrefix}${encodeURIComponent(name)}/${id}`);
+  }
+  historyOf(name: string | undefined): Buffer {
+    return Buffer.from(name === undefined ? this.historyPrefix : `${this.historyPrefix}${encodeURIComponent(name)}/`);
+  }
+
+  /** The lease name in a `{p}/term/...`, `{p}/state/...` or `{p}/renew/...` key. */
+  nameIn(key: Buffer, prefix: string): string | null {
+    const k = key.toString();
+    if (!k.startsWith(prefix)) return null;
+    try {
+      return decodeURIComponent(k.slice(prefix.length));
+    } catch {
+      return null;
+    }
+  }
+}
+
+/** etcd's range_end for "every key starting with prefix": the prefix with its last byte + 1. */
+export function prefixEnd(prefix: Buffer): Buffer {
+  const end = Buffer.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i]! < 0xff) {
+      end[i] = end[i]! + 1;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return Buffer.from([0]);
+}
+
+/**
+ * The term key's value. Deterministic, because renewal compares it byte for byte: holder ids
+ * and nonces are compared exactly, with no parsing on the etcd side.
+ */
+export function termValue(holder: string, nonce: string): Buffer {
+  return Buffer.from(JSON.stringify([holder, nonce]));
+}
+
+export function parseTerm(kv: EtcdKeyValue | undefined): { holder: string; nonce: string } | null {
+  if (kv === undefined) return null;
+  try {
+    const v = JSON.parse(kv.value.toString()) as unknown;
+    if (Array.isArray(v) && typeof v[0] === 'string' && typeof v[1] === 'string') return { holder: v[0], nonce: v[1] };
+  } catch {
+    // not ours
+  }
+  return null;
+}
+
+export interface StateValue {
+  /** Who began the last term (kept after it ends, for list() and 'takeover' history). */
+  holder: string;
+  /** Decimal; absent when written by the acquisition itself, whose token is then this key's mod revision. */
+  token?: string;
+  startedAtMs: number;
+  endedBy?: 'released' | 'revoked';
+  endedAtMs?: number;
+  /** The ended term's last nonce, and an id of the release/revoke write (recognises a retried write). */
+  nonce?: string;
+  endedId?: string;
+}
+
+export function parseState(kv: EtcdKeyValue | undefined): StateValue | null {
+  if (kv === undefined) return null;
+  try {
+    const v = JSON.parse(kv.value.toString()) as StateValue;
+    return typeof v === 'object' && v !== null && typeof v.holder === 'string' ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The last token issued for a name, from its state key. */
+export function stateToken(kv: EtcdKeyValue, state: StateValue): bigint {
+  return BigInt(state.token ?? kv.mod_revision);
+}
+
+export interface RenewValue {
+  nonce: string;
+  renewedAtMs: number;
+  /** By the writer's clock; a lower bound of etcd's own expiry (see claim.ts). */
+  expiresAtMs: number;
+}
+
+export function parseRenew(kv: EtcdKeyValue | undefined): RenewValue | null {
+  if (kv === undefined) return null;
+  try {
+    const v = JSON.parse(kv.value.toString()) as RenewValue;
+    return typeof v === 'object' && v !== null && typeof v.nonce === 'string' ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+export interface HistoryValue {
+  name: string;
+  event: HistoryEvent;
+  holder: string | null;
+  previousHolder: string | null;
+  /** Absent for acquisitions: the token is then this key's create revision (same transaction as the term key). */
+  token?: string;
+  atMs: number;
+  detail: string | null;
+  /** Position within its transaction: entries written together share one etcd revision. */
+  seq: number;
+}
+
+export function json(v: unknown): Buffer {
+  return Buffer.from(JSON.stringify(v));
+}

@@ -1,0 +1,419 @@
+import { ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
+import { newNonce } from '../../core/identity.js';
+import type {
+  CallOptions,
+  ClaimRequest,
+  ClaimResult,
+  FreedListener,
+  HistoryEntry,
+  LeaseInfo,
+  LeaseStore,
+  ReleaseRequest,
+  RevokeResult,
+  SchemaStatus,
+} from '../store.js';
+import { claimBatch, estimateExpiry, leaseRemaining, type Grant, type SeenState } from './claim.js';
+import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnResponse } from './client.js';
+import {
+  EtcdKeys,
+  SCHEMA_VERSION,
+  json,
+  parseRenew,
+  parseState,
+  parseTerm,
+  stateToken,
+  type HistoryValue,
+  type StateValue,
+} from './keys.js';
+import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
+import { watchTermDeletes } from './watch.js';
+
+export interface EtcdStoreOptions {
+  /** `etcd://host:2379[,host:2379]?prefix=leasehold&timeout=5000`, or pass `client`. */
+  url?: string;
+  /** Your own `Etcd3` client; leasehold will not close it. Its fault-handling policies are yours. */
+  client?: Etcd3Like;
+  /** Key prefix for everything leasehold writes. Default `leasehold` (or `?prefix=` in the URL). */
+  prefix?: string;
+  /** Deadline for each store call (a claim's grant, txn and lookups together). Default 5000ms. */
+  callTimeoutMs?: number;
+  /** etcd's --max-txn-ops; batches are split to fit. Default 128 (etcd's default). */
+  maxOpsPerTxn?: number;
+}
+
+const DEFAULT_CALL_TIMEOUT_MS = 5000;
+/** History ids are revision * 1000 + position within the transaction (entries written together share a revision). */
+const HISTORY_ID_STRIDE = 1000n;
+const MAX_CAS_ATTEMPTS = 5;
+
+/**
+ * Leases in etcd, with etcd's leases for expiry and its revisions for fencing tokens.
+ *
+ * "The store's clock": etcd has no clock API. A granted or renewed term reports
+ * `storeNowMs` = local time at the answer and `expiresAtMs` = local send time of the lease grant
+ * + the granted TTL, so `expiresAtMs - storeNowMs` is a lower bound of the time etcd will keep
+ * the term (etcd starts the TTL when it receives the grant, later than we sent it). Everything
+ * time-like this store reports is that remaining-TTL difference, anchored at local time.
+ */
+export class EtcdStore implements LeaseStore {
+  readonly kind = 'etcd';
+  readonly description: string;
+  readonly prefix: string;
+  private readonly client: Etcd3Like;
+  private readonly ownsClient: boolean;
+  private readonly keys: EtcdKeys;
+  private readonly callTimeoutMs: number;
+  private readonly maxOpsPerTxn: number;
+  private readonly seen = new Map<string, SeenState>();
+  private readonly grants = new Map<number, { promise: Promise<Grant>; grant?: Grant }>();
+  private closed = false;
+  private watching: { stop: () => Promise<void> } | undefined;
+
+  private constructor(client: Etcd3Like, ownsClient: boolean, prefix: string, description: string, options: EtcdStoreOptions) {
+    this.client = client;
+    this.ownsClient = ownsClient;
+    this.prefix = validatePrefix(prefix);
+    this.keys = new EtcdKeys(this.prefix);
+    this.description = `${description} (prefix ${this.prefix}/)`;
+    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    if (!Number.isFinite(this.callTimeoutMs) || this.callTimeoutMs <= 0) {
+      throw new ConfigError(`etcd callTimeoutMs must be a positive number of milliseconds, got ${options.callTimeoutMs}`);
+    }
+    this.maxOpsPerTxn = options.maxOpsPerTxn ?? 128;
+    if (!Number.isInteger(this.maxOpsPerTxn) || this.maxOpsPerTxn < 16 || this.maxOpsPerTxn > 1000) {
+      throw new ConfigError(`etcd maxOpsPerTxn must be a whole number from 16 to 1000 (etcd's --max-txn-ops), got ${options.maxOpsPerTxn}`);
+    }
+  }
+
+  /** @throws {ConfigError} for a malformed URL, or when `etcd3` is not installed. */
+  static async create(options: EtcdStoreOptions): Promise<EtcdStore> {
+    if (options.client !== undefined) {
+      return new EtcdStore(options.client, false, options.prefix ?? 'leasehold', 'etcd (your client)', options);
+    }
+    if (options.url === undefined) throw new ConfigError('the etcd store needs a url (etcd://host:2379) or a client');
+    const parsed = parseEtcdUrl(options.url);
+    const client = await createEtcd3Client(parsed);
+    const merged = { ...options, callTimeoutMs: options.callTimeoutMs ?? parsed.callTimeoutMs };
+    try {
+      return new EtcdStore(client, true, options.prefix ?? parsed.prefix ?? 'leasehold', parsed.description, merged);
+    } catch (err) {
+      client.close();
+      throw err;
+    }
+  }
+
+  private begin(options?: CallOptions): number {
+    if (this.closed) throw new LeaseholdError('CONFIG', 'this EtcdStore is closed');
+    options?.signal?.throwIfAborted();
+    return Date.now() + this.callTimeoutMs;
+  }
+
+  private async txn(req: Parameters<Etcd3Like['kv']['txn']>[0], deadline: number, where: string): Promise<EtcdTxnResponse> {
+    try {
+      return await this.client.kv.txn(req, { deadline });
+    } catch (err) {
+      throw mapEtcdError(err, where);
+    }
+  }
+
+  /** Creates the version key. Idempotent, and safe from many processes: one create-if-absent. */
+  async migrate(options?: CallOptions): Promise<SchemaStatus> {
+    const deadline = this.begin(options);
+    const r = await this.txn(
+      {
+        compare: [{ key: this.keys.version, target: 'Create', result: 'Equal', create_revision: 0 }],
+        success: [{ request_put: { key: this.keys.version, value: Buffer.from(String(SCHEMA_VERSION)) } }],
+        failure: [rangeOf(this.keys.version)],
+      },
+      deadline,
+      'migrate',
+    );
+    if (!r.succeeded) {
+      const found = Number(first(r.responses[0])?.value.toString());
+      if (found !== SCHEMA_VERSION) throw schemaError(this.keys, found);
+    }
+    return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION };
+  }
+
+  async schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
+    const deadline = this.begin(options);
+    let kv;
+    try {
+      kv = (await this.client.kv.range({ key: this.keys.version }, { deadline })).kvs[0];
+    } catch (err) {
+      throw mapEtcdError(err, 'schema status');
+    }
+    const current = kv === undefined ? 0 : Number(kv.value.toString());
+    return { current: Number.isFinite(current) ? current : 0, expected: SCHEMA_VERSION };
+  }
+
+  async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
+    const deadline = this.begin(options);
+    if (requests.length === 0) return [];
+    try {
+      return await claimBatch(
+        {
+          client: this.client,
+          keys: this.keys,
+          maxOpsPerTxn: this.maxOpsPerTxn,
+          seen: this.seen,
+          leaseFor: (ttlMs, d) => this.leaseFor(ttlMs, d),
+        },
+        requests,
+        deadline,
+      );
+    } catch (err) {
+      // A cached lease may be what failed (revoked by an operator, or lost with a restored etcd).
+      this.grants.clear();
+      throw err;
+    }
+  }
+
+  /**
+   * An etcd lease for a term of `ttlMs`, rounded up to whole seconds. Concurrent claims share
+   * one grant, and a granted lease is reused while it still covers the whole requested TTL
+   * (the slack left by rounding up). Leases are never kept alive or revoked: each is shared by
+   * every term one batch put on it, and simply runs out once they have all moved on.
+   */
+  private leaseFor(ttlMs: number, deadline: number): Promise<Grant> {
+    const ttlSec = Math.max(1, Math.ceil(ttlMs / 1000));
+    const now = Date.now();
+    const cached = this.grants.get(ttlSec);
+    if (cached !== undefined) {
+      if (cached.grant === undefined) return cached.promise;
+      if (cached.grant.sentAtMs + cached.grant.ttlSec * 1000 - now >= ttlMs) return Promise.resolve(cached.grant);
+    }
+    const promise = this.client.leaseClient.leaseGrant({ TTL: ttlSec }, { deadline }).then((r): Grant => {
+      if (r.error !== undefined && r.error !== '') throw new StoreUnavailableError(`etcd refused a lease grant: ${r.error}`);
+      return { id: r.ID, ttlSec: Number(r.TTL), sentAtMs: now };
+    });
+    const entry: { promise: Promise<Grant>; grant?: Grant } = { promise };
+    this.grants.set(ttlSec, entry);
+    void promise.then(
+      (g) => {
+        entry.grant = g;
+      },
+      () => {
+        if (this.grants.get(ttlSec) === entry) this.grants.delete(ttlSec);
+      },
+    );
+    return promise;
+  }
+
+  /**
+   * Deletes the term key if the caller's term is still current, in one compare-and-swap on the
+   * revisions just read. The etcd lease is not revoked: it may carry the caller's other terms.
+   */
+  async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
+    const r = await this.endTerm(
+      req.name,
+      (term) => term.holder === req.holder && req.expect.includes(term.nonce),
+      'released',
+      null,
+      options,
+    );
+    return r.ended;
+  }
+
+  async revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
+    const r = await this.endTerm(name, () => true, 'revoked', reason, options);
+    return { revoked: r.ended, previousHolder: r.ended ? r.previousHolder : null, token: r.token };
+  }
+
+  private async endTerm(
+    name: string,
+    mayEnd: (term: { holder: string; nonce: string }) => boolean,
+    how: 'released' | 'revoked',
+    detail: string | null,
+    options: CallOptions | undefined,
+  ): Promise<{ ended: boolean; previousHolder: string | null; token: bigint | null }> {
+    const deadline = this.begin(options);
+    const k = this.keys;
+    const T = k.term(name);
+    const S = k.state(name);
+    // Recognises our own write if a failover retry finds it already applied.
+    const endedId = newNonce();
+    for (let attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++) {
+      const read = await this.txn(guarded(k, [rangeOf(T), rangeOf(S)]), deadline, how === 'released' ? 'release' : 'revoke');
+      schemaOk(k, read);
+      const termKv = first(read.responses[0]);
+      const stateKv = first(read.responses[1]);
+      const term = parseTerm(termKv);
+      const state = parseState(stateKv);
+      if (termKv === undefined || term === null || !mayEnd(term)) {
+        const done = state?.endedId === endedId;
+        return {
+          ended: done,
+          previousHolder: done ? (state?.holder ?? null) : null,
+          token: stateKv !== undefined && state !== null ? stateToken(stateKv, state) : termKv === undefined ? null : BigInt(termKv.create_revision),
+        };
+      }
+      const token = BigInt(termKv.create_revision);
+      const atMs = Date.now();
+      const ended: StateValue = {
+        holder: term.holder,
+        token: token.toString(),
+        startedAtMs: state?.startedAtMs ?? atMs,
+        endedBy: how,
+        endedAtMs: atMs,
+        nonce: term.nonce,
+        endedId,
+      };
+      const entry: HistoryValue = { name, event: how, holder: null, previousHolder: term.holder, token: token.toString(), atMs, detail, seq: 0 };
+      const write = await this.txn(
+        guarded(
+          k,
+          [
+            { request_delete_range: { key: T } },
+            { request_put: { key: S, value: json(ended) } },
+            { request_put: { key: k.history(name, endedId), value: json(entry) } },
+          ],
+          [
+            { key: T, target: 'Mod', result: 'Equal', mod_revision: termKv.mod_revision },
+            { key: S, target: 'Mod', result: 'Equal', mod_revision: stateKv?.mod_revision ?? '0' },
+          ],
+        ),
+        deadline,
+        how === 'released' ? 'release' : 'revoke',
+      );
+      if (schemaOk(k, write)) {
+        this.seen.set(name, { rev: write.header?.revision ?? '0', holder: term.holder, ended: true });
+        return { ended: true, previousHolder: term.holder, token };
+      }
+      // Someone renewed, ended or took the term between our read and write: look again.
+    }
+    throw new StoreUnavailableError(`etcd: lease "${name}" kept changing while being ${how}; try again`);
+  }
+
+  async list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]> {
+    const deadline = this.begin(options);
+    const k = this.keys;
+    const one = options?.name;
+    const ops =
+      one === undefined
+        ? [rangePrefix(k.statePrefix), rangePrefix(k.termPrefix), rangePrefix(k.renewPrefix)]
+        : [rangeOf(k.state(one)), rangeOf(k.term(one)), rangeOf(k.renew(one))];
+    const r = await this.txn(guarded(k, ops), deadline, 'list');
+    schemaOk(k, r);
+    const byName = <T>(kvs: ReturnType<typeof all>, prefix: string, f: (kv: ReturnType<typeof all>[number]) => T): Map<string, T> => {
+      const m = new Map<string, T>();
+      for (const kv of kvs) {
+        const n = k.nameIn(kv.key, prefix);
+        if (n !== null) m.set(n, f(kv));
+      }
+      return m;
+    };
+    const states = byName(all(r.responses[0]), k.statePrefix, (kv) => ({ kv, v: parseState(kv) }));
+    const terms = byName(all(r.responses[1]), k.termPrefix, (kv) => ({ kv, v: parseTerm(kv) }));
+    const renews = byName(all(r.responses[2]), k.renewPrefix, (kv) => parseRenew(kv));
+    const leases = [...new Set([...terms.values()].map((t) => t.kv.lease))];
+    const ttl = await leaseRemaining(this.client, leases, deadline);
+    const storeNowMs = Date.now();
+    const out: LeaseInfo[] = [];
+    for (const [name, s] of states) {
+      if (s.v === null) continue;
+      const t = terms.get(name);
+      const renew = renews.get(name) ?? null;
+      const base = { name, termStartedAtMs: s.v.startedAtMs, renewedAtMs: renew?.renewedAtMs ?? null };
+      if (t !== undefined) {
+        const remaining = ttl.get(t.kv.lease);
+        const recorded = renew !== null && renew.nonce === t.v?.nonce ? renew.expiresAtMs : null;
+        const expiresAtMs = remaining === undefined ? recorded : estimateExpiry(remaining, recorded);
+        out.push({ ...base, holder: t.v?.holder ?? null, token: BigInt(t.kv.create_revision), state: 'held', expiresAtMs, storeNowMs });
+      } else if (s.v.endedBy !== undefined) {
+        out.push({ ...base, holder: null, token: stateToken(s.kv, s.v), state: 'free', expiresAtMs: s.v.endedAtMs ?? null, storeNowMs });
+      } else {
+        // etcd deleted the term key when its lease ran out; nobody has claimed the name since.
+        out.push({ ...base, holder: s.v.holder, token: stateToken(s.kv, s.v), state: 'expired', expiresAtMs: renew?.expiresAtMs ?? null, storeNowMs });
+      }
+    }
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
+    const deadline = this.begin(options);
+    const limit = options?.limit ?? 1000;
+    if (!Number.isInteger(limit) || limit <= 0) throw new ConfigError(`history limit must be a positive whole number, got ${limit}`);
+    const r = await this.txn(
+      guarded(this.keys, [rangePrefix(this.keys.historyOf(options?.name), { sort_order: 'Descend', sort_target: 'Create', limit })]),
+      deadline,
+      'history',
+    );
+    schemaOk(this.keys, r);
+    const entries: HistoryEntry[] = [];
+    for (const kv of all(r.responses[0])) {
+      let v: HistoryValue;
+      try {
+        v = JSON.parse(kv.value.toString()) as HistoryValue;
+      } catch {
+        continue;
+      }
+      const rev = BigInt(kv.create_revision);
+      entries.push({
+        id: rev * HISTORY_ID_STRIDE + BigInt(v.seq ?? 0),
+        name: v.name,
+        event: v.event,
+        holder: v.holder ?? null,
+        previousHolder: v.previousHolder ?? null,
+        token: v.token === undefined ? rev : BigInt(v.token),
+        atMs: v.atMs,
+        detail: v.detail ?? null,
+      });
+    }
+    return entries.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
+  /**
+   * etcd has no clock: this is the local time once etcd has answered a read, so it also tells
+   * you that etcd is reachable.
+   */
+  async now(options?: CallOptions): Promise<number> {
+    const deadline = this.begin(options);
+    try {
+      await this.client.kv.range({ key: this.keys.version, count_only: true }, { deadline });
+    } catch (err) {
+      throw mapEtcdError(err, 'now');
+    }
+    return Date.now();
+  }
+
+  /**
+   * One etcd watch per store instance on the term-key prefix: a delete (release, revoke, or
+   * etcd expiring the lease) means the name may be free. Resolves once the watch is
+   * established, or after the call timeout if etcd is unreachable (the watch keeps trying, and
+   * `onReconnect` fires when it gets through, since deletes may have been missed meanwhile).
+   */
+  async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
+    this.begin();
+    if (this.watching !== undefined) throw new LeaseholdError('CONFIG', 'watchFreed is already active on this store');
+    const handle = await watchTermDeletes(this.client, this.keys, listener, onReconnect, this.callTimeoutMs);
+    const stop = async (): Promise<void> => {
+      if (this.watching?.stop === stop) this.watching = undefined;
+      await handle.stop();
+    };
+    this.watching = { stop };
+    return stop;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.watching?.stop();
+    this.seen.clear();
+    this.grants.clear();
+    if (this.ownsClient) this.client.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/**
+ * Opens an etcd store: `createEtcdStore({ url: 'etcd://127.0.0.1:2379' })` or
+ * `createEtcdStore({ client: new Etcd3(...) })`. Run `migrate()` once before the first claim.
+ * @throws {ConfigError} for a malformed URL or when `etcd3` is not installed.
+ */
+export function createEtcdStore(options: EtcdStoreOptions): Promise<EtcdStore> {
+  return EtcdStore.create(options);
+}

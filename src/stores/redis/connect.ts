@@ -1,0 +1,168 @@
+import { ConfigError } from '../../core/errors.js';
+import { driverFor, type IoredisLike, type NodeRedisLike, type RedisDriver } from './driver.js';
+
+export const DEFAULT_PREFIX = 'leasehold';
+
+/** Prefixes become part of every key (`{prefix}:lease:<name>`) and the pub/sub channel. */
+export function validatePrefix(prefix: string): string {
+  if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(prefix)) {
+    throw new ConfigError(
+      `Redis key prefix ${JSON.stringify(prefix)} is not allowed: use 1-100 letters, digits and _ . : - (no braces, spaces or glob characters)`,
+    );
+  }
+  return prefix;
+}
+
+export interface ParsedRedisUrl {
+  /** The URL handed to the driver: no leasehold parameters left in it. */
+  url: string;
+  prefix: string | undefined;
+  /** The URL with any password replaced by ***: safe to log. */
+  redacted: string;
+}
+
+const EXAMPLE = 'write redis://[user:password@]host:6379/0?prefix=leasehold (or rediss:// for TLS)';
+
+/** @throws {ConfigError} for anything but a redis:// or rediss:// URL with a host and a numeric database. */
+export function parseRedisUrl(url: string): ParsedRedisUrl {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch (err) {
+    throw new ConfigError(`store URL ${JSON.stringify(redact(url))} is not a URL; ${EXAMPLE}`, { cause: err });
+  }
+  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') {
+    throw new ConfigError(`store URL scheme "${u.protocol}" is not Redis; ${EXAMPLE}`);
+  }
+  if (u.hostname === '') throw new ConfigError(`store URL ${JSON.stringify(redact(url))} has no host; ${EXAMPLE}`);
+  const db = u.pathname.replace(/^\//, '');
+  if (db !== '' && !/^\d{1,5}$/.test(db)) {
+    throw new ConfigError(`store URL path "${u.pathname}" is not a database number; ${EXAMPLE}`);
+  }
+  const prefix = u.searchParams.get('prefix') ?? undefined;
+  if (prefix !== undefined) validatePrefix(prefix);
+  u.searchParams.delete('prefix');
+  // Drivers turn query parameters into client options (ioredis would accept keyPrefix, which
+  // would split leasehold's keys from its channel); leasehold takes options as options.
+  const unknown = [...u.searchParams.keys()];
+  if (unknown.length > 0) {
+    throw new ConfigError(
+      `store URL parameter ${JSON.stringify(unknown[0])} is not understood; the Redis store takes only ?prefix= (pass a client for other settings)`,
+    );
+  }
+  const clean = u.toString();
+  return { url: clean, prefix, redacted: redact(clean) };
+}
+
+export function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password !== '') u.password = '***';
+    return u.toString();
+  } catch {
+    return url.replace(/:[^:@/]*@/, ':***@');
+  }
+}
+
+export interface OwnedClientOptions {
+  commandTimeoutMs: number;
+  connectTimeoutMs: number;
+  /** Which package to load; default: ioredis if installed, else redis. */
+  clientPackage: 'ioredis' | 'redis' | undefined;
+}
+
+/** Reconnect quickly at first, then every 2s at most; never give up (calls fail fast meanwhile). */
+function backoff(attempt: number): number {
+  return Math.min(50 * 2 ** Math.min(attempt, 6), 2000);
+}
+
+interface IoredisModule {
+  default?: new (url: string, options: Record<string, unknown>) => IoredisLike;
+  Redis?: new (url: string, options: Record<string, unknown>) => IoredisLike;
+}
+
+interface NodeRedisModule {
+  createClient: (options: Record<string, unknown>) => NodeRedisLike;
+}
+
+/**
+ * Creates a client for a URL: ioredis if it is installed, else node-redis. Both are set up to
+ * fail fast while Redis is down (a lease engine must hear "unknown" in time to act, not wait in
+ * a queue), and never to resend a command after a reconnect (a renewal replayed later would
+ * land after the engine already decided what its failure meant).
+ *
+ * @throws {ConfigError} when neither driver is installed.
+ */
+export async function createOwnedDriver(url: string, options: OwnedClientOptions): Promise<RedisDriver> {
+  const ioredis = options.clientPackage === 'redis' ? undefined : await tryImport<IoredisModule>('ioredis');
+  const Redis = ioredis?.Redis ?? ioredis?.default;
+  if (Redis !== undefined) {
+    const client = new Redis(url, {
+      lazyConnect: true,
+      // Commands wait while the first connection is made, and are failed (not kept) as soon as
+      // one connection attempt fails: maxRetriesPerRequest 0 flushes the queue on every close.
+      enableOfflineQueue: true,
+      maxRetriesPerRequest: 0,
+      autoResendUnfulfilledCommands: false,
+      commandTimeout: options.commandTimeoutMs,
+      connectTimeout: options.connectTimeoutMs,
+      retryStrategy: backoff,
+    });
+    // Without a listener, a connection error event would crash the process.
+    return withLastError(client, driverFor(client, true));
+  }
+  const nodeRedis = options.clientPackage === 'ioredis' ? undefined : await tryImport<NodeRedisModule>('redis');
+  if (nodeRedis !== undefined && typeof nodeRedis.createClient === 'function') {
+    const client = nodeRedis.createClient({
+      url,
+      disableOfflineQueue: true,
+      socket: { connectTimeout: options.connectTimeoutMs, reconnectStrategy: backoff },
+      commandOptions: { timeout: options.commandTimeoutMs },
+    });
+    const driver = withLastError(client, driverFor(client, true));
+    // node-redis needs an explicit connect(), and with no offline queue a command sent before
+    // it finishes would fail. connect() itself only settles once connected (it retries while
+    // Redis is down), so wait for the first attempt's outcome: connected, or its first error.
+    let timer: NodeJS.Timeout | undefined;
+    let onError: (() => void) | undefined;
+    await Promise.race([
+      client.connect().catch(() => {}),
+      new Promise<void>((resolve) => {
+        onError = resolve;
+        client.on('error', onError);
+        timer = setTimeout(resolve, options.connectTimeoutMs);
+        timer.unref();
+      }),
+    ]);
+    clearTimeout(timer);
+    if (onError !== undefined) client.removeListener?.('error', onError);
+    return driver;
+  }
+  if (options.clientPackage !== undefined) {
+    throw new ConfigError(`the Redis store was told to use the "${options.clientPackage}" package, which is not installed: npm install ${options.clientPackage}`);
+  }
+  throw new ConfigError('the Redis store needs a Redis client package: npm install ioredis (or npm install redis)');
+}
+
+/** Listens for errors (unhandled, one would crash the process) and keeps the last for messages. */
+function withLastError(client: IoredisLike | NodeRedisLike, driver: RedisDriver): RedisDriver {
+  let last: string | undefined;
+  client.on('error', (err: Error) => {
+    const code = (err as { code?: unknown }).code;
+    last = err.message || (typeof code === 'string' ? code : String(err));
+  });
+  client.on('ready', () => {
+    last = undefined;
+  });
+  return { ...driver, lastConnectionError: () => last };
+}
+
+async function tryImport<T>(specifier: 'ioredis' | 'redis'): Promise<T | undefined> {
+  try {
+    return (specifier === 'ioredis' ? await import('ioredis') : await import('redis')) as unknown as T;
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') return undefined;
+    throw new ConfigError(`loading the "${specifier}" package failed: ${(err as Error).message}`, { cause: err });
+  }
+}

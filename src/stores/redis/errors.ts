@@ -1,0 +1,118 @@
+import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { LAYOUT_ERROR } from './scripts.js';
+
+// Node socket errors and the two clients' own connection errors: the outcome is unknown.
+const NET_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+  'ECONNABORTED',
+]);
+const NET_MESSAGES =
+  /Connection is closed|Stream isn't writeable|MaxRetriesPerRequest|max retries per request|Command timed out|Command timeout|Connection timeout|client is closed|client is offline|Socket closed unexpectedly|Reconnect|connect ETIMEDOUT|ECONN|EPIPE|socket hang up/i;
+
+/** Where a store points, for messages: `redis://127.0.0.1:6379/0` or `your ioredis client`. */
+export interface ErrorContext {
+  where: string;
+  prefix: string;
+  /** The last connection error of a client leasehold created (ECONNREFUSED, ...), if any. */
+  lastConnectionError?: () => string | undefined;
+}
+
+// What the drivers say when a command was refused because there is no connection: true, but
+// the reason (the socket error) is more useful to whoever reads the message.
+const NOT_CONNECTED = /max retries per request|client is offline|Stream isn't writeable|Connection is closed|client is closed/i;
+
+/**
+ * Maps anything a Redis client throws to leasehold's taxonomy. Server errors carry their code as
+ * the first word of the message (`READONLY You can't write against a read only replica.`).
+ */
+export function mapRedisError(err: unknown, ctx: ErrorContext): Error {
+  if (err instanceof LeaseholdError) return err;
+  const e = err as { code?: unknown; message?: unknown; name?: unknown; errors?: unknown };
+  const msg = typeof e.message === 'string' ? e.message : String(err);
+  const code = typeof e.code === 'string' ? e.code : '';
+  const word = /^[A-Z_]+/.exec(msg)?.[0] ?? '';
+  const at = ctx.where;
+
+  if (word === LAYOUT_ERROR) return new SchemaError(`Redis at ${at}: ${msg.slice(word.length + 1)}`, { cause: err });
+  if (word === 'NOAUTH' || word === 'WRONGPASS') {
+    return new ConfigError(`Redis at ${at} refused the login (${msg}); check the user and password in the store URL`, { cause: err });
+  }
+  if (word === 'NOPERM') {
+    return new ConfigError(
+      `Redis at ${at} refused a command (${msg}); the ACL user needs EVAL, EVALSHA, PUBLISH, SUBSCRIBE and access to keys {${ctx.prefix}}:*`,
+      { cause: err },
+    );
+  }
+  if (word === 'WRONGTYPE') {
+    return new ConfigError(
+      `a key under prefix "${ctx.prefix}" at ${at} holds data leasehold did not write (${msg}); choose another prefix (?prefix=)`,
+      { cause: err },
+    );
+  }
+  if (word === 'READONLY') {
+    return new StoreUnavailableError(
+      `Redis at ${at} is a read-only replica (${msg}); leasehold will retry: point the store URL at the primary, or wait for failover to finish`,
+      { cause: err },
+    );
+  }
+  if (word === 'LOADING') {
+    return new StoreUnavailableError(`Redis at ${at} is loading its data set into memory; leasehold will retry`, { cause: err });
+  }
+  if (word === 'NOSCRIPT') {
+    return new StoreUnavailableError(
+      `Redis at ${at} forgot leasehold's script again right after loading it (${msg}); leasehold will retry. ` +
+        'If a proxy sits in front of Redis, check that it supports EVAL and EVALSHA',
+      { cause: err },
+    );
+  }
+  if (word === 'BUSY') {
+    return new StoreUnavailableError(`Redis at ${at} is busy running a long script (${msg}); leasehold will retry`, { cause: err });
+  }
+  if (word === 'OOM') {
+    return new StoreUnavailableError(
+      `Redis at ${at} is out of memory (${msg}); leasehold will retry: raise maxmemory or use a noeviction policy`,
+      { cause: err },
+    );
+  }
+  if (['MASTERDOWN', 'TRYAGAIN', 'CLUSTERDOWN', 'MOVED', 'ASK', 'NOREPLICAS'].includes(word)) {
+    return new StoreUnavailableError(`Redis at ${at} cannot serve leasehold right now (${msg}); leasehold will retry`, { cause: err });
+  }
+  if (NET_CODES.has(code) || NET_MESSAGES.test(msg) || hasNetCause(err)) {
+    let detail = msg || code || 'no answer';
+    if (NOT_CONNECTED.test(msg)) {
+      const last = ctx.lastConnectionError?.();
+      // The connection is refused at the handshake: retrying will not fix a wrong password.
+      if (last !== undefined && /^(NOAUTH|WRONGPASS|NOPERM)/.test(last)) {
+        return new ConfigError(`Redis at ${at} refused the login (${last}); check the user and password in the store URL`, { cause: err });
+      }
+      detail = last === undefined ? 'not connected' : `not connected: ${last}`;
+    }
+    return new StoreUnavailableError(
+      `Redis at ${at} is unreachable (${detail}); leasehold will retry: check that Redis is running and the store URL is right`,
+      { cause: err },
+    );
+  }
+  return new StoreUnavailableError(`Redis call failed at ${at} (${msg})`, { cause: err });
+}
+
+// AggregateError (both address families refused) and wrapped socket errors carry the code inside.
+function hasNetCause(err: unknown): boolean {
+  const e = err as { errors?: unknown; cause?: unknown };
+  const inner = [...(Array.isArray(e.errors) ? e.errors : []), e.cause];
+  return inner.some((x) => {
+    const c = (x as { code?: unknown } | undefined)?.code;
+    return typeof c === 'string' && NET_CODES.has(c);
+  });
+}
+
+export function isNoScript(err: unknown): boolean {
+  const msg = (err as { message?: unknown } | undefined)?.message;
+  return typeof msg === 'string' && msg.startsWith('NOSCRIPT');
+}

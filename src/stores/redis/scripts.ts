@@ -1,0 +1,297 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * The Redis store's operations, one Lua script each. Every script reads the clock with `TIME`
+ * inside Redis, so expiry is judged by the store's clock, never the caller's.
+ *
+ * Conventions shared by all scripts:
+ *  - Replies are flat arrays of strings, with '' for "none". Lua numbers would be truncated to
+ *    integers and Lua `false` turns into a RESP3 boolean on some clients, so strings are the one
+ *    shape that reads the same through ioredis and node-redis, over RESP2 and RESP3.
+ *  - Numbers are formatted with `%.0f`: Lua's `tostring` uses 14 significant digits, which would
+ *    silently round a 16-digit token. Lua numbers are doubles, so the arithmetic is exact below
+ *    2^53; the claim script refuses (before writing anything) to issue a token at or above that.
+ *  - Every key a script touches is passed in KEYS, and all of a store's keys share the hash tag
+ *    `{prefix}`, so one script never spans two Cluster slots.
+ */
+export interface LuaScript {
+  readonly name: string;
+  readonly source: string;
+  /** SHA1 of the source, for EVALSHA. */
+  readonly sha: string;
+}
+
+function lua(name: string, source: string): LuaScript {
+  return { name, source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+/** The key layout version. `migrate()` records it; claims refuse keys written by a newer layout. */
+export const LAYOUT_VERSION = 1;
+
+/** Error prefix the claim script uses for "keys from a newer leasehold"; mapped to SchemaError. */
+export const LAYOUT_ERROR = 'LEASEHOLD_LAYOUT';
+
+const PRELUDE = `
+local function fmt(x) return string.format('%.0f', x) end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+`;
+
+// The fields written to both history streams, in the order the history script reads them back.
+const HISTORY_FIELDS = `'name', name, 'event', ev, 'holder', hold, 'prev', prev, 'token', tok, 'at', fmt(now), 'detail', detail`;
+
+const RECORD = `
+-- Appends one event to the global stream and the lease's own stream, under the same id.
+local function record(gkey, lkey, gcap, lcap, name, ev, hold, prev, tok, detail)
+  local id = redis.call('XADD', gkey, 'MAXLEN', '~', gcap, '*', ${HISTORY_FIELDS})
+  -- pcall: the per-lease stream can only refuse the id if someone deleted the global stream
+  -- and left this one; losing one per-lease entry then is better than failing the claim.
+  redis.pcall('XADD', lkey, 'MAXLEN', '~', lcap, id, ${HISTORY_FIELDS})
+end
+`;
+
+/**
+ * Acquire-or-renew for a batch of leases, in one atomic script (the semantics of the PostgreSQL
+ * store's `claim` function, row for row).
+ *
+ * KEYS: [1] global history stream, [2] name index (zset), [3] layout version key, then per
+ *   request i: [2+2i] the lease hash, [3+2i] the lease's history stream.
+ * ARGV: [1] retain ms, [2] global history cap, [3] per-lease history cap, [4] layout version,
+ *   then per request 6 values: name, holder, expected nonces (comma-joined; nonces are
+ *   base64url), next nonce, ttl ms, contend (1/0).
+ * Reply: [now ms, then per request: outcome, reason, token, holder, expires at ms].
+ *
+ * Tokens: max(last stored token + 1, TIME in microseconds). The second term is what keeps
+ * tokens increasing when the hash is gone (Redis restarted empty, a replica that missed the
+ * last writes was promoted, or the record outlived its retention): see README.md.
+ */
+export const CLAIM = lua(
+  'claim',
+  `${PRELUDE}${RECORD}
+local version = redis.call('GET', KEYS[3])
+if version and tonumber(version) and tonumber(version) > tonumber(ARGV[4]) then
+  return redis.error_reply('${LAYOUT_ERROR} keys under this prefix use layout ' .. version ..
+    ', newer than this leasehold understands (' .. ARGV[4] .. '); upgrade leasehold')
+end
+local retain = tonumber(ARGV[1])
+local n = (#ARGV - 4) / 6
+local plan = {}
+-- Pass 1 reads and decides; nothing is written until every decision is known to be writable,
+-- because a Lua error halfway through would leave half a batch applied.
+for i = 1, n do
+  local a = 4 + (i - 1) * 6
+  local p = { name = ARGV[a + 1], holder = ARGV[a + 2], expect = ARGV[a + 3], nxt = ARGV[a + 4],
+              ttl = tonumber(ARGV[a + 5]), contend = ARGV[a + 6] == '1',
+              key = KEYS[2 + 2 * i], hkey = KEYS[3 + 2 * i] }
+  local cur = redis.call('HMGET', p.key, 'holder', 'nonce', 'token', 'exp', 'ended', 'gc')
+  p.ch, p.cn, p.ct, p.ce, p.ended, p.gc = cur[1], cur[2], cur[3], cur[4], cur[5], cur[6]
+  local cexp = p.ce and tonumber(p.ce)
+  -- Is the stored nonce one of the expected ones? A plain (not pattern) find in ',a,b,c,'.
+  local nonce_ok = p.cn and p.cn ~= '' and p.expect ~= '' and
+    string.find(',' .. p.expect .. ',', ',' .. p.cn .. ',', 1, true) ~= nil
+  if not p.contend then
+    if p.ch == p.holder and nonce_ok and cexp and cexp > now then p.outcome = 'renewed' else p.outcome = 'lost' end
+  elseif (not p.ch) or (not cexp) or cexp <= now then
+    p.outcome = 'acquired'
+  else
+    p.outcome = 'busy'
+  end
+  if p.outcome == 'acquired' then
+    local last = (p.ct and tonumber(p.ct)) or 0
+    local tok = last + 1
+    if now_us > tok then tok = now_us end
+    if tok >= 9007199254740992 then
+      return redis.error_reply('ERR leasehold: the next token for ' .. p.name .. ' would pass 2^53; the stored token is ' .. tostring(p.ct))
+    end
+    p.tok = tok
+  elseif p.outcome == 'lost' then
+    if p.ch == p.holder and nonce_ok then p.reason = 'expired'
+    elseif p.ch == p.holder then p.reason = 'cloned'
+    elseif (not p.ch) and p.ended == 'revoked' then p.reason = 'revoked'
+    elseif (not p.ch) and p.ended == 'released' then p.reason = 'released'
+    elseif not p.ch then p.reason = 'expired'
+    else p.reason = 'superseded' end
+  end
+  plan[i] = p
+end
+local out = { fmt(now) }
+for i = 1, n do
+  local p = plan[i]
+  if p.outcome == 'acquired' or p.outcome == 'renewed' then
+    local exp = now + p.ttl
+    -- Redis deletes the record itself, \`retain\` after the term would end (\`gc\`). A renewal
+    -- moves that deadline only once it has fallen behind by more than retain/2, so most
+    -- renewals are one HMGET and one HSET; the record still outlives its expiry by retain/2.
+    local gc = exp + retain
+    local move_gc = p.outcome == 'acquired' or not p.gc or gc - tonumber(p.gc) > retain / 2
+    local tokstr
+    if p.outcome == 'acquired' then
+      tokstr = fmt(p.tok)
+      redis.call('HSET', p.key, 'holder', p.holder, 'nonce', p.nxt, 'token', tokstr, 'exp', fmt(exp),
+                 'start', fmt(now), 'renewed', fmt(now), 'gc', fmt(gc))
+      redis.call('HDEL', p.key, 'ended')
+      -- A holder still in the hash means the previous term expired without a release.
+      local ev = 'acquired'
+      if p.ch then ev = 'takeover' end
+      record(KEYS[1], p.hkey, ARGV[2], ARGV[3], p.name, ev, p.holder, p.ch or '', tokstr, '')
+      redis.call('ZADD', KEYS[2], now, p.name)
+    else
+      tokstr = p.ct
+      if move_gc then
+        redis.call('HSET', p.key, 'nonce', p.nxt, 'exp', fmt(exp), 'renewed', fmt(now), 'gc', fmt(gc))
+      else
+        redis.call('HSET', p.key, 'nonce', p.nxt, 'exp', fmt(exp), 'renewed', fmt(now))
+      end
+    end
+    if move_gc then
+      redis.call('PEXPIREAT', p.key, fmt(gc))
+      redis.call('PEXPIREAT', p.hkey, fmt(gc))
+    end
+    out[#out + 1] = p.outcome
+    out[#out + 1] = ''
+    out[#out + 1] = tokstr
+    out[#out + 1] = p.holder
+    out[#out + 1] = fmt(exp)
+  else
+    out[#out + 1] = p.outcome
+    out[#out + 1] = p.reason or ''
+    out[#out + 1] = p.ct or ''
+    out[#out + 1] = p.ch or ''
+    out[#out + 1] = p.ce or ''
+  end
+end
+return out
+`,
+);
+
+/**
+ * Releases the caller's term if the holder and one of the expected nonces match (expiry is not
+ * checked, as in PostgreSQL: a late release of an expired, untaken term is still ours to end).
+ * The token stays in the hash so the next one is larger; the lease name is published.
+ *
+ * KEYS: [1] lease hash, [2] global history, [3] lease history.
+ * ARGV: [1] name, [2] holder, [3] retain ms, [4] global cap, [5] lease cap, [6] channel, [7..] nonces.
+ * Reply: ['1'] released, ['0'] not ours.
+ */
+export const RELEASE = lua(
+  'release',
+  `${PRELUDE}${RECORD}
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'nonce', 'token')
+if cur[1] ~= ARGV[2] or not cur[2] then return { '0' } end
+local match = false
+for i = 7, #ARGV do
+  if ARGV[i] == cur[2] then match = true end
+end
+if not match then return { '0' } end
+redis.call('HDEL', KEYS[1], 'holder', 'nonce')
+redis.call('HSET', KEYS[1], 'exp', fmt(now), 'ended', 'released')
+record(KEYS[2], KEYS[3], ARGV[4], ARGV[5], ARGV[1], 'released', '', ARGV[2], cur[3], '')
+local until_ms = fmt(now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'gc', until_ms)
+redis.call('PEXPIREAT', KEYS[1], until_ms)
+redis.call('PEXPIREAT', KEYS[3], until_ms)
+redis.call('PUBLISH', ARGV[6], ARGV[1])
+return { '1' }
+`,
+);
+
+/**
+ * Operator revocation of whoever holds the lease (held or expired-but-untaken). The holder's
+ * next renewal finds no holder and `ended = revoked`, and is told 'lost' / 'revoked'.
+ *
+ * KEYS: [1] lease hash, [2] global history, [3] lease history.
+ * ARGV: [1] name, [2] reason, [3] retain ms, [4] global cap, [5] lease cap, [6] channel.
+ * Reply: [revoked '1'/'0', previous holder, token] ('' for none).
+ */
+export const REVOKE = lua(
+  'revoke',
+  `${PRELUDE}${RECORD}
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'token')
+if not cur[2] then return { '0', '', '' } end
+if not cur[1] then return { '0', '', cur[2] } end
+redis.call('HDEL', KEYS[1], 'holder', 'nonce')
+redis.call('HSET', KEYS[1], 'exp', fmt(now), 'ended', 'revoked')
+record(KEYS[2], KEYS[3], ARGV[4], ARGV[5], ARGV[1], 'revoked', '', cur[1], cur[2], ARGV[2])
+local until_ms = fmt(now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'gc', until_ms)
+redis.call('PEXPIREAT', KEYS[1], until_ms)
+redis.call('PEXPIREAT', KEYS[3], until_ms)
+redis.call('PUBLISH', ARGV[6], ARGV[1])
+return { '1', cur[1], cur[2] }
+`,
+);
+
+/** KEYS: [1] name index. Reply: every name that has had a term (some may have been deleted since). */
+export const LIST_NAMES = lua('list-names', `return redis.call('ZRANGE', KEYS[1], 0, -1)`);
+
+/**
+ * Reads lease hashes. Names whose hash Redis has deleted (retention passed) leave the index.
+ *
+ * KEYS: [1] name index, [2..] lease hashes. ARGV: the names, in KEYS order.
+ * Reply: [now ms, then per lease: found '1'/'0', holder, token, expires at, started at, renewed at].
+ */
+export const READ_LEASES = lua(
+  'read-leases',
+  `${PRELUDE}
+local out = { fmt(now) }
+for i = 2, #KEYS do
+  local v = redis.call('HMGET', KEYS[i], 'holder', 'token', 'exp', 'start', 'renewed')
+  if not v[2] then
+    redis.call('ZREM', KEYS[1], ARGV[i - 1])
+    for _ = 1, 6 do out[#out + 1] = '' end
+    out[#out - 5] = '0'
+  else
+    out[#out + 1] = '1'
+    for j = 1, 5 do out[#out + 1] = v[j] or '' end
+  end
+end
+return out
+`,
+);
+
+/**
+ * The newest ARGV[1] entries of one history stream, newest first.
+ * KEYS: [1] stream. Reply: flat, 8 per entry: id, name, event, holder, prev, token, at, detail.
+ */
+export const READ_HISTORY = lua(
+  'read-history',
+  `
+local entries = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[1])
+local out = {}
+for _, e in ipairs(entries) do
+  local f = {}
+  local kv = e[2]
+  for j = 1, #kv, 2 do f[kv[j]] = kv[j + 1] end
+  out[#out + 1] = e[1]
+  out[#out + 1] = f['name'] or ''
+  out[#out + 1] = f['event'] or ''
+  out[#out + 1] = f['holder'] or ''
+  out[#out + 1] = f['prev'] or ''
+  out[#out + 1] = f['token'] or '0'
+  out[#out + 1] = f['at'] or '0'
+  out[#out + 1] = f['detail'] or ''
+end
+return out
+`,
+);
+
+/** Reply: [seconds, microseconds] of the Redis server's clock. */
+export const NOW = lua('now', `local t = redis.call('TIME') return { t[1], t[2] }`);
+
+/**
+ * Records the layout version unless a newer one is there.
+ * KEYS: [1] layout key. ARGV: [1] this build's version. Reply: [version found or set].
+ */
+export const MIGRATE = lua(
+  'migrate',
+  `
+local v = redis.call('GET', KEYS[1])
+if v and tonumber(v) and tonumber(v) > tonumber(ARGV[1]) then return { v } end
+redis.call('SET', KEYS[1], ARGV[1])
+return { ARGV[1] }
+`,
+);
+
+/** KEYS: [1] layout key. Reply: [stored version or '']. */
+export const LAYOUT_STATUS = lua('layout-status', `return { redis.call('GET', KEYS[1]) or '' }`);

@@ -1,0 +1,453 @@
+import { ConfigError, SchemaError } from '../../core/errors.js';
+import type {
+  CallOptions,
+  ClaimRequest,
+  ClaimResult,
+  FreedListener,
+  HistoryEntry,
+  LeaseInfo,
+  LeaseStore,
+  LostReason,
+  ReleaseRequest,
+  RevokeResult,
+  SchemaStatus,
+} from '../store.js';
+import { DEFAULT_PREFIX, createOwnedDriver, parseRedisUrl, validatePrefix } from './connect.js';
+import { driverFor, type RedisClientLike, type RedisDriver, type SubscriberHandle } from './driver.js';
+import { keysFor, type RedisKeys } from './keys.js';
+import { ScriptRunner } from './runner.js';
+import {
+  CLAIM,
+  LAYOUT_STATUS,
+  LAYOUT_VERSION,
+  LIST_NAMES,
+  MIGRATE,
+  NOW,
+  READ_HISTORY,
+  READ_LEASES,
+  RELEASE,
+  REVOKE,
+} from './scripts.js';
+
+export interface RedisStoreOptions {
+  /** `redis://[user:password@]host:6379/0?prefix=leasehold` or `rediss://...`; or pass `client`. */
+  url?: string;
+  /**
+   * Your own ioredis or node-redis client; leasehold will not close it. Every call is bounded by
+   * `commandTimeoutMs` even if the client queues commands while disconnected; for pub/sub the
+   * store opens one `duplicate()` of it.
+   */
+  client?: RedisClientLike;
+  /** Namespace for every key and the pub/sub channel. Default `leasehold` (or `?prefix=`). */
+  prefix?: string;
+  /** Give up on a call after this long (StoreUnavailableError, outcome unknown). Default 5000. */
+  commandTimeoutMs?: number;
+  /** For clients leasehold creates: give up on a connection attempt after this long. Default 5000. */
+  connectTimeoutMs?: number;
+  /** For a `url`: which client package to load. Default `ioredis` if installed, else `redis`. */
+  clientPackage?: 'ioredis' | 'redis';
+  /**
+   * How long Redis keeps a lease's record and history after its last term ended (Redis then
+   * deletes them with PEXPIREAT). Tokens stay increasing after that (see README). Default 7 days.
+   */
+  retainMs?: number;
+  /** Approximate cap of the global history stream (XADD MAXLEN ~). Default 10000. */
+  historyMaxLen?: number;
+  /** Approximate cap of each lease's own history stream. Default 100. */
+  leaseHistoryMaxLen?: number;
+}
+
+const DAY_MS = 86_400_000;
+
+/**
+ * A {@link LeaseStore} on one Redis (or one primary with replicas). One hash per lease, one Lua
+ * script per operation, expiry judged by Redis' own clock.
+ *
+ * Fencing tokens are max(previous token + 1, Redis TIME in microseconds), so a Redis that
+ * restarted empty, or a replica promoted before it received the last writes, still issues
+ * tokens larger than any issued before. Residual assumption: across such a loss of data, the
+ * clock of the Redis that issues the next token must not be behind the clock of the one that
+ * issued the last token by more than the time that passed between the two (in practice: the
+ * server clock must not step back by more than the restart or failover took, and a replica's
+ * clock must not lag its primary's by more than the failover takes). Tokens are around 1.8e15
+ * (microseconds since 1970) and stay below 2^53 until the year 2255.
+ */
+export class RedisStore implements LeaseStore, AsyncDisposable {
+  readonly kind = 'redis';
+  readonly description: string;
+  readonly prefix: string;
+  /** Runs leasehold's scripts on this store's connection (also used by `fence/redis`). */
+  readonly scripts: ScriptRunner;
+  private readonly driver: RedisDriver;
+  private readonly keys: RedisKeys;
+  private readonly retainMs: number;
+  private readonly historyMaxLen: number;
+  private readonly leaseHistoryMaxLen: number;
+  private closed = false;
+  private watch: FreedWatch | undefined;
+
+  private constructor(driver: RedisDriver, prefix: string, where: string, description: string, options: RedisStoreOptions) {
+    this.driver = driver;
+    this.prefix = validatePrefix(prefix);
+    this.keys = keysFor(this.prefix);
+    this.description = description;
+    this.retainMs = positiveInt(options.retainMs ?? 7 * DAY_MS, 'retainMs', true);
+    this.historyMaxLen = positiveInt(options.historyMaxLen ?? 10_000, 'historyMaxLen');
+    this.leaseHistoryMaxLen = positiveInt(options.leaseHistoryMaxLen ?? 100, 'leaseHistoryMaxLen');
+    this.scripts = new ScriptRunner(
+      driver,
+      { where, prefix: this.prefix, lastConnectionError: () => driver.lastConnectionError?.() },
+      positiveInt(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs'),
+    );
+  }
+
+  /** @throws {ConfigError} for a malformed URL or options, or when no Redis client package is installed. */
+  static async create(options: RedisStoreOptions): Promise<RedisStore> {
+    if (options.client !== undefined) {
+      if (options.url !== undefined) throw new ConfigError('give the Redis store a url or a client, not both');
+      const driver = driverFor(options.client, false);
+      const prefix = validatePrefix(options.prefix ?? DEFAULT_PREFIX);
+      return new RedisStore(driver, prefix, `your ${driver.label} client`, `redis (prefix ${prefix}, your ${driver.label} client)`, options);
+    }
+    if (options.url === undefined) throw new ConfigError('the Redis store needs a url (redis://host:6379/0) or a client');
+    const parsed = parseRedisUrl(options.url);
+    const prefix = validatePrefix(options.prefix ?? parsed.prefix ?? DEFAULT_PREFIX);
+    // Validate every option before a connection exists, so a bad option leaks no socket.
+    const commandTimeoutMs = positiveInt(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
+    const connectTimeoutMs = positiveInt(options.connectTimeoutMs ?? 5000, 'connectTimeoutMs');
+    positiveInt(options.retainMs ?? 0, 'retainMs', true);
+    positiveInt(options.historyMaxLen ?? 1, 'historyMaxLen');
+    positiveInt(options.leaseHistoryMaxLen ?? 1, 'leaseHistoryMaxLen');
+    if (options.clientPackage !== undefined && options.clientPackage !== 'ioredis' && options.clientPackage !== 'redis') {
+      throw new ConfigError(`clientPackage must be "ioredis" or "redis", got ${JSON.stringify(options.clientPackage)}`);
+    }
+    const driver = await createOwnedDriver(parsed.url, { commandTimeoutMs, connectTimeoutMs, clientPackage: options.clientPackage });
+    return new RedisStore(driver, prefix, parsed.redacted, `redis ${parsed.redacted} (prefix ${prefix}, ${driver.label})`, options);
+  }
+
+  private async run(script: Parameters<ScriptRunner['run']>[0], keys: string[], args: string[], options?: CallOptions): Promise<string[]> {
+    if (this.closed) throw new ConfigError('this RedisStore is closed');
+    const reply = await this.scripts.run(script, keys, args, options?.signal);
+    return toStrings(reply);
+  }
+
+  /**
+   * Redis has no schema: keys are created by the first claim. This records the key layout
+   * version (`{prefix}:layout`) so a future leasehold that changes the layout can tell, and
+   * fails if the keys were written by a newer leasehold than this one.
+   *
+   * @throws {SchemaError} when the layout is newer than this build understands.
+   */
+  async migrate(options?: CallOptions): Promise<SchemaStatus> {
+    const [v] = await this.run(MIGRATE, [this.keys.layout], [String(LAYOUT_VERSION)], options);
+    const current = Number(v);
+    if (current > LAYOUT_VERSION) {
+      throw new SchemaError(
+        `keys under prefix "${this.prefix}" use layout ${current}, newer than this leasehold (${LAYOUT_VERSION}); upgrade leasehold`,
+      );
+    }
+    return { current, expected: LAYOUT_VERSION };
+  }
+
+  /** A missing layout key reads as current: there is nothing to migrate before the first claim. */
+  async schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
+    const [v] = await this.run(LAYOUT_STATUS, [this.keys.layout], [], options);
+    return { current: v === undefined || v === '' ? LAYOUT_VERSION : Number(v), expected: LAYOUT_VERSION };
+  }
+
+  async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
+    if (requests.length === 0) return [];
+    const keys = [this.keys.history, this.keys.names, this.keys.layout];
+    const args = [String(this.retainMs), String(this.historyMaxLen), String(this.leaseHistoryMaxLen), String(LAYOUT_VERSION)];
+    const seen = new Set<string>();
+    for (const r of requests) {
+      if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
+      seen.add(r.name);
+      // '' stands for "none" in the scripts' replies, so it cannot be a holder or a nonce; and
+      // the expected nonces travel comma-joined (they are base64url, see ClaimRequest).
+      if (r.holder === '' || r.nextNonce === '') throw new ConfigError(`claim for lease "${r.name}" has an empty holder or nextNonce`);
+      if (r.nextNonce.includes(',') || r.expect?.some((n) => n === '' || n.includes(',')) === true) {
+        throw new ConfigError(`claim for lease "${r.name}" has a nonce that is empty or contains a comma; nonces are base64url`);
+      }
+      const ttlMs = Math.ceil(r.ttlMs);
+      if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new ConfigError(`claim for lease "${r.name}" has ttl ${r.ttlMs}ms; it must be positive`);
+      keys.push(this.keys.lease(r.name), this.keys.leaseHistory(r.name));
+      args.push(r.name, r.holder, r.expect === null ? '' : r.expect.join(','), r.nextNonce, String(ttlMs), r.expect === null ? '1' : '0');
+    }
+    const out = await this.run(CLAIM, keys, args, options);
+    const storeNowMs = Number(out[0]);
+    const results: ClaimResult[] = [];
+    for (let i = 0; i < requests.length; i++) {
+      const name = requests[i]!.name;
+      const [outcome, reason, token, holder, exp] = out.slice(1 + i * 5, 6 + i * 5);
+      if (outcome === 'acquired' || outcome === 'renewed') {
+        results.push({ name, outcome, token: BigInt(token!), holder: holder!, expiresAtMs: Number(exp), storeNowMs });
+      } else if (outcome === 'lost') {
+        results.push({
+          name,
+          outcome,
+          reason: reason as LostReason,
+          holder: orNull(holder),
+          token: bigOrNull(token),
+          expiresAtMs: numOrNull(exp),
+          storeNowMs,
+        });
+      } else if (outcome === 'busy') {
+        results.push({ name, outcome, holder: orNull(holder), token: bigOrNull(token), expiresAtMs: numOrNull(exp), storeNowMs });
+      } else {
+        throw new SchemaError(`the claim script answered ${JSON.stringify(outcome)} for lease "${name}"; reinstall leasehold`);
+      }
+    }
+    return results;
+  }
+
+  async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
+    if (req.expect.length === 0) return false;
+    const [ok] = await this.run(
+      RELEASE,
+      [this.keys.lease(req.name), this.keys.history, this.keys.leaseHistory(req.name)],
+      [
+        req.name,
+        req.holder,
+        String(this.retainMs),
+        String(this.historyMaxLen),
+        String(this.leaseHistoryMaxLen),
+        this.keys.channel,
+        ...req.expect,
+      ],
+      options,
+    );
+    return ok === '1';
+  }
+
+  async revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
+    const [revoked, previous, token] = await this.run(
+      REVOKE,
+      [this.keys.lease(name), this.keys.history, this.keys.leaseHistory(name)],
+      [name, reason, String(this.retainMs), String(this.historyMaxLen), String(this.leaseHistoryMaxLen), this.keys.channel],
+      options,
+    );
+    return { revoked: revoked === '1', previousHolder: orNull(previous), token: bigOrNull(token) };
+  }
+
+  async list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]> {
+    const names = options?.name !== undefined ? [options.name] : await this.run(LIST_NAMES, [this.keys.names], [], options);
+    if (names.length === 0) return [];
+    const out = await this.run(READ_LEASES, [this.keys.names, ...names.map((n) => this.keys.lease(n))], names, options);
+    const storeNowMs = Number(out[0]);
+    const infos: LeaseInfo[] = [];
+    names.forEach((name, i) => {
+      const [found, holder, token, exp, start, renewed] = out.slice(1 + i * 6, 7 + i * 6);
+      if (found !== '1') return;
+      const h = orNull(holder);
+      const expiresAtMs = numOrNull(exp);
+      infos.push({
+        name,
+        holder: h,
+        token: BigInt(token!),
+        state: h === null ? 'free' : expiresAtMs !== null && expiresAtMs > storeNowMs ? 'held' : 'expired',
+        expiresAtMs,
+        storeNowMs,
+        termStartedAtMs: numOrNull(start),
+        renewedAtMs: numOrNull(renewed),
+      });
+    });
+    return infos.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
+    const limit = options?.limit ?? 1000;
+    if (!Number.isInteger(limit) || limit < 0) throw new ConfigError(`history limit must be a non-negative integer, got ${limit}`);
+    if (limit === 0) return [];
+    const stream = options?.name !== undefined ? this.keys.leaseHistory(options.name) : this.keys.history;
+    const out = await this.run(READ_HISTORY, [stream], [String(limit)], options);
+    const entries: HistoryEntry[] = [];
+    for (let i = 0; i + 8 <= out.length; i += 8) {
+      const [id, name, event, holder, prev, token, at, detail] = out.slice(i, i + 8);
+      entries.push({
+        id: streamIdToBigint(id!),
+        name: name!,
+        event: event as HistoryEntry['event'],
+        holder: orNull(holder),
+        previousHolder: orNull(prev),
+        token: BigInt(token!),
+        atMs: Number(at),
+        detail: orNull(detail),
+      });
+    }
+    return entries.reverse();
+  }
+
+  async now(options?: CallOptions): Promise<number> {
+    const [s, us] = await this.run(NOW, [], [], options);
+    return Number(s) * 1000 + Number(us) / 1000;
+  }
+
+  /**
+   * One subscriber connection per store instance, shared by every listener. Releases and
+   * revocations PUBLISH the lease name; expiry publishes nothing (waiters sleep until the
+   * expiry they were told). `onReconnect` fires whenever the subscription comes back after
+   * being down (including when Redis was down at the first attempt), since messages published
+   * meanwhile are gone: Redis pub/sub is fire-and-forget.
+   */
+  async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
+    if (this.closed) throw new ConfigError('this RedisStore is closed');
+    this.watch ??= new FreedWatch(this.driver, this.keys.channel);
+    const watch = this.watch;
+    const entry = { listener, onReconnect };
+    await watch.add(entry);
+    let stopped = false;
+    return async () => {
+      if (stopped) return;
+      stopped = true;
+      if (watch.remove(entry)) {
+        if (this.watch === watch) this.watch = undefined;
+        await watch.close();
+      }
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const watch = this.watch;
+    this.watch = undefined;
+    await watch?.close();
+    await this.driver.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** Shorthand for {@link RedisStore.create}. */
+export function createRedisStore(options: RedisStoreOptions): Promise<RedisStore> {
+  return RedisStore.create(options);
+}
+
+interface WatchEntry {
+  listener: FreedListener;
+  onReconnect: (() => void) | undefined;
+}
+
+/**
+ * The subscriber connection behind `watchFreed`. The driver reconnects by itself; if it gives
+ * up (a caller's client with a finite retry strategy), a new connection is opened with backoff.
+ */
+class FreedWatch {
+  private readonly entries = new Set<WatchEntry>();
+  private handle: SubscriberHandle | undefined;
+  private starting: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private attempt = 0;
+  private closed = false;
+  /** Until the first start() returns, a subscription is the first one, not a reconnect. */
+  private initial = true;
+
+  constructor(
+    private readonly driver: RedisDriver,
+    private readonly channel: string,
+  ) {}
+
+  async add(entry: WatchEntry): Promise<void> {
+    this.entries.add(entry);
+    this.starting ??= this.open();
+    await this.starting;
+  }
+
+  /** True when it was the last entry (the caller then closes the watch). */
+  remove(entry: WatchEntry): boolean {
+    this.entries.delete(entry);
+    return this.entries.size === 0;
+  }
+
+  private async open(): Promise<void> {
+    if (this.closed) return;
+    const handle = this.driver.openSubscriber(this.channel, `${this.channel}:subscriber`, {
+      message: (name) => {
+        for (const e of [...this.entries]) {
+          try {
+            e.listener(name);
+          } catch {
+            // A throwing listener must not starve the others, nor escape into the driver.
+          }
+        }
+      },
+      subscribed: () => {
+        this.attempt = 0;
+        if (this.initial) return;
+        for (const e of [...this.entries]) {
+          try {
+            e.onReconnect?.();
+          } catch {
+            // as above
+          }
+        }
+      },
+      ended: () => {
+        if (this.handle !== handle) return;
+        this.handle = undefined;
+        void handle.close();
+        this.scheduleReopen();
+      },
+    });
+    this.handle = handle;
+    await handle.start();
+    this.initial = false;
+  }
+
+  private scheduleReopen(): void {
+    if (this.closed || this.timer !== undefined) return;
+    this.attempt++;
+    const delay = Math.min(30_000, 250 * 2 ** Math.min(this.attempt, 7)) * (0.5 + Math.random() / 2);
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.open().catch(() => this.scheduleReopen());
+    }, delay);
+    this.timer.unref();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.starting?.catch(() => {});
+    const handle = this.handle;
+    this.handle = undefined;
+    await handle?.close();
+  }
+}
+
+function toStrings(reply: unknown): string[] {
+  if (!Array.isArray(reply)) throw new SchemaError(`a leasehold script answered ${typeof reply}, not a list; reinstall leasehold`);
+  return reply.map((x: unknown) => (x === null || x === undefined || x === false ? '' : Buffer.isBuffer(x) ? x.toString() : String(x)));
+}
+
+function orNull(s: string | undefined): string | null {
+  return s === undefined || s === '' ? null : s;
+}
+
+function bigOrNull(s: string | undefined): bigint | null {
+  return s === undefined || s === '' ? null : BigInt(s);
+}
+
+function numOrNull(s: string | undefined): number | null {
+  return s === undefined || s === '' ? null : Number(s);
+}
+
+/**
+ * Stream ids are `<ms>-<seq>`, increasing; as one bigint: ms * 2^24 + seq (seq counts the entries
+ * added within one millisecond, far below 2^24 even for a claim batch of 10,000 leases).
+ */
+export function streamIdToBigint(id: string): bigint {
+  const [ms, seq] = id.split('-');
+  return (BigInt(ms ?? '0') << 24n) + BigInt(seq ?? '0');
+}
+
+function positiveInt(value: number, what: string, allowZero = false): number {
+  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
+    throw new ConfigError(`${what} must be a ${allowZero ? 'non-negative' : 'positive'} whole number, got ${value}`);
+  }
+  return value;
+}

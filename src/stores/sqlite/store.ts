@@ -1,0 +1,439 @@
+import { mkdirSync, watch, type FSWatcher } from 'node:fs';
+import { basename, dirname, resolve } from 'node:path';
+import { createRequire } from 'node:module';
+import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import type {
+  CallOptions,
+  ClaimRequest,
+  ClaimResult,
+  FreedListener,
+  HistoryEntry,
+  LeaseInfo,
+  LeaseStore,
+  LostReason,
+  ReleaseRequest,
+  RevokeResult,
+  SchemaStatus,
+} from '../store.js';
+
+export const SQLITE_SCHEMA_VERSION = 1;
+
+/** The subset of a better-sqlite3 `Database` leasehold needs. */
+export interface SqliteDatabaseLike {
+  prepare(sql: string): SqliteStatementLike;
+  exec(sql: string): unknown;
+  pragma(sql: string, options?: { simple?: boolean }): unknown;
+  transaction<F extends (...args: never[]) => unknown>(fn: F): F & { immediate: F };
+  close(): unknown;
+  readonly open: boolean;
+  readonly name: string;
+}
+export interface SqliteStatementLike {
+  run(...params: unknown[]): { changes: number };
+  get(...params: unknown[]): unknown;
+  all(...params: unknown[]): unknown[];
+  safeIntegers(toggle?: boolean): this;
+}
+
+export interface SqliteStoreOptions {
+  /** `sqlite:/path/to/file.db`, or pass `path`, or `database`. */
+  url?: string;
+  path?: string;
+  /** Your own better-sqlite3 Database (leasehold will not close it). */
+  database?: SqliteDatabaseLike;
+  /** How long to wait for another process's write lock before failing (retryable). Default 2s. */
+  busyTimeoutMs?: number;
+  /** Create or upgrade the tables on open. Default true: the embedded store needs no setup step. */
+  migrate?: boolean;
+}
+
+const T = {
+  leases: 'leasehold_leases',
+  history: 'leasehold_history',
+  fences: 'leasehold_fences',
+  version: 'leasehold_schema_version',
+};
+
+const MIGRATIONS = [
+  `
+CREATE TABLE ${T.leases} (
+  name            TEXT PRIMARY KEY,
+  holder          TEXT,
+  nonce           TEXT,
+  -- The last token issued for this name; rows are never deleted, so tokens never repeat.
+  token           INTEGER NOT NULL DEFAULT 0,
+  expires_at      INTEGER,
+  term_started_at INTEGER,
+  renewed_at      INTEGER,
+  ended_by        TEXT CHECK (ended_by IN ('released', 'revoked'))
+);
+CREATE TABLE ${T.history} (
+  id              INTEGER PRIMARY KEY AUTOINCREMENT,
+  name            TEXT NOT NULL,
+  event           TEXT NOT NULL CHECK (event IN ('acquired', 'takeover', 'released', 'revoked')),
+  holder          TEXT,
+  previous_holder TEXT,
+  token           INTEGER NOT NULL,
+  at              INTEGER NOT NULL,
+  detail          TEXT
+);
+CREATE INDEX ${T.history}_name_id ON ${T.history} (name, id);
+CREATE TABLE ${T.fences} (
+  resource   TEXT PRIMARY KEY,
+  token      INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL
+);
+`,
+];
+
+interface LeaseRow {
+  name: string;
+  holder: string | null;
+  nonce: string | null;
+  token: bigint;
+  expires_at: bigint | null;
+  term_started_at: bigint | null;
+  renewed_at: bigint | null;
+  ended_by: 'released' | 'revoked' | null;
+}
+
+/**
+ * The embedded default: one SQLite file shared by every process on one host. WAL lets readers
+ * run beside the single writer; every claim is a BEGIN IMMEDIATE transaction so two processes
+ * never both read "free" and both write "mine".
+ *
+ * The store's clock is this host's wall clock, read inside the write transaction. All
+ * processes on the host share it, which is what makes SQLite a one-host store: a process whose
+ * clock is faked (libfaketime) is judging expiry by a different clock, and an NTP step moves
+ * every expiry at once.
+ */
+export class SqliteStore implements LeaseStore {
+  readonly kind = 'sqlite';
+  readonly description: string;
+  readonly path: string;
+  private readonly db: SqliteDatabaseLike;
+  private readonly ownsDb: boolean;
+  private closed = false;
+  private watchers = new Set<() => Promise<void>>();
+
+  constructor(options: SqliteStoreOptions) {
+    let path = options.path;
+    if (options.database === undefined && path === undefined) {
+      if (options.url === undefined) throw new ConfigError('SqliteStore needs a url (sqlite:PATH), a path or a database');
+      path = parseSqliteUrl(options.url);
+    }
+    if (options.database !== undefined) {
+      this.db = options.database;
+      this.ownsDb = false;
+      this.path = options.database.name;
+    } else {
+      this.path = path === ':memory:' ? path : resolve(path!);
+      if (this.path !== ':memory:') mkdirSync(dirname(this.path), { recursive: true });
+      this.db = openDatabase(this.path);
+      this.ownsDb = true;
+    }
+    this.description = `sqlite ${this.path}`;
+    try {
+      this.db.pragma('journal_mode = WAL');
+      this.db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 2000}`);
+      this.db.pragma('synchronous = NORMAL');
+    } catch (err) {
+      throw mapSqliteError(err);
+    }
+    if (options.migrate !== false) this.migrateSync();
+  }
+
+  private guard<R>(fn: () => R, options?: CallOptions): Promise<R> {
+    if (this.closed) return Promise.reject(new LeaseholdError('CONFIG', 'this SqliteStore is closed'));
+    try {
+      options?.signal?.throwIfAborted();
+      return Promise.resolve(fn());
+    } catch (err) {
+      return Promise.reject(mapSqliteError(err));
+    }
+  }
+
+  private migrateSync(): SchemaStatus {
+    try {
+      return this.db.transaction(() => {
+        this.db.exec(`CREATE TABLE IF NOT EXISTS ${T.version} (version INTEGER NOT NULL)`);
+        const row = this.db.prepare(`SELECT max(version) AS v FROM ${T.version}`).get() as { v: number | null };
+        let current = row.v ?? 0;
+        if (current > SQLITE_SCHEMA_VERSION) {
+          throw new SchemaError(`${this.path} has leasehold schema ${current}, newer than this leasehold (${SQLITE_SCHEMA_VERSION}); upgrade leasehold`);
+        }
+        for (; current < SQLITE_SCHEMA_VERSION; current++) this.db.exec(MIGRATIONS[current]!);
+        this.db.exec(`DELETE FROM ${T.version}`);
+        this.db.prepare(`INSERT INTO ${T.version} (version) VALUES (?)`).run(current);
+        return { current, expected: SQLITE_SCHEMA_VERSION };
+      }).immediate();
+    } catch (err) {
+      throw mapSqliteError(err);
+    }
+  }
+
+  migrate(options?: CallOptions): Promise<SchemaStatus> {
+    return this.guard(() => this.migrateSync(), options);
+  }
+
+  schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
+    return this.guard(() => {
+      const t = this.db.prepare(`SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?`).get(T.version);
+      if (t === undefined) return { current: 0, expected: SQLITE_SCHEMA_VERSION };
+      const row = this.db.prepare(`SELECT max(version) AS v FROM ${T.version}`).get() as { v: number | null };
+      return { current: row.v ?? 0, expected: SQLITE_SCHEMA_VERSION };
+    }, options);
+  }
+
+  claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
+    return this.guard(() => {
+      const seen = new Set<string>();
+      for (const r of requests) {
+        if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
+        seen.add(r.name);
+      }
+      const get = this.db.prepare(`SELECT * FROM ${T.leases} WHERE name = ?`).safeIntegers(true);
+      const insert = this.db.prepare(
+        `INSERT INTO ${T.leases} (name, holder, nonce, token, expires_at, term_started_at, renewed_at) VALUES (?, ?, ?, 1, ?, ?, ?)`,
+      );
+      const acquire = this.db.prepare(
+        `UPDATE ${T.leases} SET holder = ?, nonce = ?, token = token + 1, expires_at = ?, term_started_at = ?, renewed_at = ?, ended_by = NULL WHERE name = ?`,
+      );
+      const renew = this.db.prepare(`UPDATE ${T.leases} SET nonce = ?, expires_at = ?, renewed_at = ? WHERE name = ?`);
+      const hist = this.db.prepare(
+        `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at) VALUES (?, ?, ?, ?, ?, ?)`,
+      );
+      return this.db.transaction(() => {
+        const now = Date.now();
+        return requests.map((req): ClaimResult => {
+          const row = get.get(req.name) as LeaseRow | undefined;
+          const expires = now + Math.round(req.ttlMs);
+          const live = row !== undefined && row.holder !== null && row.expires_at !== null && Number(row.expires_at) > now;
+          if (req.expect !== null) {
+            if (live && row.holder === req.holder && row.nonce !== null && req.expect.includes(row.nonce)) {
+              renew.run(req.nextNonce, expires, now, req.name);
+              return { name: req.name, outcome: 'renewed', token: row.token, holder: req.holder, expiresAtMs: expires, storeNowMs: now };
+            }
+            return {
+              name: req.name,
+              outcome: 'lost',
+              reason: lostReason(row, req),
+              holder: row?.holder ?? null,
+              token: row?.token ?? null,
+              expiresAtMs: row?.expires_at == null ? null : Number(row.expires_at),
+              storeNowMs: now,
+            };
+          }
+          if (live) {
+            return { name: req.name, outcome: 'busy', holder: row.holder, token: row.token, expiresAtMs: Number(row.expires_at), storeNowMs: now };
+          }
+          let token: bigint;
+          if (row === undefined) {
+            insert.run(req.name, req.holder, req.nextNonce, expires, now, now);
+            token = 1n;
+          } else {
+            acquire.run(req.holder, req.nextNonce, expires, now, now, req.name);
+            token = row.token + 1n;
+          }
+          const event = row === undefined || row.holder === null ? 'acquired' : 'takeover';
+          hist.run(req.name, event, req.holder, row?.holder ?? null, token, now);
+          return { name: req.name, outcome: 'acquired', token, holder: req.holder, expiresAtMs: expires, storeNowMs: now };
+        });
+      }).immediate();
+    }, options);
+  }
+
+  release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
+    return this.guard(() => this.endTerm(req.name, 'released', null, req), options).then((r) => r.revoked);
+  }
+
+  revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
+    return this.guard(() => this.endTerm(name, 'revoked', reason, null), options);
+  }
+
+  private endTerm(name: string, event: 'released' | 'revoked', detail: string | null, holderReq: ReleaseRequest | null): RevokeResult {
+    return this.db.transaction((): RevokeResult => {
+      const row = this.db.prepare(`SELECT * FROM ${T.leases} WHERE name = ?`).safeIntegers(true).get(name) as LeaseRow | undefined;
+      if (row === undefined) return { revoked: false, previousHolder: null, token: null };
+      const mine = holderReq === null || (row.holder === holderReq.holder && row.nonce !== null && holderReq.expect.includes(row.nonce));
+      if (row.holder === null || !mine) return { revoked: false, previousHolder: null, token: row.token };
+      const now = Date.now();
+      this.db
+        .prepare(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = ? WHERE name = ?`)
+        .run(now, event, name);
+      this.db
+        .prepare(`INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, ?, NULL, ?, ?, ?, ?)`)
+        .run(name, event, row.holder, row.token, now, detail);
+      return { revoked: true, previousHolder: row.holder, token: row.token };
+    }).immediate();
+  }
+
+  list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]> {
+    return this.guard(() => {
+      const now = Date.now();
+      const rows = this.db
+        .prepare(`SELECT * FROM ${T.leases} WHERE token > 0 AND (? IS NULL OR name = ?) ORDER BY name`)
+        .safeIntegers(true)
+        .all(options?.name ?? null, options?.name ?? null) as LeaseRow[];
+      return rows.map((row) => {
+        const expiresAtMs = row.expires_at === null ? null : Number(row.expires_at);
+        return {
+          name: row.name,
+          holder: row.holder,
+          token: row.token,
+          state: row.holder === null ? 'free' : expiresAtMs !== null && expiresAtMs > now ? 'held' : 'expired',
+          expiresAtMs,
+          storeNowMs: now,
+          termStartedAtMs: row.term_started_at === null ? null : Number(row.term_started_at),
+          renewedAtMs: row.renewed_at === null ? null : Number(row.renewed_at),
+        };
+      });
+    }, options);
+  }
+
+  history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
+    return this.guard(() => {
+      const rows = this.db
+        .prepare(
+          `SELECT * FROM (SELECT * FROM ${T.history} WHERE (? IS NULL OR name = ?) ORDER BY id DESC LIMIT ?) ORDER BY id`,
+        )
+        .safeIntegers(true)
+        .all(options?.name ?? null, options?.name ?? null, options?.limit ?? 1000) as {
+        id: bigint;
+        name: string;
+        event: HistoryEntry['event'];
+        holder: string | null;
+        previous_holder: string | null;
+        token: bigint;
+        at: bigint;
+        detail: string | null;
+      }[];
+      return rows.map((r) => ({
+        id: r.id,
+        name: r.name,
+        event: r.event,
+        holder: r.holder,
+        previousHolder: r.previous_holder,
+        token: r.token,
+        atMs: Number(r.at),
+        detail: r.detail,
+      }));
+    }, options);
+  }
+
+  now(options?: CallOptions): Promise<number> {
+    return this.guard(() => Date.now(), options);
+  }
+
+  /**
+   * SQLite has no push channel, but every commit touches the WAL file. We watch the directory
+   * (the WAL file is deleted when the last connection closes, which would orphan a file watch)
+   * and, on a change, read new release/revoke rows from the history: a cheap local query.
+   */
+  watchFreed(listener: FreedListener): Promise<() => Promise<void>> {
+    if (this.path === ':memory:' || this.path === '') return Promise.reject(new ConfigError('an in-memory SQLite store cannot be watched'));
+    return this.guard(() => {
+      const lastId = this.db.prepare(`SELECT coalesce(max(id), 0) AS id FROM ${T.history}`).safeIntegers(true).get() as { id: bigint };
+      let cursor = lastId.id;
+      const base = basename(this.path);
+      const poll = this.db
+        .prepare(`SELECT id, name FROM ${T.history} WHERE id > ? AND event IN ('released', 'revoked') ORDER BY id`)
+        .safeIntegers(true);
+      const maxId = this.db.prepare(`SELECT coalesce(max(id), 0) AS id FROM ${T.history}`).safeIntegers(true);
+      let pending: NodeJS.Timeout | undefined;
+      const check = (): void => {
+        pending = undefined;
+        if (this.closed) return;
+        try {
+          const rows = poll.all(cursor) as { id: bigint; name: string }[];
+          const top = (maxId.get() as { id: bigint }).id;
+          for (const r of rows) listener(r.name);
+          cursor = top > cursor ? top : cursor;
+        } catch {
+          // Busy or closing: the next change (or the follower's expiry sleep) covers it.
+        }
+      };
+      let watcher: FSWatcher | undefined = watch(dirname(this.path), { persistent: false }, (_event, file) => {
+        if (file !== null && !String(file).startsWith(base)) return;
+        if (pending === undefined) pending = setTimeout(check, 5);
+      });
+      watcher.on('error', () => {
+        watcher?.close();
+        watcher = undefined;
+      });
+      const stop = (): Promise<void> => {
+        watcher?.close();
+        watcher = undefined;
+        if (pending !== undefined) clearTimeout(pending);
+        this.watchers.delete(stop);
+        return Promise.resolve();
+      };
+      this.watchers.add(stop);
+      return stop;
+    });
+  }
+
+  close(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    for (const stop of [...this.watchers]) void stop();
+    this.closed = true;
+    if (this.ownsDb && this.db.open) this.db.close();
+    return Promise.resolve();
+  }
+
+  /** For the fence helpers: the same file's database handle. */
+  get database(): SqliteDatabaseLike {
+    return this.db;
+  }
+}
+
+function lostReason(row: LeaseRow | undefined, req: ClaimRequest): LostReason {
+  if (row === undefined) return 'expired';
+  const nonceOk = row.nonce !== null && (req.expect ?? []).includes(row.nonce);
+  if (row.holder === req.holder && nonceOk) return 'expired';
+  if (row.holder === req.holder) return 'cloned';
+  if (row.holder === null && row.ended_by === 'revoked') return 'revoked';
+  if (row.holder === null && row.ended_by === 'released') return 'released';
+  if (row.holder === null) return 'expired';
+  return 'superseded';
+}
+
+export function parseSqliteUrl(url: string): string {
+  const m = /^sqlite:(?:\/\/)?(.+)$/.exec(url);
+  if (m === null || m[1]!.trim() === '') {
+    throw new ConfigError(`store URL ${JSON.stringify(url)} is not a SQLite URL; write sqlite:/path/to/leases.db`);
+  }
+  return m[1]!;
+}
+
+function openDatabase(path: string): SqliteDatabaseLike {
+  let Database: new (path: string, options?: Record<string, unknown>) => SqliteDatabaseLike;
+  try {
+    // better-sqlite3 is CommonJS and a regular dependency: the embedded default needs no install step.
+    Database = createRequire(import.meta.url)('better-sqlite3') as typeof Database;
+  } catch (err) {
+    throw new ConfigError('the SQLite store needs better-sqlite3 (version 12 on Node 20): npm install better-sqlite3@12', { cause: err });
+  }
+  try {
+    return new Database(path);
+  } catch (err) {
+    throw new ConfigError(`cannot open SQLite database ${path}: ${(err as Error).message}; check the path and its permissions`, { cause: err });
+  }
+}
+
+export function mapSqliteError(err: unknown): Error {
+  if (err instanceof LeaseholdError) return err;
+  const e = err as { code?: string; message?: string };
+  const code = e.code ?? '';
+  const msg = e.message ?? String(err);
+  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED') || code === 'SQLITE_IOERR') {
+    return new StoreUnavailableError(`SQLite database is busy or unreadable (${msg}); leasehold will retry`, { cause: err });
+  }
+  if (/no such table/.test(msg)) {
+    return new SchemaError(`leasehold's tables are missing (${msg}); run \`leasehold migrate --store sqlite:PATH\``, { cause: err });
+  }
+  if (code === 'SQLITE_READONLY' || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_NOTADB') {
+    return new ConfigError(`SQLite database cannot be used (${msg}); check the path and its permissions`, { cause: err });
+  }
+  return new StoreUnavailableError(`SQLite call failed (${msg})`, { cause: err });
+}
