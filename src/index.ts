@@ -34,3 +34,5 @@ export type * from './stores/store.js';
 export { openStore, resolveStoreUrl, defaultStoreUrl } from './stores/index.js';
 export { PostgresStore, type PostgresStoreOptions, type PgPoolLike, type PgQueryableLike } from './stores/postgres/store.js';
 export { SqliteStore, type SqliteStoreOptions, type SqliteDatabaseLike } from './stores/sqlite/store.js';
+export { RedisStore, createRedisStore, type RedisStoreOptions, type IoredisLike, type NodeRedisLike } from './stores/redis/index.js';
+export { EtcdStore, createEtcdStore, type EtcdStoreOptions } from './stores/etcd/index.js';

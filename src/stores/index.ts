@@ -43,6 +43,16 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
       const { SqliteStore } = await import('./sqlite/store.js');
       return new SqliteStore({ url });
     }
+    case 'redis':
+    case 'rediss': {
+      const { createRedisStore } = await import('./redis/index.js');
+      return createRedisStore({ url });
+    }
+    case 'etcd':
+    case 'etcds': {
+      const { createEtcdStore } = await import('./etcd/index.js');
+      return createEtcdStore({ url });
+    }
     default:
       throw new ConfigError(
         `store URL ${JSON.stringify(url.replace(/:[^:@/]*@/, ':***@'))} has ${scheme === undefined ? 'no scheme' : `an unknown scheme "${scheme}"`}; ` +
