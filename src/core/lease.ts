@@ -34,7 +34,7 @@ export interface Term {
 
 export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
 
-export interface LeaseOptions extends TimingOptions {}
+export type LeaseOptions = TimingOptions;
 
 export interface AcquireOptions {
   /** true (default): wait for ever; false: one attempt; a duration: give up after it. */
