@@ -64,6 +64,7 @@ export interface LeaseHost {
   requestRenewal(lease: Lease): void;
   waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void };
   checkSuspension(): void;
+  retainWhileContending(delta: 1 | -1): void;
   /** Called after each renewal: how far the store's clock and the monotonic clock moved. */
   noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, lease: Lease): void;
 }
@@ -168,6 +169,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this._state = 'contending';
     let errors = 0;
     let lastError: unknown;
+    this.host.retainWhileContending(1);
     try {
       for (;;) {
         if (signal.aborted) throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
@@ -216,6 +218,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
         await this.sleepOrFreed(Math.min(sleepMs, left), signal);
       }
     } finally {
+      this.host.retainWhileContending(-1);
       if (this._state === 'contending') this._state = 'idle';
     }
   }

@@ -152,12 +152,35 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   enroll(lease: Lease): void {
     this.enrolled.add(lease);
     this.startWallWatchdog();
+    this.updateKeepAlive();
     this.scheduleTick();
   }
 
   unenroll(lease: Lease): void {
     this.enrolled.delete(lease);
     if (this.enrolled.size === 0) this.stopWallWatchdog();
+    this.updateKeepAlive();
+  }
+
+  /**
+   * While this process holds a term or someone awaits an acquisition, keep the event loop
+   * alive: some drivers unref their sockets, and a process that exits while it believes it
+   * leads (or while `await acquire()` is pending) surprises everyone. Release or close to exit.
+   */
+  private contending = 0;
+  private keepAlive: NodeJS.Timeout | undefined;
+  retainWhileContending(delta: 1 | -1): void {
+    this.contending += delta;
+    this.updateKeepAlive();
+  }
+
+  private updateKeepAlive(): void {
+    const want = !this.closed && (this.enrolled.size > 0 || this.contending > 0);
+    if (want && this.keepAlive === undefined) this.keepAlive = setInterval(() => {}, 1 << 30);
+    if (!want && this.keepAlive !== undefined) {
+      clearInterval(this.keepAlive);
+      this.keepAlive = undefined;
+    }
   }
 
   requestRenewal(_lease: Lease): void {
@@ -184,7 +207,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
       this.tickAt = Infinity;
       this.tick();
     }, Math.max(0, at - monoNow()));
-    // Renewal timers do not keep the process alive; a held lease simply expires at exit.
+    // The keep-alive interval holds the process open while a term is held, not this timer.
     this.tickTimer.unref();
   }
 
@@ -356,6 +379,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     const leases = [...this.leases];
     await Promise.allSettled(leases.map((l) => l.close()));
     this.closed = true;
+    this.updateKeepAlive();
     if (this.tickTimer !== undefined) clearTimeout(this.tickTimer);
     this.stopWallWatchdog();
     for (const l of leases) l.abandon('closed', 'the Leasehold client was closed');

@@ -1,0 +1,56 @@
+#!/usr/bin/env node
+// The test command behind `npm test` (after build, typecheck and lint): starts the services the
+// selected stores need, runs every compiled test file with node's test runner, stops what it
+// started. PostgreSQL and Redis are expected at their standard local ports; point elsewhere with
+// LEASEHOLD_TEST_PG_URL / LEASEHOLD_TEST_REDIS_URL / LEASEHOLD_TEST_ETCD_URL, and narrow the
+// stores with LEASEHOLD_TEST_STORES=postgres,sqlite.
+import { spawn, spawnSync } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+
+const root = new URL('..', import.meta.url).pathname;
+const stores = (process.env.LEASEHOLD_TEST_STORES ?? 'postgres,sqlite,redis,etcd').split(',').map((s) => s.trim());
+const log = (m) => process.stdout.write(`[test] ${m}\n`);
+
+// libfaketime makes a real process's wall clock lie (suspension and clock tests need it).
+if (spawnSync('sh', ['-c', 'ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1']).status !== 0) {
+  log('libfaketime is missing: installing the Debian package faketime');
+  const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime'], { stdio: 'inherit' });
+  if (apt.status !== 0) log('could not install faketime; the tests that need it will say so and skip');
+}
+
+let etcd;
+if (stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_URL === undefined) {
+  const { ensureEtcd } = await import('./services/etcd.mjs');
+  etcd = await ensureEtcd({ log });
+  log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);
+}
+
+function find(dir) {
+  const out = [];
+  for (const entry of readdirSync(dir)) {
+    const p = join(dir, entry);
+    if (statSync(p).isDirectory()) out.push(...find(p));
+    else if (p.endsWith('.test.js')) out.push(p);
+  }
+  return out.sort();
+}
+const files = process.argv.slice(2).length > 0 ? process.argv.slice(2) : find(join(root, 'dist', 'test'));
+const concurrency = process.env.LEASEHOLD_TEST_CONCURRENCY ?? '2';
+log(`running ${files.length} test files against: ${stores.join(', ')} (concurrency ${concurrency})`);
+
+const code = await new Promise((resolve) => {
+  const child = spawn(process.execPath, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files], {
+    stdio: 'inherit',
+    env: { ...process.env, LEASEHOLD_TEST_STORES: stores.join(',') },
+  });
+  const forward = (sig) => child.kill(sig);
+  process.on('SIGINT', forward).on('SIGTERM', forward);
+  child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));
+});
+
+if (etcd?.started) {
+  await etcd.stop();
+  log('stopped the etcd this run started');
+}
+process.exitCode = code;

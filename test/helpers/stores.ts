@@ -1,0 +1,125 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { openStore } from '../../src/stores/index.js';
+import type { LeaseStore } from '../../src/stores/store.js';
+import { TEST_REDIS_URL, deleteRedisKeys, freshRedisPrefix } from './redis-store.js';
+import { TEST_ETCD_URL, deleteEtcdKeys, freshEtcdPrefix } from './etcd-store.js';
+
+export const TEST_PG_URL = process.env['LEASEHOLD_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+export type StoreKind = 'postgres' | 'sqlite' | 'redis' | 'etcd';
+export const ALL_STORES: StoreKind[] = ['postgres', 'sqlite', 'redis', 'etcd'];
+
+/** The stores this run covers: `LEASEHOLD_TEST_STORES=postgres,redis` narrows it. */
+export function selectedStores(): StoreKind[] {
+  const env = process.env['LEASEHOLD_TEST_STORES'];
+  if (env === undefined || env.trim() === '') return ALL_STORES;
+  const wanted = env.split(',').map((s) => s.trim()) as StoreKind[];
+  for (const w of wanted) if (!ALL_STORES.includes(w)) throw new Error(`LEASEHOLD_TEST_STORES names unknown store "${w}"`);
+  return wanted;
+}
+
+/** One isolated namespace on a real store: a fresh schema, file, or key prefix. */
+export interface TestStore {
+  kind: StoreKind;
+  /** A URL other processes can open to reach the same namespace. */
+  url: string;
+  store: LeaseStore;
+  /** Another independent connection to the same namespace (another "process"). */
+  open(): Promise<LeaseStore>;
+  cleanup(): Promise<void>;
+}
+
+export async function makeTestStore(kind: StoreKind): Promise<TestStore> {
+  const id = randomBytes(5).toString('hex');
+  let url: string;
+  let drop: () => Promise<void>;
+  switch (kind) {
+    case 'postgres': {
+      const schema = `lh_t_${id}`;
+      url = `${TEST_PG_URL}${TEST_PG_URL.includes('?') ? '&' : '?'}schema=${schema}`;
+      drop = async () => {
+        const c = new pg.Client({ connectionString: TEST_PG_URL });
+        await c.connect();
+        await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+        await c.end();
+      };
+      break;
+    }
+    case 'sqlite': {
+      const dir = mkdtempSync(join(tmpdir(), 'lh-sqlite-'));
+      url = `sqlite:${join(dir, 'leases.db')}`;
+      drop = () => {
+        rmSync(dir, { recursive: true, force: true });
+        return Promise.resolve();
+      };
+      break;
+    }
+    case 'redis': {
+      const prefix = freshRedisPrefix();
+      url = `${TEST_REDIS_URL}${TEST_REDIS_URL.includes('?') ? '&' : '?'}prefix=${prefix}`;
+      drop = () => deleteRedisKeys(prefix);
+      break;
+    }
+    case 'etcd': {
+      const prefix = freshEtcdPrefix();
+      url = `${TEST_ETCD_URL}${TEST_ETCD_URL.includes('?') ? '&' : '?'}prefix=${prefix}`;
+      drop = () => deleteEtcdKeys(prefix);
+      break;
+    }
+  }
+  const opened: LeaseStore[] = [];
+  const open = async (): Promise<LeaseStore> => {
+    const s = await openStore(url);
+    opened.push(s);
+    return s;
+  };
+  const store = await open();
+  await store.migrate();
+  return {
+    kind,
+    url,
+    store,
+    open,
+    async cleanup() {
+      await Promise.allSettled(opened.map((s) => s.close()));
+      await drop();
+    },
+  };
+}
+
+/** A URL for each kind that points at nothing listening (a store that is down). */
+export function downUrl(kind: StoreKind): string | undefined {
+  switch (kind) {
+    case 'postgres':
+      return 'postgres://postgres@127.0.0.1:1/test';
+    case 'redis':
+      return 'redis://127.0.0.1:1/0';
+    case 'etcd':
+      return 'etcd://127.0.0.1:1';
+    case 'sqlite':
+      return undefined;
+  }
+}
+
+/** Wraps a store and counts claim calls and requests: the follower-load budget. */
+export function countingStore(inner: LeaseStore): LeaseStore & { calls: number; requests: number } {
+  const counts = { calls: 0, requests: 0 };
+  return new Proxy(inner, {
+    get(target, prop) {
+      if (prop === 'calls' || prop === 'requests') return counts[prop];
+      if (prop === 'claim') {
+        return (reqs: Parameters<LeaseStore['claim']>[0], opts: Parameters<LeaseStore['claim']>[1]) => {
+          counts.calls++;
+          counts.requests += reqs.length;
+          return target.claim(reqs, opts);
+        };
+      }
+      const v: unknown = Reflect.get(target, prop, target);
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  }) as LeaseStore & { calls: number; requests: number };
+}
