@@ -377,6 +377,16 @@ export class Lease extends EventEmitter<LeaseEvents> {
     }
   }
 
+  /** @internal scheduler: a renewal is taking too long to answer. Stop handing out the token. */
+  renewalOverdue(waitedMs: number): void {
+    const t = this.term;
+    if (t === undefined || this._state !== 'leading') return;
+    this._state = 'jeopardy';
+    const err = new LeaseholdError('STORE_UNAVAILABLE', `the renewal has not been answered after ${Math.round(waitedMs)}ms`, { retryable: true });
+    this.host.logger.warn({ lease: this.name, token: String(t.token) }, 'leasehold: renewal overdue; in jeopardy');
+    this.emit('jeopardy', t, err);
+  }
+
   /**
    * Ends the current term locally: aborts its signal (with a LeaseLostError), stops renewing.
    * @internal also called by the client's suspension detectors.

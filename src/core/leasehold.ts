@@ -238,6 +238,12 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     batch: { lease: Lease; req: ClaimRequest; waiters: Array<{ resolve: () => void }> }[],
     sentAt: number,
   ): Promise<void> {
+    // An answer that is late is as unknown as an error: jeopardy after half a renew interval.
+    const overdueMs = Math.min(...batch.map((b) => b.lease.timing.renewMs)) / 2;
+    const overdue = setTimeout(() => {
+      for (const b of batch) if (b.lease.inFlight) b.lease.renewalOverdue(monoNow() - sentAt);
+    }, overdueMs);
+    overdue.unref();
     try {
       const results = await this.store.claim(
         batch.map((b) => b.req),
@@ -255,6 +261,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
         b.lease.renewalFailed(err);
       }
     } finally {
+      clearTimeout(overdue);
       for (const b of batch) {
         b.lease.inFlight = false;
         for (const w of b.waiters) w.resolve();

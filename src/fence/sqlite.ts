@@ -1,5 +1,5 @@
 import { ConfigError, FencedError, SchemaError } from '../core/errors.js';
-import type { SqliteDatabaseLike } from '../stores/sqlite/store.js';
+import { immediate, type SqliteDatabaseLike } from '../stores/sqlite/store.js';
 
 export interface SqliteFenceOptions {
   resource: string;
@@ -27,7 +27,7 @@ export function createSqliteFenceTable(db: SqliteDatabaseLike, table?: string): 
 export function fencedWriteSync<T>(db: SqliteDatabaseLike, options: SqliteFenceOptions, fn: (db: SqliteDatabaseLike) => T): T {
   if (typeof options.token !== 'bigint') throw new ConfigError('fence token must be a bigint (the lease token)');
   const t = tableName(options.table);
-  return db.transaction(() => {
+  return immediate(db, () => {
     let changed: number;
     try {
       changed = db
@@ -48,5 +48,5 @@ export function fencedWriteSync<T>(db: SqliteDatabaseLike, options: SqliteFenceO
       throw new FencedError(options.resource, options.token, row?.token ?? null);
     }
     return fn(db);
-  }).immediate();
+  });
 }

@@ -23,11 +23,16 @@ export interface SqliteDatabaseLike {
   prepare(sql: string): SqliteStatementLike;
   exec(sql: string): unknown;
   pragma(sql: string, options?: { simple?: boolean }): unknown;
-  transaction<F extends (...args: never[]) => unknown>(fn: F): F & { immediate: F };
+  transaction(fn: () => unknown): { immediate(): unknown };
   close(): unknown;
   readonly open: boolean;
   readonly name: string;
 }
+/** Runs `fn` in a BEGIN IMMEDIATE transaction: the write lock is taken before the first read. */
+export function immediate<T>(db: SqliteDatabaseLike, fn: () => T): T {
+  return db.transaction(fn).immediate() as T;
+}
+
 export interface SqliteStatementLike {
   run(...params: unknown[]): { changes: number };
   get(...params: unknown[]): unknown;
@@ -155,7 +160,7 @@ export class SqliteStore implements LeaseStore {
 
   private migrateSync(): SchemaStatus {
     try {
-      return this.db.transaction(() => {
+      return immediate(this.db, () => {
         this.db.exec(`CREATE TABLE IF NOT EXISTS ${T.version} (version INTEGER NOT NULL)`);
         const row = this.db.prepare(`SELECT max(version) AS v FROM ${T.version}`).get() as { v: number | null };
         let current = row.v ?? 0;
@@ -166,7 +171,7 @@ export class SqliteStore implements LeaseStore {
         this.db.exec(`DELETE FROM ${T.version}`);
         this.db.prepare(`INSERT INTO ${T.version} (version) VALUES (?)`).run(current);
         return { current, expected: SQLITE_SCHEMA_VERSION };
-      }).immediate();
+      });
     } catch (err) {
       throw mapSqliteError(err);
     }
@@ -203,7 +208,7 @@ export class SqliteStore implements LeaseStore {
       const hist = this.db.prepare(
         `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at) VALUES (?, ?, ?, ?, ?, ?)`,
       );
-      return this.db.transaction(() => {
+      return immediate(this.db, () => {
         const now = Date.now();
         return requests.map((req): ClaimResult => {
           const row = get.get(req.name) as LeaseRow | undefined;
@@ -239,7 +244,7 @@ export class SqliteStore implements LeaseStore {
           hist.run(req.name, event, req.holder, row?.holder ?? null, token, now);
           return { name: req.name, outcome: 'acquired', token, holder: req.holder, expiresAtMs: expires, storeNowMs: now };
         });
-      }).immediate();
+      });
     }, options);
   }
 
@@ -252,7 +257,7 @@ export class SqliteStore implements LeaseStore {
   }
 
   private endTerm(name: string, event: 'released' | 'revoked', detail: string | null, holderReq: ReleaseRequest | null): RevokeResult {
-    return this.db.transaction((): RevokeResult => {
+    return immediate(this.db, (): RevokeResult => {
       const row = this.db.prepare(`SELECT * FROM ${T.leases} WHERE name = ?`).safeIntegers(true).get(name) as LeaseRow | undefined;
       if (row === undefined) return { revoked: false, previousHolder: null, token: null };
       const mine = holderReq === null || (row.holder === holderReq.holder && row.nonce !== null && holderReq.expect.includes(row.nonce));
@@ -265,7 +270,7 @@ export class SqliteStore implements LeaseStore {
         .prepare(`INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, ?, NULL, ?, ?, ?, ?)`)
         .run(name, event, row.holder, row.token, now, detail);
       return { revoked: true, previousHolder: row.holder, token: row.token };
-    }).immediate();
+    });
   }
 
   list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]> {

@@ -1,0 +1,197 @@
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { ConfigError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
+import { defaultStoreUrl } from '../stores/index.js';
+import type { LeaseStore } from '../stores/store.js';
+import { EXIT, STORE_OPTIONS, canCreate, findSetpriv, formatMs, openStoreFromFlags, out, storeUrl, toJson, usageError } from './common.js';
+import { parseRunArgs } from './run.js';
+
+export const DOCTOR_USAGE = `Usage: leasehold doctor [--store URL] [--json]
+
+Checks, each reported ok / warn / fail:
+  config         LEASEHOLD_TTL, LEASEHOLD_RENEW, LEASEHOLD_GRACE, LEASEHOLD_WAIT, LEASEHOLD_NAME parse
+                 and fit together (renew <= ttl/2, grace < ttl - renew)
+  default-store  the embedded default's directory is writable
+  setpriv        util-linux setpriv is installed (without it a SIGKILLed runner leaves its
+                 command running)
+  store          the store URL is valid and the store answers (with its round-trip latency)
+  schema         the store's schema is the version this leasehold needs (else: leasehold migrate)
+  clock-skew     the store's clock against this host's; expiry is judged by the store's clock
+                 alone, so skew misleads humans reading timestamps, not the lease (warn > 1s)
+
+Exit 0 if nothing failed, 1 if a check failed, 2 if the store URL is invalid, 3 if the store
+is unreachable.`;
+
+type Status = 'ok' | 'warn' | 'fail' | 'skip';
+interface Check {
+  check: string;
+  status: Status;
+  detail: string;
+  [extra: string]: unknown;
+}
+
+const SKEW_WARN_MS = 1000;
+
+export async function doctorCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    options: { ...STORE_OPTIONS, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    strict: true,
+    allowPositionals: true,
+  });
+  if (values.help === true) {
+    out(DOCTOR_USAGE);
+    return EXIT.OK;
+  }
+  if (positionals.length > 0) {
+    throw usageError(`doctor takes no arguments, got ${JSON.stringify(positionals[0])}; use --store URL`);
+  }
+  const checks: Check[] = [];
+  let exitCode: number = EXIT.OK;
+  checks.push(configCheck());
+  checks.push(defaultStoreCheck());
+  checks.push(setprivCheck());
+
+  let store: LeaseStore | undefined;
+  let description = '';
+  try {
+    const url = storeUrl(values.store);
+    description = url.replace(/:[^:@/]*@/, ':***@');
+    ({ store } = await openStoreFromFlags(values));
+    description = store.description;
+  } catch (e) {
+    checks.push({ check: 'store', status: 'fail', detail: errorMessage(e) });
+    exitCode = e instanceof ConfigError || (e as { exitCode?: number }).exitCode === EXIT.USAGE ? EXIT.USAGE : EXIT.STORE;
+  }
+  if (store !== undefined) {
+    try {
+      exitCode = await storeChecks(store, checks);
+    } finally {
+      await store.close();
+    }
+  }
+  if (exitCode === EXIT.OK && checks.some((c) => c.status === 'fail')) exitCode = EXIT.FAILED;
+
+  if (values.json === true) {
+    out(toJson({ ok: exitCode === EXIT.OK, exitCode, store: description, checks }));
+  } else {
+    for (const c of checks) out(`${c.status.padEnd(5)} ${c.check.padEnd(14)} ${c.detail}`);
+    const fails = checks.filter((c) => c.status === 'fail').length;
+    const warns = checks.filter((c) => c.status === 'warn').length;
+    out(fails === 0 ? `doctor: no failures${warns > 0 ? ` (${warns} warning${warns > 1 ? 's' : ''})` : ''}` : `doctor: ${fails} check${fails > 1 ? 's' : ''} failed`);
+  }
+  return exitCode;
+}
+
+/** Reachability, schema and clock skew. Returns EXIT.STORE when the store does not answer. */
+async function storeChecks(store: LeaseStore, checks: Check[]): Promise<number> {
+  // Several clock reads: the first pays for the connection; the fastest bounds the skew best.
+  const samples: { rtt: number; skew: number }[] = [];
+  let connectMs = 0;
+  for (let i = 0; i < 5; i++) {
+    const wall0 = Date.now();
+    const t0 = performance.now();
+    try {
+      const storeNow = await store.now();
+      const rtt = performance.now() - t0;
+      if (i === 0) connectMs = rtt;
+      // The store read its clock somewhere in the round trip; assume the middle.
+      samples.push({ rtt, skew: storeNow - (wall0 + rtt / 2) });
+    } catch (e) {
+      if (e instanceof SchemaError) break; // it answered: reachable
+      checks.push({ check: 'store', status: 'fail', detail: `${store.description}: ${errorMessage(e)}` });
+      checks.push({ check: 'schema', status: 'skip', detail: 'store unreachable' });
+      checks.push({ check: 'clock-skew', status: 'skip', detail: 'store unreachable' });
+      return e instanceof StoreUnavailableError || !(e instanceof ConfigError) ? EXIT.STORE : EXIT.USAGE;
+    }
+  }
+  const warm = samples.slice(1).map((s) => s.rtt).sort((a, b) => a - b);
+  const latency = warm[Math.floor(warm.length / 2)] ?? connectMs;
+  checks.push({
+    check: 'store',
+    status: 'ok',
+    detail: `${store.description} answers in ${latency.toFixed(1)}ms (first call ${connectMs.toFixed(1)}ms)`,
+    latencyMs: Number(latency.toFixed(2)),
+    firstCallMs: Number(connectMs.toFixed(2)),
+  });
+
+  try {
+    const s = await store.schemaStatus();
+    if (s.current === s.expected) checks.push({ check: 'schema', status: 'ok', detail: `version ${s.current}`, current: s.current, expected: s.expected });
+    else if (s.current === 0) {
+      checks.push({ check: 'schema', status: 'fail', detail: 'leasehold\'s tables do not exist; run `leasehold migrate` with the same --store', current: 0, expected: s.expected });
+    } else if (s.current < s.expected) {
+      checks.push({ check: 'schema', status: 'fail', detail: `version ${s.current}, this leasehold needs ${s.expected}; run \`leasehold migrate\``, current: s.current, expected: s.expected });
+    } else {
+      checks.push({ check: 'schema', status: 'fail', detail: `version ${s.current} is newer than this leasehold (${s.expected}); upgrade leasehold`, current: s.current, expected: s.expected });
+    }
+  } catch (e) {
+    checks.push({ check: 'schema', status: 'fail', detail: errorMessage(e) });
+  }
+
+  const best = samples.reduce<{ rtt: number; skew: number } | undefined>((a, b) => (a === undefined || b.rtt < a.rtt ? b : a), undefined);
+  if (best === undefined) {
+    checks.push({ check: 'clock-skew', status: 'skip', detail: 'the store did not report its clock' });
+  } else {
+    const skew = Math.round(best.skew);
+    const pm = Math.ceil(best.rtt / 2);
+    const dir = skew >= 0 ? 'ahead of' : 'behind';
+    const detail = `store clock ${formatMs(Math.abs(skew))} ${dir} this host (±${pm}ms)`;
+    checks.push({
+      check: 'clock-skew',
+      status: Math.abs(skew) - pm > SKEW_WARN_MS ? 'warn' : 'ok',
+      detail:
+        Math.abs(skew) - pm > SKEW_WARN_MS
+          ? `${detail}; expiry is judged by the store's clock alone, but timestamps in logs will disagree: check NTP`
+          : detail,
+      skewMs: skew,
+      uncertaintyMs: pm,
+    });
+  }
+  return EXIT.OK;
+}
+
+/** The LEASEHOLD_* variables `run` would read, checked the way `run` checks them. */
+function configCheck(): Check {
+  const env = process.env;
+  const args = env['LEASEHOLD_NAME'] === undefined || env['LEASEHOLD_NAME'] === '' ? ['--name', 'doctor', '--', 'true'] : ['--', 'true'];
+  try {
+    const s = parseRunArgs(args, env);
+    if (s === 'help') throw new Error('unreachable');
+    const set = ['LEASEHOLD_STORE', 'LEASEHOLD_SCHEMA', 'LEASEHOLD_NAME', 'LEASEHOLD_TTL', 'LEASEHOLD_RENEW', 'LEASEHOLD_GRACE', 'LEASEHOLD_WAIT'].filter(
+      (k) => env[k] !== undefined && env[k] !== '',
+    );
+    const wait = s.wait === true ? 'forever' : s.wait === false ? 'no' : formatMs(s.wait);
+    return {
+      check: 'config',
+      status: 'ok',
+      detail:
+        `run defaults: ttl ${formatMs(s.timing.ttlMs)}, renew ${formatMs(s.timing.renewMs)}, grace ${formatMs(s.graceMs)}, wait ${wait}` +
+        ` (${set.length === 0 ? 'no LEASEHOLD_* variables set' : `from ${set.join(', ')}`})`,
+      ttlMs: s.timing.ttlMs,
+      renewMs: s.timing.renewMs,
+      graceMs: s.graceMs,
+    };
+  } catch (e) {
+    return { check: 'config', status: 'fail', detail: errorMessage(e) };
+  }
+}
+
+function defaultStoreCheck(): Check {
+  const path = defaultStoreUrl().replace(/^sqlite:/, '');
+  const { ok, dir } = canCreate(path);
+  return ok
+    ? { check: 'default-store', status: 'ok', detail: `${path} is writable`, path }
+    : { check: 'default-store', status: 'warn', detail: `${path} cannot be created (${dir} is not writable); set XDG_STATE_HOME or LEASEHOLD_STORE`, path };
+}
+
+function setprivCheck(): Check {
+  const p = findSetpriv();
+  return p === undefined
+    ? {
+        check: 'setpriv',
+        status: 'warn',
+        detail: 'setpriv not found: a runner killed with SIGKILL would leave its command running; install util-linux (apt-get install util-linux)',
+      }
+    : { check: 'setpriv', status: 'ok', detail: `${p} (the command dies with its runner)`, path: p };
+}
