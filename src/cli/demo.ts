@@ -94,6 +94,21 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
       process.stderr.write(`leasehold demo: cannot open the store: ${errorMessage(err)}\n`);
       return exitCodeFor(err);
     }
+    // The embedded store migrates itself on open. A server store gets leasehold's tables only
+    // if it has none: upgrading an existing schema is `leasehold migrate`'s job, not a demo's.
+    out('leasehold demo: fencing tokens, shown with real processes');
+    out();
+    let schema = await store.schemaStatus();
+    if (schema.current === 0) {
+      schema = await store.migrate();
+      out(`(created leasehold's tables in ${store.description})`);
+    }
+    if (schema.current !== schema.expected) {
+      process.stderr.write(
+        `leasehold demo: ${store.description} has leasehold schema ${schema.current}, this leasehold needs ${schema.expected}; run \`leasehold migrate\`\n`,
+      );
+      return EXIT.STORE;
+    }
     let resource: string;
     if (store instanceof SqliteStore) {
       if (store.path === ':memory:' || store.path === '') {
@@ -107,8 +122,6 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
     }
     db = openResource(resource);
 
-    out('leasehold demo: fencing tokens, shown with real processes');
-    out();
     out(`  store     ${store.description}: its clock, not the workers', decides when a term has expired`);
     out(`  lease     "${name}", TTL ${secs(TTL_MS)}, renewed every ${RENEW_MS}ms`);
     out(`  resource  table ${DEMO_TABLE} in ${tmp === undefined ? 'the same file' : resource}, fenced as "${name}"`);
@@ -137,7 +150,11 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
   try {
     if (interrupt.signal.aborted) return 130; // 128 + SIGINT, as a shell reports an interrupted command
     if (store !== undefined && db !== undefined) {
-      facts.history = await store.history({ name, limit: 1000 });
+      try {
+        facts.history = await store.history({ name, limit: 1000 });
+      } catch (err) {
+        out(`✗ could not read the store's history of "${name}": ${errorMessage(err)}`);
+      }
       facts.rows = readWrites(db, name);
       out();
       out(`Timeline of lease "${name}" (terms by the store's clock; rows from ${DEMO_TABLE} WHERE run = '${name}')`);
@@ -263,7 +280,11 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
       find('acquired', (r) => r.worker !== second.id && BigInt(r.token) > token2),
     );
     const token3 = BigInt(third3.token);
-    say(`Worker ${third3.worker} took over with token ${token3}, ${secs(third3.at - killedAt)} after the kill`, third3.at);
+    say(
+      `Worker ${third3.worker} took over with token ${token3}, ${secs(third3.at - killedAt)} after the kill: ${second.id}'s term had run out ` +
+        `by the store's clock, counted from ${second.id}'s last renewal before it died.`,
+      third3.at,
+    );
     const w3 = await crew.waitFor(`a write by ${third3.worker} with token ${token3}`, 5000, () =>
       find('accepted', (r) => r.worker === third3.worker && r.token === third3.token),
     );

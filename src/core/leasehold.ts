@@ -337,7 +337,9 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
       wake = resolve;
     });
     const onAbort = (): void => wake();
-    signal.addEventListener('abort', onAbort, { once: true });
+    // An already-aborted signal never fires 'abort' again: wake at once.
+    if (signal.aborted) wake();
+    else signal.addEventListener('abort', onAbort, { once: true });
     let set = this.freedWaiters.get(name);
     if (set === undefined) this.freedWaiters.set(name, (set = new Set()));
     set.add(wake);

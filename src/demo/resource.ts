@@ -1,6 +1,5 @@
 import Database from 'better-sqlite3';
 import { createSqliteFenceTable } from '../fence/sqlite.js';
-import type { SqliteDatabaseLike } from '../stores/sqlite/store.js';
 import { DEMO_TABLE, DEMO_TABLE_DDL, type WriteRow } from './protocol.js';
 
 /**
@@ -15,13 +14,8 @@ export function openResource(path: string): Database.Database {
   // Three writers and a reader share the file; waiting beats failing a unit of work.
   db.pragma('busy_timeout = 5000');
   db.exec(DEMO_TABLE_DDL);
-  createSqliteFenceTable(asLike(db));
+  createSqliteFenceTable(db);
   return db;
-}
-
-/** better-sqlite3's own typings are wider than the structural subset the fence asks for. */
-export function asLike(db: Database.Database): SqliteDatabaseLike {
-  return db as unknown as SqliteDatabaseLike;
 }
 
 export function readWrites(db: Database.Database, run: string): WriteRow[] {

@@ -14,7 +14,7 @@ import { Leasehold } from '../core/leasehold.js';
 import { fencedWriteSync } from '../fence/sqlite.js';
 import { openStore, resolveStoreUrl } from '../stores/index.js';
 import { DEMO_TABLE, type Report } from './protocol.js';
-import { asLike, openResource } from './resource.js';
+import { openResource } from './resource.js';
 
 type Body<R> = R extends Report ? Omit<R, 'worker' | 'at'> : never;
 
@@ -93,7 +93,7 @@ async function main(): Promise<number> {
         await sleep(workMin + Math.random() * (workMax - workMin));
         const leaseKnewLost = lease.currentTerm?.token !== token;
         try {
-          const id = fencedWriteSync(asLike(db), { resource: name, token }, () => Number(insert.run(run, worker, token, mine, Date.now()).lastInsertRowid));
+          const id = fencedWriteSync(db, { resource: name, token }, () => Number(insert.run(run, worker, token, mine, Date.now()).lastInsertRowid));
           report({ type: 'accepted', token: String(token), seq: mine, id });
         } catch (err) {
           if (err instanceof FencedError) {
