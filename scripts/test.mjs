@@ -35,19 +35,35 @@ function find(dir) {
   }
   return out.sort();
 }
-const files = process.argv.slice(2).length > 0 ? process.argv.slice(2) : find(join(root, 'dist', 'test'));
-const concurrency = process.env.LEASEHOLD_TEST_CONCURRENCY ?? '2';
-log(`running ${files.length} test files against: ${stores.join(', ')} (concurrency ${concurrency})`);
+const all = process.argv.slice(2).length > 0 ? process.argv.slice(2) : find(join(root, 'dist', 'test'));
+// Files that restart shared servers or load the machine (chaos, store restarts) run last, alone.
+const isSerial = (f) => /[/\\](chaos|serial)[/\\]/.test(f);
+const phases = [
+  { files: all.filter((f) => !isSerial(f)), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '2' },
+  { files: all.filter(isSerial), concurrency: '1' },
+].filter((p) => p.files.length > 0);
 
-const code = await new Promise((resolve) => {
-  const child = spawn(process.execPath, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files], {
-    stdio: 'inherit',
-    env: { ...process.env, LEASEHOLD_TEST_STORES: stores.join(',') },
+function run(files, concurrency) {
+  log(`running ${files.length} test files against: ${stores.join(', ')} (concurrency ${concurrency})`);
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files], {
+      stdio: 'inherit',
+      env: { ...process.env, LEASEHOLD_TEST_STORES: stores.join(',') },
+    });
+    const forward = (sig) => child.kill(sig);
+    process.on('SIGINT', forward).on('SIGTERM', forward);
+    child.on('exit', (c, sig) => {
+      process.off('SIGINT', forward).off('SIGTERM', forward);
+      resolve(c ?? (sig ? 1 : 0));
+    });
   });
-  const forward = (sig) => child.kill(sig);
-  process.on('SIGINT', forward).on('SIGTERM', forward);
-  child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));
-});
+}
+
+let code = 0;
+for (const phase of phases) {
+  const c = await run(phase.files, phase.concurrency);
+  if (c !== 0) code = c;
+}
 
 if (etcd?.started) {
   await etcd.stop();
