@@ -96,13 +96,9 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
     }
     // The embedded store migrates itself on open. A server store gets leasehold's tables only
     // if it has none: upgrading an existing schema is `leasehold migrate`'s job, not a demo's.
-    out('leasehold demo: fencing tokens, shown with real processes');
-    out();
     let schema = await store.schemaStatus();
-    if (schema.current === 0) {
-      schema = await store.migrate();
-      out(`(created leasehold's tables in ${store.description})`);
-    }
+    const migrated = schema.current === 0;
+    if (migrated) schema = await store.migrate();
     if (schema.current !== schema.expected) {
       process.stderr.write(
         `leasehold demo: ${store.description} has leasehold schema ${schema.current}, this leasehold needs ${schema.expected}; run \`leasehold migrate\`\n`,
@@ -122,6 +118,9 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
     }
     db = openResource(resource);
 
+    out('leasehold demo: fencing tokens, shown with real processes');
+    out();
+    if (migrated) out(`(created leasehold's tables in ${store.description})`);
     out(`  store     ${store.description}: its clock, not the workers', decides when a term has expired`);
     out(`  lease     "${name}", TTL ${secs(TTL_MS)}, renewed every ${RENEW_MS}ms`);
     out(`  resource  table ${DEMO_TABLE} in ${tmp === undefined ? 'the same file' : resource}, fenced as "${name}"`);
@@ -130,50 +129,53 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
     out('re-check the lease before writing. That is the point: the fence must make a stale leader harmless.');
     out();
 
-    await stepThrough();
-  } catch (err) {
-    failure = err instanceof Error ? err : new Error(String(err));
-    say(`✗ the demo could not finish: ${failure.message}`);
-  } finally {
-    const left = crew.running.map((w) => w.id);
-    if (left.length > 0) {
-      const s = await crew.stopAll(3000);
-      facts.stopped ??= { at: Date.now(), workers: left, clean: s.clean, killed: s.killed };
-      say(`Stopped ${left.join(', ')} (SIGCONT, SIGTERM${s.killed.length > 0 ? `, then SIGKILL for ${s.killed.join(', ')}` : ''})`);
+    try {
+      await stepThrough();
+    } catch (err) {
+      failure = err instanceof Error ? err : new Error(String(err));
+      say(`✗ the demo could not finish: ${failure.message}`);
+    } finally {
+      const left = crew.running.map((w) => w.id);
+      if (left.length > 0) {
+        const s = await crew.stopAll(3000);
+        facts.stopped ??= { at: Date.now(), workers: left, clean: s.clean, killed: s.killed };
+        say(`Stopped ${left.join(', ')} (SIGCONT, SIGTERM${s.killed.length > 0 ? `, then SIGKILL for ${s.killed.join(', ')}` : ''})`);
+      }
     }
+    if (interrupt.signal.aborted) return 130; // 128 + SIGINT, as a shell reports an interrupted command
+
+    try {
+      facts.history = await store.history({ name, limit: 1000 });
+    } catch (err) {
+      out(`✗ could not read the store's history of "${name}": ${errorMessage(err)}`);
+    }
+    facts.rows = readWrites(db, name);
+    out();
+    out(`Timeline of lease "${name}" (terms by the store's clock; rows from ${DEMO_TABLE} WHERE run = '${name}')`);
+    for (const line of timeline(facts)) out(line);
+    out();
+    out('Claims checked');
+    const claims = checkClaims(facts);
+    for (const c of claims) out(wrap(`  ${c.held ? '✓' : '✗'} ${c.label}: ${c.detail}`, 100, ' '.repeat(8)));
+    const failed = claims.filter((c) => !c.held).length;
+    out();
+    if (failed === 0 && failure === undefined) {
+      out(`All ${claims.length} claims held. (${stamp(Date.now()).trim()})`);
+      return EXIT.OK;
+    }
+    out(failure === undefined ? `${failed} of ${claims.length} claims did not hold.` : `The demo did not finish; ${failed} of ${claims.length} claims did not hold.`);
+    return EXIT.FAILED;
+  } catch (err) {
+    process.stderr.write(`leasehold demo: ${errorMessage(err)}\n`);
+    return exitCodeFor(err);
+  } finally {
     crew.killAll();
     for (const sig of SIGNALS) process.off(sig, onSignal);
     process.off('exit', onExit);
-  }
-
-  let code = failure === undefined ? 0 : 1;
-  try {
-    if (interrupt.signal.aborted) return 130; // 128 + SIGINT, as a shell reports an interrupted command
-    if (store !== undefined && db !== undefined) {
-      try {
-        facts.history = await store.history({ name, limit: 1000 });
-      } catch (err) {
-        out(`✗ could not read the store's history of "${name}": ${errorMessage(err)}`);
-      }
-      facts.rows = readWrites(db, name);
-      out();
-      out(`Timeline of lease "${name}" (terms by the store's clock; rows from ${DEMO_TABLE} WHERE run = '${name}')`);
-      for (const line of timeline(facts)) out(line);
-      out();
-      out('Claims checked');
-      const claims = checkClaims(facts);
-      for (const c of claims) out(wrap(`  ${c.held ? '✓' : '✗'} ${c.label}: ${c.detail}`, 100, ' '.repeat(8)));
-      const failed = claims.filter((c) => !c.held).length;
-      out();
-      out(failed === 0 && failure === undefined ? `All ${claims.length} claims held. (${stamp(Date.now()).trim()})` : `${failed} of ${claims.length} claims did not hold.`);
-      if (failed > 0) code = 1;
-    }
-  } finally {
     db?.close();
     await store?.close();
     if (tmp !== undefined) rmSync(tmp, { recursive: true, force: true });
   }
-  return code;
 
   // ---- the steps ------------------------------------------------------------------------------
 
@@ -218,7 +220,7 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
     const token2 = BigInt(takeover.token);
     say(
       `Worker ${second.id} took over with token ${token2}, ${secs(takeover.at - frozenAt)} after the freeze: by the store's clock ` +
-        `${leader.id}'s term ran out without a renewal, so the store granted a new term with a larger token. Nobody asked ${leader.id}.`,
+        `${leader.id}'s term (${secs(TTL_MS)} from its last renewal) ran out, so the store granted a new term with a larger token. Nobody asked ${leader.id}.`,
       takeover.at,
     );
     const w2 = await crew.waitFor(`a write by ${second.id} with token ${token2}`, 5000, () =>

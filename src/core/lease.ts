@@ -3,6 +3,7 @@ import { jitter, monoNow } from './clock.js';
 import { resolveTiming, validateLeaseName, parseDuration, type Duration, type Timing, type TimingOptions } from './config.js';
 import {
   AbortedError,
+  ConfigError,
   LeaseLostError,
   LeaseholdError,
   NotAcquiredError,
@@ -12,6 +13,7 @@ import {
   type LeaseLostReason,
 } from './errors.js';
 import { newNonce } from './identity.js';
+import { revokeMarker, writeMarker } from './marker.js';
 import type { LoggerLike } from './logger.js';
 import type { ClaimRequest, ClaimResult, GrantedClaim, LeaseStore } from '../stores/store.js';
 
@@ -34,7 +36,34 @@ export interface Term {
 
 export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
 
-export type LeaseOptions = TimingOptions;
+export interface LeaseOptions extends TimingOptions {
+  /**
+   * A file leasehold writes while this process leads (name, holder, token) and deletes when it
+   * stands down. Deleted on creation of the Lease, before contending: a marker already on disk
+   * was inherited from a fork, a snapshot or a crash, and is never believed.
+   */
+  marker?: string;
+  /**
+   * Require the work to call `progress()` at least this often. With no progress within it,
+   * this process stands down and releases so another replica can lead (a liveness probe can
+   * say "healthy" while the work itself is wedged).
+   */
+  progressTimeout?: Duration;
+}
+
+/**
+ * What a process remembers about its term, as a snapshot of its memory would. For simulating
+ * a snapshot restored twice (tests, chaos); production code never needs it.
+ */
+export interface LeaseSnapshot {
+  name: string;
+  holder: string;
+  token: string;
+  confirmed: string;
+  unconfirmed: string[];
+  acquiredAtMs: number;
+  lastStoreNowMs: number;
+}
 
 export interface AcquireOptions {
   /** true (default): wait for ever; false: one attempt; a duration: give up after it. */
@@ -64,6 +93,7 @@ export interface LeaseHost {
   requestRenewal(lease: Lease): void;
   waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void };
   checkSuspension(): void;
+  suspect(detector: 'deadline-passed', detail: string): void;
   retainWhileContending(delta: 1 | -1): void;
   /** Called after each renewal: how far the store's clock and the monotonic clock moved. */
   noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, lease: Lease): void;
@@ -107,6 +137,101 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.host = host;
     this.name = validateLeaseName(name);
     this.timing = resolveTiming(options);
+    this.markerPath = options.marker;
+    this.progressTimeoutMs = options.progressTimeout === undefined ? undefined : parseDuration(options.progressTimeout, 'progress timeout');
+    if (this.progressTimeoutMs !== undefined && this.progressTimeoutMs <= 0) throw new ConfigError('progress timeout must be greater than 0');
+    // Revoke on the way in: whatever is on disk was not written by this process instance.
+    if (this.markerPath !== undefined && revokeMarker(this.markerPath)) {
+      host.logger.warn({ lease: this.name, marker: this.markerPath }, 'leasehold: deleted an inherited leadership marker before contending');
+    }
+  }
+
+  private readonly markerPath: string | undefined;
+  private readonly progressTimeoutMs: number | undefined;
+  private lastProgress = 0;
+  private progressTimer: NodeJS.Timeout | undefined;
+
+  /**
+   * Reports that the work is making progress. Only needed with `progressTimeout`: without a
+   * call within it, the term is ended with reason "stalled" and the lease released.
+   */
+  progress(): void {
+    this.lastProgress = monoNow();
+  }
+
+  private armProgress(t: TermState): void {
+    if (this.progressTimeoutMs === undefined) return;
+    const timeout = this.progressTimeoutMs;
+    const check = (): void => {
+      this.progressTimer = undefined;
+      if (this.term !== t) return;
+      const idle = monoNow() - this.lastProgress;
+      if (idle >= timeout) {
+        void this.standDownStalled(Math.round(idle));
+        return;
+      }
+      this.progressTimer = setTimeout(check, timeout - idle);
+      this.progressTimer.unref();
+    };
+    this.lastProgress = monoNow();
+    this.progressTimer = setTimeout(check, timeout);
+    this.progressTimer.unref();
+  }
+
+  private async standDownStalled(idleMs: number): Promise<void> {
+    const t = this.term;
+    if (t === undefined) return;
+    const expect = [t.confirmed, ...t.unconfirmed];
+    this.lose('stalled', `no progress reported for ${idleMs}ms (progress timeout ${this.progressTimeoutMs}ms)`);
+    // Hand over now rather than at expiry; if the work wakes up, its writes carry a stale token.
+    await this.host.store.release({ name: this.name, holder: t.holder, expect }).catch((err: unknown) => {
+      this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: release after a stall failed; the lease will expire');
+    });
+  }
+
+  /** What this process remembers of its term (see LeaseSnapshot). Undefined when not leading. */
+  snapshot(): LeaseSnapshot | undefined {
+    const t = this.term;
+    if (t === undefined) return undefined;
+    return {
+      name: this.name,
+      holder: t.holder,
+      token: t.token.toString(),
+      confirmed: t.confirmed,
+      unconfirmed: [...t.unconfirmed],
+      acquiredAtMs: t.acquiredAtMs,
+      lastStoreNowMs: t.lastStoreNowMs,
+    };
+  }
+
+  /**
+   * Resumes a term from a snapshot, believing it leads as a restored process would, with a
+   * full local deadline. Its next renewal (within one renew interval) asks the store, and of
+   * two processes resumed from one snapshot at most one renewal can succeed.
+   */
+  resume(snap: LeaseSnapshot): Term {
+    if (this.term !== undefined || this.contention !== undefined) throw new LeaseholdError('CONFIG', `lease "${this.name}" is already active`);
+    if (snap.name !== this.name) throw new ConfigError(`snapshot is of lease "${snap.name}", not "${this.name}"`);
+    const now = monoNow();
+    const controller = new AbortController();
+    const term: TermState = {
+      name: this.name,
+      token: BigInt(snap.token),
+      holder: snap.holder,
+      signal: controller.signal,
+      acquiredAtMs: snap.acquiredAtMs,
+      controller,
+      confirmed: snap.confirmed,
+      unconfirmed: [...snap.unconfirmed],
+      deadline: now + this.timing.ttlMs - this.timing.marginMs,
+      renewDueAt: now + this.timing.renewMs,
+      deadlineTimer: undefined,
+      failures: 0,
+      lastStoreNowMs: snap.lastStoreNowMs,
+      lastAnsweredAt: now,
+    };
+    this.beginTerm(term);
+    return term;
   }
 
   get state(): LeaseState {
@@ -125,9 +250,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   get token(): bigint {
     const t = this.term;
-    if (t !== undefined && monoNow() >= t.deadline) {
-      this.lose('expired', 'no renewal landed before the local deadline');
-    }
+    if (t !== undefined && monoNow() >= t.deadline) this.passDeadline(t);
     if (this._state === 'leading' && this.term !== undefined) return this.term.token;
     if (this._state === 'jeopardy') {
       throw new NotLeaderError(`lease "${this.name}" is in jeopardy (a renewal failed); not handing out the token until one lands`);
@@ -265,23 +388,46 @@ export class Lease extends EventEmitter<LeaseEvents> {
       lastStoreNowMs: result.storeNowMs,
       lastAnsweredAt: now,
     };
+    this.beginTerm(term);
+    return term;
+  }
+
+  private beginTerm(term: TermState): void {
     this.term = term;
     this._state = 'leading';
     this.armDeadline(term);
+    this.armProgress(term);
     this.host.enroll(this);
-    this.host.logger.info({ lease: this.name, token: String(term.token), holder }, 'leasehold: acquired');
+    if (this.markerPath !== undefined) {
+      try {
+        writeMarker(this.markerPath, { name: this.name, holder: term.holder, token: term.token.toString(), pid: process.pid, writtenAt: new Date().toISOString() });
+      } catch (err) {
+        this.host.logger.warn({ lease: this.name, marker: this.markerPath, err: errorMessage(err) }, 'leasehold: could not write the leadership marker');
+      }
+    }
+    this.host.logger.info({ lease: this.name, token: String(term.token), holder: term.holder }, 'leasehold: acquired');
     this.emit('acquired', term);
-    return term;
   }
 
   private armDeadline(term: TermState): void {
     if (term.deadlineTimer !== undefined) clearTimeout(term.deadlineTimer);
     term.deadlineTimer = setTimeout(() => {
-      if (this.term !== term) return;
-      if (this._state === 'jeopardy') this.lose('store-unreachable', 'renewals kept failing until the local deadline');
-      else this.lose('expired', 'no renewal landed before the local deadline (was this process paused?)');
+      if (this.term === term) this.passDeadline(term);
     }, Math.max(0, term.deadline - monoNow()));
     term.deadlineTimer.unref();
+  }
+
+  /** Detector 3: the monotonic time since the last confirmed renewal passed the local deadline. */
+  private passDeadline(term: TermState): void {
+    const late = monoNow() - term.deadline;
+    if (late > Math.max(250, this.timing.renewMs / 4)) {
+      // Noticed far too late: this process (or its event loop) was stopped. Treat it as a
+      // wake: every term ends and the identity is replaced, not just this term.
+      this.host.suspect('deadline-passed', `the local deadline passed ${Math.round(late)}ms before this process could notice (paused or blocked)`);
+      if (this.term !== term) return;
+    }
+    if (this._state === 'jeopardy') this.lose('store-unreachable', 'renewals kept failing until the local deadline');
+    else this.lose('expired', 'no renewal landed before the local deadline');
   }
 
   /** @internal scheduler: is a renewal due within `slackMs`? */
@@ -299,7 +445,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const t = this.term;
     if (t === undefined) return undefined;
     if (now >= t.deadline) {
-      this.lose(this._state === 'jeopardy' ? 'store-unreachable' : 'expired', 'no renewal landed before the local deadline');
+      this.passDeadline(t);
       return undefined;
     }
     const nextNonce = newNonce();
@@ -316,7 +462,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const now = monoNow();
     if (now >= t.deadline) {
       // A pause (or a slow answer) carried us past the point where we promised to stop.
-      this.lose('expired', 'the renewal answer arrived after the local deadline (was this process paused?)');
+      this.passDeadline(t);
       return;
     }
     if (result.outcome === 'renewed') {
@@ -353,7 +499,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
         released: ['superseded', 'another process with this holder id released it: a restored snapshot or a fork of this process'],
       };
       const [reason, detail] = why[result.reason];
-      if (result.reason === 'cloned' || result.reason === 'released') this.host.regenerateIdentity('a clone of this process renewed its term');
+      // A term that ended in a conflict is re-contended under a new identity: if a clone
+      // shares ours, that is the only way to tell the two apart from now on.
+      if (result.reason !== 'revoked') this.host.regenerateIdentity(`term ended: ${result.reason}`);
       this.lose(reason, detail);
       return;
     }
@@ -396,6 +544,15 @@ export class Lease extends EventEmitter<LeaseEvents> {
     if (t === undefined) return;
     this.term = undefined;
     if (t.deadlineTimer !== undefined) clearTimeout(t.deadlineTimer);
+    if (this.progressTimer !== undefined) clearTimeout(this.progressTimer);
+    this.progressTimer = undefined;
+    if (this.markerPath !== undefined) {
+      try {
+        revokeMarker(this.markerPath);
+      } catch (err) {
+        this.host.logger.error({ lease: this.name, marker: this.markerPath, err: errorMessage(err) }, 'leasehold: could not delete the leadership marker');
+      }
+    }
     if (this._state === 'leading' || this._state === 'jeopardy') this._state = 'idle';
     this.host.unenroll(this);
     const error = new LeaseLostError(this.name, t.token, reason, detail, { cause });
