@@ -12,6 +12,12 @@
  *  4. A renewal succeeds only if the row's holder is the caller, the row's nonce is one of the
  *     nonces the caller expects, and the term has not expired. On success the nonce is replaced
  *     by the caller's fresh one, so two clones of one term cannot both keep renewing.
+ *  4b. A renewal with the caller's holder id but a nonce the store does not hold, on a live
+ *     term, means two processes share one term (a snapshot restored twice). The store ends the
+ *     term on the spot (history event 'conflict', holder cleared) and answers 'lost'/'cloned';
+ *     the other clone's next renewal is answered 'lost'/'cloned' too. Neither clone can be told
+ *     from the other, so neither keeps the term: the next acquisition gets a larger token, and
+ *     once it writes, both clones' writes are fenced.
  *  5. Only the holder's current term can be released; operators can revoke any term.
  *  6. Every change of holder is recorded in the history with the store's time.
  *  7. Errors are typed: `StoreUnavailableError` (retryable) when the outcome is unknown,
@@ -38,7 +44,7 @@ export interface ClaimRequest {
 export type LostReason =
   | 'expired' // still our row, but the store's clock passed its expiry
   | 'superseded' // another holder owns it
-  | 'cloned' // our holder id, but another process with that id renewed it (a restored snapshot)
+  | 'cloned' // our holder id, but another process with that id renewed it (a restored snapshot); the term was ended
   | 'revoked' // an operator revoked it
   | 'released'; // released (by a clone of this process, since this process did not)
 
@@ -93,7 +99,7 @@ export interface LeaseInfo {
   renewedAtMs: number | null;
 }
 
-export type HistoryEvent = 'acquired' | 'takeover' | 'released' | 'revoked';
+export type HistoryEvent = 'acquired' | 'takeover' | 'released' | 'revoked' | 'conflict';
 
 export interface HistoryEntry {
   id: bigint;

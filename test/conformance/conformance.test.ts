@@ -175,9 +175,16 @@ for (const kind of selectedStores()) {
       const loser = one.outcome === 'lost' ? one : two;
       const winner = one.outcome === 'renewed' ? one : two;
       if (loser.outcome === 'lost') assert.equal(loser.reason, 'cloned');
-      // The winner carries on; the loser can never get back in with the old nonce.
-      assert.equal((await renew(t.store, name, 'snapshot-holder', 10_000, [winner.nonce])).outcome, 'renewed');
+      // The conflict ended the term for both: the winner's next renewal is refused too...
+      const next = await renew(t.store, name, 'snapshot-holder', 10_000, [winner.nonce]);
+      assert.equal(next.outcome, 'lost');
+      if (next.outcome === 'lost') assert.equal(next.reason, 'cloned');
       assert.equal((await renew(t.store, name, 'snapshot-holder', 10_000, [a.nonce, loser.nonce])).outcome, 'lost');
+      // ...and whoever contends next (under a fresh identity) gets a larger token.
+      const fresh = await contend(t.store, name, 'fresh-holder', 10_000);
+      assert.ok(tokenOf(fresh) > tokenOf(a), 'a new term after the conflict has a larger token');
+      const events = (await t.store.history({ name })).map((h) => h.event);
+      assert.deepEqual(events, ['acquired', 'conflict', 'acquired']);
     });
 
     void it('a renewal whose answer was lost can be retried with both nonces', async () => {

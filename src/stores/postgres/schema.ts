@@ -37,13 +37,13 @@ CREATE TABLE ${s}.leases (
   expires_at      timestamptz,
   term_started_at timestamptz,
   renewed_at      timestamptz,
-  ended_by        text CHECK (ended_by IN ('released', 'revoked'))
+  ended_by        text CHECK (ended_by IN ('released', 'revoked', 'conflict'))
 );
 
 CREATE TABLE ${s}.history (
   id              bigserial PRIMARY KEY,
   name            text NOT NULL,
-  event           text NOT NULL CHECK (event IN ('acquired', 'takeover', 'released', 'revoked')),
+  event           text NOT NULL CHECK (event IN ('acquired', 'takeover', 'released', 'revoked', 'conflict')),
   holder          text,
   previous_holder text,
   token           bigint NOT NULL,
@@ -102,12 +102,25 @@ BEGIN
       FROM cur c
      WHERE l.name = c.name AND c.outcome IN ('acquired', 'renewed')
     RETURNING l.name, l.token, l.expires_at
+  ), conflict AS (
+    -- Our holder id with a nonce we do not hold, on a live term: two processes are renewing
+    -- one term (a snapshot restored twice). Neither can be told apart from the other, so the
+    -- term ends for both; the next acquisition gets a larger token and fences them both.
+    UPDATE ${s}.leases AS l
+       SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'conflict'
+      FROM cur c
+     WHERE l.name = c.name AND c.outcome = 'lost' AND c.cur_holder = c.holder
+       AND NOT (c.cur_nonce = ANY (c.expect)) AND c.cur_expires > v_now
+    RETURNING l.name, l.token
   ), hist AS (
-    INSERT INTO ${s}.history (name, event, holder, previous_holder, token, at)
+    INSERT INTO ${s}.history (name, event, holder, previous_holder, token, at, detail)
     SELECT c.name, CASE WHEN c.cur_holder IS NULL OR c.cur_ended_by IS NOT NULL THEN 'acquired' ELSE 'takeover' END,
-           c.holder, c.cur_holder, u.token, v_now
+           c.holder, c.cur_holder, u.token, v_now, NULL
       FROM cur c JOIN upd u ON u.name = c.name
      WHERE c.outcome = 'acquired'
+    UNION ALL
+    SELECT x.name, 'conflict', NULL, c.holder, x.token, v_now, 'two processes renewed one term (a restored snapshot or a clone)'
+      FROM conflict x JOIN cur c ON c.name = x.name
   )
   SELECT c.name, c.outcome,
          CASE WHEN c.outcome <> 'lost' THEN NULL
@@ -115,6 +128,7 @@ BEGIN
               WHEN c.cur_holder = c.holder THEN 'cloned'
               WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'revoked' THEN 'revoked'
               WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'released' THEN 'released'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'conflict' THEN 'cloned'
               WHEN c.cur_holder IS NULL THEN 'expired'
               ELSE 'superseded' END,
          COALESCE(u.token, c.cur_token),

@@ -70,12 +70,12 @@ CREATE TABLE ${T.leases} (
   expires_at      INTEGER,
   term_started_at INTEGER,
   renewed_at      INTEGER,
-  ended_by        TEXT CHECK (ended_by IN ('released', 'revoked'))
+  ended_by        TEXT CHECK (ended_by IN ('released', 'revoked', 'conflict'))
 );
 CREATE TABLE ${T.history} (
   id              INTEGER PRIMARY KEY AUTOINCREMENT,
   name            TEXT NOT NULL,
-  event           TEXT NOT NULL CHECK (event IN ('acquired', 'takeover', 'released', 'revoked')),
+  event           TEXT NOT NULL CHECK (event IN ('acquired', 'takeover', 'released', 'revoked', 'conflict')),
   holder          TEXT,
   previous_holder TEXT,
   token           INTEGER NOT NULL,
@@ -99,7 +99,7 @@ interface LeaseRow {
   expires_at: bigint | null;
   term_started_at: bigint | null;
   renewed_at: bigint | null;
-  ended_by: 'released' | 'revoked' | null;
+  ended_by: 'released' | 'revoked' | 'conflict' | null;
 }
 
 /**
@@ -205,6 +205,10 @@ export class SqliteStore implements LeaseStore {
         `UPDATE ${T.leases} SET holder = ?, nonce = ?, token = token + 1, expires_at = ?, term_started_at = ?, renewed_at = ?, ended_by = NULL WHERE name = ?`,
       );
       const renew = this.db.prepare(`UPDATE ${T.leases} SET nonce = ?, expires_at = ?, renewed_at = ? WHERE name = ?`);
+      const conflict = this.db.prepare(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = 'conflict' WHERE name = ?`);
+      const histDetail = this.db.prepare(
+        `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+      );
       const hist = this.db.prepare(
         `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at) VALUES (?, ?, ?, ?, ?, ?)`,
       );
@@ -218,6 +222,12 @@ export class SqliteStore implements LeaseStore {
             if (live && row.holder === req.holder && row.nonce !== null && req.expect.includes(row.nonce)) {
               renew.run(req.nextNonce, expires, now, req.name);
               return { name: req.name, outcome: 'renewed', token: row.token, holder: req.holder, expiresAtMs: expires, storeNowMs: now };
+            }
+            if (live && row.holder === req.holder) {
+              // Two processes are renewing one term (a snapshot restored twice): end it for both.
+              conflict.run(now, req.name);
+              histDetail.run(req.name, 'conflict', null, req.holder, row.token, now, 'two processes renewed one term (a restored snapshot or a clone)');
+              return { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: row.token, expiresAtMs: now, storeNowMs: now };
             }
             return {
               name: req.name,
@@ -399,6 +409,7 @@ function lostReason(row: LeaseRow | undefined, req: ClaimRequest): LostReason {
   if (row.holder === req.holder) return 'cloned';
   if (row.holder === null && row.ended_by === 'revoked') return 'revoked';
   if (row.holder === null && row.ended_by === 'released') return 'released';
+  if (row.holder === null && row.ended_by === 'conflict') return 'cloned';
   if (row.holder === null) return 'expired';
   return 'superseded';
 }
