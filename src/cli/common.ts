@@ -68,11 +68,15 @@ export function errorLine(err: unknown, command?: string): string {
     msg = msg.replace(/\. To specify a positional argument.*$/s, '').replace(/\.$/, '');
     msg = `${msg.charAt(0).toLowerCase()}${msg.slice(1)}; see \`leasehold ${command ?? ''}${command === undefined ? '' : ' '}--help\``;
   } else if (err instanceof StoreUnavailableError) {
-    // The library retries; a CLI command that got this far has stopped retrying.
-    msg = msg.replace(/leasehold will retry, /, '');
+    msg = cliMessage(err);
     if (!/leasehold doctor/.test(msg)) msg = `${msg} (\`leasehold doctor\` checks the store)`;
   }
   return `leasehold: ${msg.replace(/\s*\n\s*/g, ' ').trim()}`;
+}
+
+/** An error's message as a CLI reports it: the library retries a store call, a command that got here has stopped. */
+export function cliMessage(e: unknown): string {
+  return errorMessage(e).replace(/leasehold will retry, /, '');
 }
 
 type Options = NonNullable<ParseArgsConfig['options']>;

@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
 import { defaultStoreUrl } from '../stores/index.js';
 import type { LeaseStore } from '../stores/store.js';
-import { EXIT, STORE_OPTIONS, canCreate, findSetpriv, formatMs, openStoreFromFlags, out, storeUrl, toJson, usageError } from './common.js';
+import { EXIT, STORE_OPTIONS, canCreate, cliMessage, findSetpriv, formatMs, openStoreFromFlags, out, storeUrl, toJson, usageError } from './common.js';
 import { parseRunArgs } from './run.js';
 
 export const DOCTOR_USAGE = `Usage: leasehold doctor [--store URL] [--json]
@@ -99,7 +99,7 @@ async function storeChecks(store: LeaseStore, checks: Check[]): Promise<number> 
       samples.push({ rtt, skew: storeNow - (wall0 + rtt / 2) });
     } catch (e) {
       if (e instanceof SchemaError) break; // it answered: reachable
-      checks.push({ check: 'store', status: 'fail', detail: `${store.description}: ${errorMessage(e)}` });
+      checks.push({ check: 'store', status: 'fail', detail: `${store.description}: ${cliMessage(e)}` });
       checks.push({ check: 'schema', status: 'skip', detail: 'store unreachable' });
       checks.push({ check: 'clock-skew', status: 'skip', detail: 'store unreachable' });
       return e instanceof StoreUnavailableError || !(e instanceof ConfigError) ? EXIT.STORE : EXIT.USAGE;

@@ -316,17 +316,17 @@ class Supervisor {
   };
 
   async run(command: string[], env: NodeJS.ProcessEnv): Promise<ChildResult> {
-    const lease = this.term;
-    if (lease.signal.aborted) {
+    const term = this.term;
+    if (term.signal.aborted) {
       // Lost between acquire and spawn: nothing ran, nothing to kill.
-      const reason: unknown = lease.signal.reason;
-      this.lost = reason instanceof LeaseLostError ? reason : new LeaseLostError(this.name, lease.token, 'expired', 'the term ended before the command started');
+      const reason: unknown = term.signal.reason;
+      this.lost = reason instanceof LeaseLostError ? reason : new LeaseLostError(this.name, term.token, 'expired', 'the term ended before the command started');
       return { status: EXIT.LOST, lost: this.lost };
     }
     const setpriv = findSetpriv(env);
     const [file, ...args] = setpriv === undefined ? command : [setpriv, '--pdeathsig', 'SIGKILL', '--', ...command];
     const onLost = (): void => this.onTermEnded();
-    lease.signal.addEventListener('abort', onLost, { once: true });
+    term.signal.addEventListener('abort', onLost, { once: true });
     try {
       const child = spawn(file!, args, { detached: true, stdio: 'inherit', env });
       this.child = child;
@@ -353,7 +353,7 @@ class Supervisor {
       }
       return { status, lost: this.lost };
     } finally {
-      lease.signal.removeEventListener('abort', onLost);
+      term.signal.removeEventListener('abort', onLost);
     }
   }
 

@@ -1,0 +1,207 @@
+/**
+ * The CLI under test is the real executable: `node bin/leasehold.js ...` in a subprocess, with
+ * its own temp dir (SQLite file, XDG_STATE_HOME) or its own PostgreSQL schema. Every process a
+ * test starts is tracked so the leak check can prove none outlived its test.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+
+/** dist/test/cli/helpers.js -> the repository root. */
+export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+export const BIN = join(ROOT, 'bin', 'leasehold.js');
+export const PG_URL = process.env['LEASEHOLD_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
+export const HAS_SETPRIV = existsSync('/usr/bin/setpriv') || (process.env['PATH'] ?? '').split(':').some((d) => d !== '' && existsSync(join(d, 'setpriv')));
+
+export interface Done {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+export interface Running {
+  proc: ChildProcess;
+  pid: number;
+  readonly stdout: string;
+  readonly stderr: string;
+  done: Promise<Done>;
+}
+
+const started = new Set<ChildProcess>();
+
+/** A temp dir with its own XDG_STATE_HOME, and an env with no LEASEHOLD_* leaking in from outside. */
+export class Sandbox {
+  readonly dir: string;
+  readonly env: NodeJS.ProcessEnv;
+  constructor(label: string) {
+    this.dir = mkdtempSync(join(tmpdir(), `lh-cli-${label}-`));
+    const env: NodeJS.ProcessEnv = {};
+    for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('LEASEHOLD_')) env[k] = v;
+    env['XDG_STATE_HOME'] = join(this.dir, 'state');
+    this.env = env;
+  }
+
+  path(name: string): string {
+    return join(this.dir, name);
+  }
+
+  /** Writes an executable shell script and returns its path. */
+  script(name: string, body: string): string {
+    const p = this.path(name);
+    writeFileSync(p, `#!/bin/sh\n${body}\n`);
+    chmodSync(p, 0o755);
+    return p;
+  }
+
+  read(name: string): string {
+    return readFileSync(this.path(name), 'utf8');
+  }
+
+  has(name: string): boolean {
+    return existsSync(this.path(name));
+  }
+
+  start(args: string[], env: NodeJS.ProcessEnv = {}): Running {
+    return start(args, { ...this.env, ...env });
+  }
+
+  async run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 20_000): Promise<Done> {
+    const r = this.start(args, env);
+    return withTimeout(r, timeoutMs);
+  }
+
+  cleanup(): void {
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+export function start(args: string[], env: NodeJS.ProcessEnv): Running {
+  const t0 = performance.now();
+  const proc = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  started.add(proc);
+  let stdout = '';
+  let stderr = '';
+  proc.stdout!.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+  proc.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  const done = new Promise<Done>((resolve) => {
+    proc.on('close', (code, signal) => {
+      started.delete(proc);
+      resolve({ code, signal, stdout, stderr, ms: performance.now() - t0 });
+    });
+  });
+  return {
+    proc,
+    pid: proc.pid!,
+    get stdout() {
+      return stdout;
+    },
+    get stderr() {
+      return stderr;
+    },
+    done,
+  };
+}
+
+async function withTimeout(r: Running, ms: number): Promise<Done> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      r.done,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          r.proc.kill('SIGKILL');
+          reject(new Error(`leasehold ${r.proc.spawnargs.slice(2).join(' ')} did not finish in ${ms}ms; stderr: ${r.stderr}`));
+        }, ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Resolves once `check` holds, polling; rejects with `what` after `ms`. */
+export async function until(what: string, check: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
+  const end = performance.now() + ms;
+  for (;;) {
+    if (await check()) return;
+    if (performance.now() > end) throw new Error(`timed out after ${ms}ms waiting until ${what}`);
+    await sleep(20);
+  }
+}
+
+/** Alive means: exists and is not a zombie (a SIGKILLed orphan may linger as one until reaped). */
+export function isAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The state follows the parenthesised command name, which may itself contain spaces.
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** Asserts an error exit: the code, exactly one line on stderr in the house format, no stack trace. */
+export function assertOneLineError(r: Done, code: number, pattern?: RegExp): void {
+  assert.equal(r.code, code, `exit code ${r.code}, expected ${code}; stderr: ${r.stderr}`);
+  const lines = r.stderr.split('\n').filter((l) => l !== '');
+  assert.equal(lines.length, 1, `expected one line on stderr, got:\n${r.stderr}`);
+  assert.match(lines[0]!, /^leasehold: \S/);
+  assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
+  if (pattern !== undefined) assert.match(lines[0]!, pattern);
+}
+
+/** Kills whatever a test left running and fails if there was anything (the leak check). */
+export function assertNoLeftovers(extraPids: number[] = []): void {
+  const left = [...started].filter((p) => p.exitCode === null && p.signalCode === null);
+  for (const p of left) p.kill('SIGKILL');
+  const orphans = extraPids.filter(isAlive);
+  for (const pid of orphans) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone meanwhile
+    }
+  }
+  assert.deepEqual(
+    { runners: left.map((p) => p.spawnargs.slice(2).join(' ')), commands: orphans },
+    { runners: [], commands: [] },
+    'a test left processes running',
+  );
+}
+
+/** A fresh PostgreSQL schema name for one test file; dropped with dropSchema. */
+export function freshSchema(): string {
+  return `lh_cli_${Math.random().toString(36).slice(2, 10)}`;
+}
+
+export function pgUrl(schema: string, base = PG_URL): string {
+  const u = new URL(base);
+  u.searchParams.set('schema', schema);
+  return u.toString();
+}
+
+export async function dropSchema(schema: string): Promise<void> {
+  const c = new pg.Client({ connectionString: PG_URL });
+  await c.connect();
+  try {
+    await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  } finally {
+    await c.end();
+  }
+}
+
+/** A child script that records its pid and token, then waits to be killed. */
+export function sleeperScript(sb: Sandbox, tag: string): string {
+  return sb.script(`${tag}.sh`, `echo $$ > "${sb.path(`${tag}.pid`)}"\necho "$LEASEHOLD_TOKEN" > "${sb.path(`${tag}.token`)}"\nexec sleep 30`);
+}
+
+export function readPid(sb: Sandbox, tag: string): number {
+  return Number(sb.read(`${tag}.pid`).trim());
+}

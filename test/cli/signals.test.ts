@@ -1,0 +1,209 @@
+import assert from 'node:assert/strict';
+import { createConnection, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { after, afterEach, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { openStore } from '../../src/stores/index.js';
+import type { LeaseStore } from '../../src/stores/store.js';
+import { HAS_SETPRIV, PG_URL, Sandbox, assertNoLeftovers, dropSchema, freshSchema, isAlive, pgUrl, readPid, sleeperScript, until } from './helpers.js';
+
+const sb = new Sandbox('signals');
+const store = `sqlite:${sb.path('leases.db')}`;
+const pids: number[] = [];
+afterEach(() => assertNoLeftovers(pids.splice(0)));
+after(() => sb.cleanup());
+
+async function heldBy(name: string, storeUrl = store): Promise<{ state: string; expiresInMs: number | null; token: string } | undefined> {
+  const r = await sb.run(['status', name, '--json', '--store', storeUrl]);
+  assert.equal(r.code, 0, r.stderr);
+  return (JSON.parse(r.stdout) as Array<{ state: string; expiresInMs: number | null; token: string }>)[0];
+}
+
+void describe('leasehold run: signals and process lifetime', () => {
+  void it('SIGTERM to the runner is forwarded; the lease is released only after the command drained; a waiting runner then takes over', async () => {
+    // The command takes 600ms to shut down after SIGTERM, and stamps when it finished.
+    const drainer = sb.script(
+      'drainer.sh',
+      `trap 'sleep 0.6; date +%s%3N > "${sb.path('a.drained')}"; exit 0' TERM
+echo $$ > "${sb.path('a.pid')}"
+while :; do sleep 0.05; done`,
+    );
+    const a = sb.start(['run', '--name', 'drain', '--store', store, '--ttl', '3s', '--', drainer]);
+    await until('the first command started', () => sb.has('a.pid'));
+    pids.push(readPid(sb, 'a'));
+    const b = sb.start(['run', '--name', 'drain', '--store', store, '--ttl', '3s', '--wait', '10s', '--', 'sh', '-c', `date +%s%3N > "${sb.path('b.started')}"`]);
+    await until('the second runner is waiting', () => /waiting: held by/.test(b.stderr));
+
+    a.proc.kill('SIGTERM');
+    const ad = await a.done;
+    assert.equal(ad.code, 0, `the command's own status (it exited 0 after draining); stderr: ${ad.stderr}`);
+    assert.match(ad.stderr, /SIGTERM: forwarding to process group/);
+    const order = ad.stderr.indexOf('command exited with code 0') < ad.stderr.indexOf('released token');
+    assert.ok(order, `released after the command exited:\n${ad.stderr}`);
+
+    const bd = await b.done;
+    assert.equal(bd.code, 0, bd.stderr);
+    const drained = Number(sb.read('a.drained'));
+    const bStarted = Number(sb.read('b.started'));
+    assert.ok(bStarted >= drained, `the second command started (${bStarted}) after the first drained (${drained})`);
+    assert.ok(bStarted - drained < 1500, `and right after (${bStarted - drained}ms), not at the 3s expiry`);
+  });
+
+  void it('SIGINT while still waiting for the lease stops the runner without running the command (exit 130)', async () => {
+    const holder = sb.start(['run', '--name', 'int', '--store', store, '--ttl', '2s', '--', sleeperScript(sb, 'int')]);
+    await until('the holder runs', () => sb.has('int.pid'));
+    pids.push(readPid(sb, 'int'));
+    const waiter = sb.start(['run', '--name', 'int', '--store', store, '--', 'sh', '-c', `touch "${sb.path('int.never')}"`]);
+    await until('the second runner is waiting', () => /waiting: held by/.test(waiter.stderr));
+    waiter.proc.kill('SIGINT');
+    const w = await waiter.done;
+    assert.equal(w.code, 130, w.stderr);
+    assert.ok(!sb.has('int.never'));
+    holder.proc.kill('SIGTERM');
+    await holder.done;
+  });
+
+  void it('a runner killed with SIGKILL takes its command with it within a second (parent-death signal)', { skip: !HAS_SETPRIV && 'setpriv (util-linux) is not installed' }, async () => {
+    const runner = sb.start(['run', '--name', 'pdeath', '--store', store, '--ttl', '2s', '--', sleeperScript(sb, 'pdeath')]);
+    await until('the command started', () => sb.has('pdeath.pid'));
+    const pid = readPid(sb, 'pdeath');
+    pids.push(pid);
+    assert.ok(isAlive(pid));
+    runner.proc.kill('SIGKILL');
+    await runner.done;
+    const t0 = performance.now();
+    await until('the command is dead', () => !isAlive(pid), 1000);
+    assert.ok(performance.now() - t0 < 1000);
+  });
+
+  void it('a runner paused (SIGSTOP) past its TTL kills its command at once when it resumes, and exits 76', async () => {
+    const runner = sb.start(['run', '--name', 'paused', '--store', store, '--ttl', '1s', '--grace', '300ms', '--', sleeperScript(sb, 'paused')]);
+    await until('the command started', () => sb.has('paused.pid'));
+    const pid = readPid(sb, 'paused');
+    pids.push(pid);
+    process.kill(runner.pid, 'SIGSTOP');
+    await sleep(1800);
+    // The runner is frozen but its command, in its own process group, is not: this is why the
+    // resource must fence, and why the runner must not give it a grace period once it wakes.
+    assert.ok(isAlive(pid));
+    assert.equal((await heldBy('paused'))?.state, 'expired', 'the store let the term expire');
+    const t0 = performance.now();
+    process.kill(runner.pid, 'SIGCONT');
+    const r = await runner.done;
+    assert.equal(r.code, 76, r.stderr);
+    assert.match(r.stderr, /lost the lease \((expired|suspended)\); killing process group \d+ now \(SIGKILL\)/);
+    assert.ok(!isAlive(pid));
+    assert.ok(performance.now() - t0 < 1000, `killed ${performance.now() - t0}ms after waking`);
+  });
+});
+
+/**
+ * A TCP proxy in front of PostgreSQL that can black-hole traffic: queries hang without an error,
+ * which is what a network partition looks like to the runner.
+ */
+class BlackholeProxy {
+  private server: Server | undefined;
+  private readonly pairs = new Set<[Socket, Socket]>();
+  private stalled = false;
+  port = 0;
+
+  async start(target: URL): Promise<void> {
+    this.server = createServer((client) => {
+      const upstream = createConnection({ host: target.hostname, port: Number(target.port || 5432) });
+      const pair: [Socket, Socket] = [client, upstream];
+      this.pairs.add(pair);
+      const drop = (): void => {
+        client.destroy();
+        upstream.destroy();
+        this.pairs.delete(pair);
+      };
+      client.on('error', drop).on('close', drop);
+      upstream.on('error', drop).on('close', drop);
+      client.on('data', (d: Buffer) => {
+        if (!this.stalled) upstream.write(d);
+      });
+      upstream.on('data', (d: Buffer) => {
+        if (!this.stalled) client.write(d);
+      });
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.port = (this.server.address() as AddressInfo).port;
+  }
+
+  stall(): void {
+    this.stalled = true;
+  }
+
+  cut(): void {
+    for (const [a, b] of this.pairs) {
+      a.destroy();
+      b.destroy();
+    }
+    this.pairs.clear();
+  }
+
+  async close(): Promise<void> {
+    this.cut();
+    await new Promise<void>((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
+  }
+}
+
+void describe('leasehold run on PostgreSQL: a partition', () => {
+  const schema = freshSchema();
+  const direct = pgUrl(schema);
+  const proxy = new BlackholeProxy();
+  let viaProxy = '';
+  // The test's own view of the store, straight to PostgreSQL: fast enough to read the store-side
+  // expiry in the moment the command dies.
+  let observer: LeaseStore | undefined;
+
+  before(async () => {
+    const target = new URL(PG_URL);
+    await proxy.start(target);
+    const u = new URL(direct);
+    u.hostname = '127.0.0.1';
+    u.port = String(proxy.port);
+    viaProxy = u.toString();
+    const m = await sb.run(['migrate', '--store', direct]);
+    assert.equal(m.code, 0, m.stderr);
+    observer = await openStore(direct);
+  });
+  after(async () => {
+    await observer?.close();
+    await proxy.close();
+    await dropSchema(schema);
+  });
+
+  void it('when renewals stop landing, a command that ignores SIGTERM is SIGKILLed after --grace, before the store-side expiry', async () => {
+    const stubborn = sb.script(
+      'stubborn.sh',
+      `trap 'date +%s%3N >> "${sb.path('stubborn.term')}"' TERM
+echo $$ > "${sb.path('stubborn.pid')}"
+while :; do sleep 0.05; done`,
+    );
+    // ttl 4s, renew 1s, grace 700ms: the local deadline is 4s - (700ms + 400ms default margin)
+    // after the last renewal was sent; SIGKILL 700ms later leaves 400ms before the store's expiry.
+    const runner = sb.start(['run', '--name', 'partition', '--store', viaProxy, '--ttl', '4s', '--renew', '1s', '--grace', '700ms', '--', stubborn]);
+    await until('the command started', () => sb.has('stubborn.pid'));
+    const pid = readPid(sb, 'stubborn');
+    pids.push(pid);
+    await sleep(300);
+    proxy.stall();
+    const t0 = performance.now();
+    await until('the command got SIGTERM', () => sb.has('stubborn.term'), 5000);
+    const termAt = performance.now() - t0;
+    assert.ok(isAlive(pid), 'it ignores SIGTERM');
+    await until('the command is dead', () => !isAlive(pid), 2000);
+    const deadAt = performance.now() - t0;
+    // Checked directly against PostgreSQL, not through the partition: the term is still live there.
+    const [row] = await observer!.list({ name: 'partition' });
+    assert.equal(row?.state, 'held', `the store still counts the term as live: ${JSON.stringify(row, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}`);
+    const left = row.expiresAtMs! - row.storeNowMs;
+    assert.ok(left > 0, `dead with ${left}ms of the store-side term left`);
+    assert.ok(deadAt - termAt >= 600, `SIGKILL came after the grace (${Math.round(deadAt - termAt)}ms after SIGTERM)`);
+    proxy.cut();
+    const r = await runner.done;
+    assert.equal(r.code, 76, r.stderr);
+    assert.match(r.stderr, /lost the lease \((expired|store-unreachable)\); SIGTERM to process group \d+, SIGKILL in 700ms/);
+    assert.match(r.stderr, /grace of 700ms is over; SIGKILL/);
+  });
+});
