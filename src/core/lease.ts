@@ -475,7 +475,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
       t.confirmed = req.nextNonce;
       t.unconfirmed = [];
       t.deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
-      t.renewDueAt = sentAt + this.timing.renewMs;
+      // From the send time, like the deadline; but an answer that came back late must not make
+      // the next renewal due at once (a slow store would then be renewed ever faster).
+      t.renewDueAt = Math.max(sentAt + this.timing.renewMs, now + this.timing.renewMs / 2);
       t.lastStoreNowMs = result.storeNowMs;
       t.lastAnsweredAt = now;
       t.failures = 0;

@@ -194,7 +194,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     else {
       for (const l of this.enrolled) {
         if (l.inFlight) continue;
-        const due = l.confirmWaiters.length > 0 ? -Infinity : (l.renewDueAt ?? Infinity) - l.timing.renewMs / 8;
+        const due = l.confirmWaiters.length > 0 ? -Infinity : (l.renewDueAt ?? Infinity);
         if (due < at) at = due;
       }
     }
@@ -212,9 +212,11 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   }
 
   /**
-   * Renews every held lease that is due, or nearly due, in one claim per MAX_BATCH leases.
-   * Gathering the nearly-due ones aligns leases acquired at different moments, so a process
-   * holding 10,000 leases settles into one round trip per renew interval.
+   * Renews every held lease that is due, or due within half a renew interval, in one claim per
+   * MAX_BATCH leases. Renewing early is harmless, and it aligns leases acquired at different
+   * moments: leases renewed together share a send time and stay together, and groups closer
+   * than half an interval merge, so a process holding 10,000 leases settles into one or two
+   * round trips per renew interval.
    */
   private tick(): void {
     const now = monoNow();
@@ -222,7 +224,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     const batch: { lease: Lease; req: ClaimRequest; waiters: Array<{ resolve: () => void }> }[] = [];
     for (const lease of this.enrolled) {
       if (lease.inFlight) continue;
-      if (!(lease.confirmWaiters.length > 0 || lease.renewalDue(now, lease.timing.renewMs / 4))) continue;
+      if (!(lease.confirmWaiters.length > 0 || lease.renewalDue(now, lease.timing.renewMs / 2))) continue;
       const req = lease.renewalRequest(now);
       if (req === undefined) continue;
       lease.inFlight = true;

@@ -40,10 +40,26 @@ import { guarded, rangeOf, schemaOk } from './txn.js';
  * fresh lease; its create revision, the transaction's revision, is the new token. Revisions only
  * go up, cluster-wide, and survive restarts, so a recreated key always gets a larger token.
  *
+ * Clones (store.ts, expectation 4b): when a renewal's compares all fail and its reads show a
+ * term key holding our holder id with a nonce we do not hold (and not our own nextNonce, which
+ * would be this request landed already), two processes share one term. The next round sends,
+ * for that lease, a compare-and-delete: `create revision of the term key == the term's token`
+ * (the same term, however often the other clone renewed it meanwhile: a term's holder and
+ * create revision never change while it lives) ? delete the term key, put the state key with
+ * `endedBy: 'conflict'`, put a 'conflict' history entry : the reads again. The answer is
+ * lost/cloned. The delete wakes followers through watchFreed, as a release does. The other
+ * clone's next renewal finds no term key and `endedBy: 'conflict'` in the state key, and is
+ * answered lost/cloned too; the next acquisition creates the term key again, at a larger
+ * revision. Only this (rare) case costs one more round trip: etcd cannot compare "the value
+ * begins with our holder id" and still tell us the token to record.
+ *
  * Every answer can be recognised if it already landed (a failover retry inside etcd3, see
  * client.ts): the term key then holds this very request's nextNonce, fresh randomness that no
- * other request carries.
+ * other request carries. A conflict delete that landed and is retried fails its compare, and
+ * the reads (no term key, `endedBy: 'conflict'`) give the same answer.
  */
+
+export const CONFLICT_DETAIL = 'two processes renewed one term (a restored snapshot or a clone)';
 
 export interface Grant {
   id: string;
@@ -69,6 +85,15 @@ export interface ClaimContext {
   leaseFor(ttlMs: number, deadline: number): Promise<Grant>;
 }
 
+/** A live term two clones renew: the round after the reads ends it (see above). */
+interface ConflictTarget {
+  /** The term key's create revision: the term's token. */
+  token: string;
+  /** The nonce the other clone stored. */
+  nonce: string;
+  startedAtMs: number | undefined;
+}
+
 const NEVER_SEEN: SeenState = { rev: '0', holder: null, ended: false };
 const MAX_ROUNDS = 5;
 const SEEN_CAP = 100_000;
@@ -79,13 +104,24 @@ interface Plan {
   grant: Grant;
   atMs: number;
   seen: SeenState;
+  conflict: ConflictTarget | undefined;
   op: EtcdRequestOp;
 }
 
 /** What the innermost nested Txn answered: our put, or the three reads of the failure branch. */
 type Leaf = { kind: 'put'; prevTerm: EtcdKeyValue | undefined } | { kind: 'read'; term?: EtcdKeyValue; state?: EtcdKeyValue; renew?: EtcdKeyValue };
 
-type Decided = { result: ClaimResult; ttlLookup?: { lease: string; renew: RenewValue | null; nonce: string } } | { retry: SeenState };
+type Decided =
+  | { result: ClaimResult; ttlLookup?: { lease: string; renew: RenewValue | null; nonce: string } }
+  | { retry: SeenState }
+  | { conflict: ConflictTarget; seen: SeenState };
+
+interface Pending {
+  index: number;
+  req: ClaimRequest;
+  seen: SeenState;
+  conflict?: ConflictTarget;
+}
 
 export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequest[], deadline: number): Promise<ClaimResult[]> {
   validate(requests);
@@ -101,7 +137,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     throw mapEtcdError(err, 'lease grant');
   }
 
-  let pending = requests.map((req, index) => ({ index, req, seen: ctx.seen.get(req.name) ?? NEVER_SEEN }));
+  let pending: Pending[] = requests.map((req, index) => ({ index, req, seen: ctx.seen.get(req.name) ?? NEVER_SEEN }));
   for (let round = 0; pending.length > 0; round++) {
     if (round >= MAX_ROUNDS) {
       throw new StoreUnavailableError(
@@ -110,7 +146,11 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     }
     const atMs = Date.now();
     const chunks = chunk(pending, ctx.maxOpsPerTxn).map((c) =>
-      c.map((p, seq) => plan(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen)),
+      c.map((p, seq) =>
+        p.conflict === undefined
+          ? plan(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen)
+          : planConflict(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen, p.conflict),
+      ),
     );
     let responses: EtcdTxnResponse[];
     try {
@@ -119,7 +159,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
       throw mapEtcdError(err, 'claim');
     }
     const storeNowMs = Date.now();
-    const next: typeof pending = [];
+    const next: Pending[] = [];
     chunks.forEach((c, ci) => {
       const resp = responses[ci]!;
       schemaOk(ctx.keys, resp);
@@ -127,8 +167,10 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
       c.forEach((p, i) => {
         const inner = resp.responses[i]?.response_txn;
         if (inner == null) throw new StoreUnavailableError(`etcd answered claim of "${p.req.name}" without a transaction response`);
-        const d = decide(ctx, p, leaf(inner), revision, storeNowMs);
+        const d =
+          p.conflict !== undefined && inner.succeeded ? ended(ctx, p, p.conflict, revision, storeNowMs) : decide(ctx, p, leaf(inner), revision, storeNowMs);
         if ('retry' in d) next.push({ index: p.index, req: p.req, seen: d.retry });
+        else if ('conflict' in d) next.push({ index: p.index, req: p.req, seen: d.seen, conflict: d.conflict });
         else {
           results[p.index] = d.result;
           if (d.ttlLookup !== undefined) lookups.push({ index: p.index, ...d.ttlLookup });
@@ -190,12 +232,12 @@ function plan(ctx: ClaimContext, index: number, seq: number, req: ClaimRequest, 
         failure: reads,
       },
     };
-    return { index, req, grant, atMs, seen, op };
+    return { index, req, grant, atMs, seen, conflict: undefined, op };
   }
 
   if (req.expect.length === 0) {
     // Nothing to compare against: the answer is 'lost', worked out from the reads.
-    return { index, req, grant, atMs, seen, op: { request_txn: { compare: [], success: reads, failure: [] } } };
+    return { index, req, grant, atMs, seen, conflict: undefined, op: { request_txn: { compare: [], success: reads, failure: [] } } };
   }
   // An OR over the expected nonces: Txn(e1 ? put : Txn(e2 ? put : ... : reads)).
   let failure = reads;
@@ -205,33 +247,92 @@ function plan(ctx: ClaimContext, index: number, seq: number, req: ClaimRequest, 
       success: [putTerm, putRenew],
       failure,
     };
-    if (i === 0) return { index, req, grant, atMs, seen, op: { request_txn: txn } };
+    if (i === 0) return { index, req, grant, atMs, seen, conflict: undefined, op: { request_txn: txn } };
     failure = [{ request_txn: txn }];
   }
+}
+
+/**
+ * Ends a term two clones renew: `create revision == token` (the same term is still live) ?
+ * delete it, record how it ended, and write the history entry : the reads, to decide again.
+ */
+function planConflict(
+  ctx: ClaimContext,
+  index: number,
+  seq: number,
+  req: ClaimRequest,
+  grant: Grant,
+  atMs: number,
+  seen: SeenState,
+  c: ConflictTarget,
+): Plan {
+  const k = ctx.keys;
+  const T = k.term(req.name);
+  const state: StateValue = {
+    holder: req.holder,
+    token: c.token,
+    startedAtMs: c.startedAtMs ?? atMs,
+    endedBy: 'conflict',
+    endedAtMs: atMs,
+    nonce: c.nonce,
+  };
+  const entry: HistoryValue = {
+    name: req.name,
+    event: 'conflict',
+    holder: null,
+    previousHolder: req.holder,
+    token: c.token,
+    atMs,
+    detail: CONFLICT_DETAIL,
+    seq,
+  };
+  const op: EtcdRequestOp = {
+    request_txn: {
+      compare: [{ key: T, target: 'Create', result: 'Equal', create_revision: c.token }],
+      success: [
+        { request_delete_range: { key: T } },
+        { request_put: { key: k.state(req.name), value: json(state) } },
+        // This request's nextNonce was never stored: a fresh, unique history id.
+        { request_put: { key: k.history(req.name, req.nextNonce), value: json(entry) } },
+      ],
+      failure: [rangeOf(T), rangeOf(k.state(req.name)), rangeOf(k.renew(req.name))],
+    },
+  };
+  return { index, req, grant, atMs, seen, conflict: c, op };
+}
+
+/** The conflict delete landed: the term is over for both clones. */
+function ended(ctx: ClaimContext, p: Plan, c: ConflictTarget, revision: string, storeNowMs: number): Decided {
+  ctx.seen.set(p.req.name, { rev: revision, holder: p.req.holder, ended: true });
+  return {
+    result: { name: p.req.name, outcome: 'lost', reason: 'cloned', holder: null, token: BigInt(c.token), expiresAtMs: p.atMs, storeNowMs },
+  };
 }
 
 /**
  * etcd checks --max-txn-ops per level, and a nested Txn's budget is what its parent left: a
  * chunk fits when (leases in it) + (the deepest chain of ops under one lease) <= maxOps.
  */
-function opCost(req: ClaimRequest): number {
+function opCost(req: ClaimRequest, conflict: boolean): number {
+  if (conflict) return 3; // compare 1, delete + puts 3, reads 3
   if (req.expect === null) return 4; // compares 2, puts 4, reads 3
   if (req.expect.length === 0) return 3;
   return 3 + 2 * (req.expect.length - 1); // each OR level: compare 1, puts 2, nested 1; last: reads 3
 }
 
-function chunk<T extends { req: ClaimRequest }>(items: T[], maxOps: number): T[][] {
+function chunk<T extends Pending>(items: T[], maxOps: number): T[][] {
   const out: T[][] = [];
   let cur: T[] = [];
   let maxCost = 0;
   for (const item of items) {
-    const cost = Math.max(maxCost, opCost(item.req));
+    const own = opCost(item.req, item.conflict !== undefined);
+    const cost = Math.max(maxCost, own);
     if (cur.length > 0 && cur.length + 1 + cost > maxOps) {
       out.push(cur);
       cur = [];
     }
     cur.push(item);
-    maxCost = cur.length === 1 ? opCost(item.req) : cost;
+    maxCost = cur.length === 1 ? own : cost;
   }
   if (cur.length > 0) out.push(cur);
   return out;
@@ -295,7 +396,12 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
     if (req.expect === null) {
       return { result: { name: req.name, outcome: 'busy', holder: term.holder, token, expiresAtMs: null, storeNowMs }, ttlLookup: lookup };
     }
-    const reason: LostReason = term.holder === req.holder ? 'cloned' : 'superseded';
+    if (term.holder === req.holder) {
+      // Our holder id, a nonce we do not hold, a live term: two processes renew one term.
+      const startedAtMs = stateVal?.holder === req.holder ? stateVal.startedAtMs : undefined;
+      return { conflict: { token: l.term.create_revision, nonce: term.nonce, startedAtMs }, seen };
+    }
+    const reason: LostReason = 'superseded';
     return { result: { name: req.name, outcome: 'lost', reason, holder: term.holder, token, expiresAtMs: null, storeNowMs }, ttlLookup: lookup };
   }
 
@@ -306,7 +412,8 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
   let holder: string | null = null;
   let lostExpiry: number | null = null;
   if (stateVal?.endedBy !== undefined) {
-    reason = stateVal.endedBy;
+    // A term ended by a clone conflict is lost to both clones as 'cloned'.
+    reason = stateVal.endedBy === 'conflict' ? 'cloned' : stateVal.endedBy;
     lostExpiry = stateVal.endedAtMs ?? null;
   } else if (stateVal !== null) {
     holder = stateVal.holder;

@@ -8,9 +8,12 @@ import type { HistoryEvent } from '../store.js';
  *   {p}/schema-version          "1"; every transaction compares it (SchemaError when absent or newer)
  *   {p}/term/{name}             the live term: JSON [holder, nonce], attached to an etcd lease.
  *                               Its create revision IS the fencing token. Deleted by etcd when
- *                               the lease runs out (expiry), by release and by revoke.
+ *                               the lease runs out (expiry), by release, by revoke, and by a
+ *                               clone conflict (claim.ts).
  *   {p}/state/{name}            no lease: who began the last term, when, and how it ended
- *                               (released/revoked). Outlives the term, like the Postgres row.
+ *                               (released/revoked/conflict). Outlives the term, like the
+ *                               Postgres row; `endedBy: 'conflict'` is what tells the other
+ *                               clone's next renewal 'cloned' once the term key is gone.
  *   {p}/renew/{name}            no lease: the last renewal's nonce and times (rewritten blind on
  *                               every renewal, so the renewal transaction needs no read).
  *   {p}/history/{name}/{id}     one key per change of holder, written in the same transaction.
@@ -101,9 +104,10 @@ export interface StateValue {
   /** Decimal; absent when written by the acquisition itself, whose token is then this key's mod revision. */
   token?: string;
   startedAtMs: number;
-  endedBy?: 'released' | 'revoked';
+  /** How the term ended, when it did not simply run out. 'conflict': two clones renewed it (store.ts, 4b). */
+  endedBy?: 'released' | 'revoked' | 'conflict';
   endedAtMs?: number;
-  /** The ended term's last nonce, and an id of the release/revoke write (recognises a retried write). */
+  /** The ended term's last nonce, and an id of the release/revoke write (recognises a retried write; unset for a conflict). */
   nonce?: string;
   endedId?: string;
 }

@@ -3,7 +3,7 @@
  * keys live in one Cluster slot and a batch claim is one script on one node.
  */
 export interface RedisKeys {
-  /** Hash per lease: holder, nonce, token, exp, start, renewed, ended. */
+  /** Hash per lease: holder, nonce, token, exp, start, renewed, ended (released/revoked/conflict), gc. */
   lease(name: string): string;
   /** Stream per lease: its own history, capped. */
   leaseHistory(name: string): string;
@@ -13,7 +13,7 @@ export interface RedisKeys {
   readonly names: string;
   /** The key layout version written by migrate(). */
   readonly layout: string;
-  /** Pub/sub channel on which releases and revocations publish the lease name. */
+  /** Pub/sub channel on which releases, revocations and clone conflicts publish the lease name. */
   readonly channel: string;
 }
 

@@ -58,9 +58,15 @@ end
  * KEYS: [1] global history stream, [2] name index (zset), [3] layout version key, then per
  *   request i: [2+2i] the lease hash, [3+2i] the lease's history stream.
  * ARGV: [1] retain ms, [2] global history cap, [3] per-lease history cap, [4] layout version,
- *   then per request 6 values: name, holder, expected nonces (comma-joined; nonces are
- *   base64url), next nonce, ttl ms, contend (1/0).
+ *   [5] the freed channel, then per request 6 values: name, holder, expected nonces
+ *   (comma-joined; nonces are base64url), next nonce, ttl ms, contend (1/0).
  * Reply: [now ms, then per request: outcome, reason, token, holder, expires at ms].
+ *
+ * Clones (store.ts, expectation 4b): a renewal with our holder id but a nonce the hash does not
+ * hold, on a live term, means two processes share one term. The script ends the term there and
+ * then (holder and nonce cleared, `exp` = now, `ended` = conflict, a 'conflict' history entry,
+ * the name published like a release) and answers lost/cloned; the other clone's next renewal
+ * finds no holder and `ended = conflict` and is answered lost/cloned as well.
  *
  * Tokens: max(last stored token + 1, TIME in microseconds). The second term is what keeps
  * tokens increasing when the hash is gone (Redis restarted empty, a replica that missed the
@@ -75,12 +81,12 @@ if version and tonumber(version) and tonumber(version) > tonumber(ARGV[4]) then
     ', newer than this leasehold understands (' .. ARGV[4] .. '); upgrade leasehold')
 end
 local retain = tonumber(ARGV[1])
-local n = (#ARGV - 4) / 6
+local n = (#ARGV - 5) / 6
 local plan = {}
 -- Pass 1 reads and decides; nothing is written until every decision is known to be writable,
 -- because a Lua error halfway through would leave half a batch applied.
 for i = 1, n do
-  local a = 4 + (i - 1) * 6
+  local a = 5 + (i - 1) * 6
   local p = { name = ARGV[a + 1], holder = ARGV[a + 2], expect = ARGV[a + 3], nxt = ARGV[a + 4],
               ttl = tonumber(ARGV[a + 5]), contend = ARGV[a + 6] == '1',
               key = KEYS[2 + 2 * i], hkey = KEYS[3 + 2 * i] }
@@ -107,9 +113,14 @@ for i = 1, n do
     p.tok = tok
   elseif p.outcome == 'lost' then
     if p.ch == p.holder and nonce_ok then p.reason = 'expired'
-    elseif p.ch == p.holder then p.reason = 'cloned'
+    elseif p.ch == p.holder then
+      p.reason = 'cloned'
+      -- Our holder id, a nonce we do not hold, a live term: two processes renew one term.
+      -- Neither can be told from the other, so the term ends for both (written in pass 2).
+      if cexp and cexp > now then p.conflict = true end
     elseif (not p.ch) and p.ended == 'revoked' then p.reason = 'revoked'
     elseif (not p.ch) and p.ended == 'released' then p.reason = 'released'
+    elseif (not p.ch) and p.ended == 'conflict' then p.reason = 'cloned'
     elseif not p.ch then p.reason = 'expired'
     else p.reason = 'superseded' end
   end
@@ -153,6 +164,23 @@ for i = 1, n do
     out[#out + 1] = tokstr
     out[#out + 1] = p.holder
     out[#out + 1] = fmt(exp)
+  elseif p.conflict then
+    -- As a release does: the token stays (the next one is larger), the record is kept for
+    -- \`retain\`, and followers are woken.
+    redis.call('HDEL', p.key, 'holder', 'nonce')
+    redis.call('HSET', p.key, 'exp', fmt(now), 'ended', 'conflict')
+    record(KEYS[1], p.hkey, ARGV[2], ARGV[3], p.name, 'conflict', '', p.holder, p.ct,
+           'two processes renewed one term (a restored snapshot or a clone)')
+    local until_ms = fmt(now + retain)
+    redis.call('HSET', p.key, 'gc', until_ms)
+    redis.call('PEXPIREAT', p.key, until_ms)
+    redis.call('PEXPIREAT', p.hkey, until_ms)
+    redis.call('PUBLISH', ARGV[5], p.name)
+    out[#out + 1] = 'lost'
+    out[#out + 1] = 'cloned'
+    out[#out + 1] = p.ct
+    out[#out + 1] = ''
+    out[#out + 1] = fmt(now)
   else
     out[#out + 1] = p.outcome
     out[#out + 1] = p.reason or ''

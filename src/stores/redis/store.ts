@@ -158,7 +158,13 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     if (requests.length === 0) return [];
     const keys = [this.keys.history, this.keys.names, this.keys.layout];
-    const args = [String(this.retainMs), String(this.historyMaxLen), String(this.leaseHistoryMaxLen), String(LAYOUT_VERSION)];
+    const args = [
+      String(this.retainMs),
+      String(this.historyMaxLen),
+      String(this.leaseHistoryMaxLen),
+      String(LAYOUT_VERSION),
+      this.keys.channel,
+    ];
     const seen = new Set<string>();
     for (const r of requests) {
       if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
@@ -284,8 +290,8 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   }
 
   /**
-   * One subscriber connection per store instance, shared by every listener. Releases and
-   * revocations PUBLISH the lease name; expiry publishes nothing (waiters sleep until the
+   * One subscriber connection per store instance, shared by every listener. Releases,
+   * revocations and clone conflicts PUBLISH the lease name; expiry publishes nothing (waiters sleep until the
    * expiry they were told). `onReconnect` fires whenever the subscription comes back after
    * being down (including when Redis was down at the first attempt), since messages published
    * meanwhile are gone: Redis pub/sub is fire-and-forget.
