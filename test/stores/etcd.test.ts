@@ -138,21 +138,25 @@ void describe('etcd store: terms', () => {
     assert.equal(results.filter((r) => r.outcome === 'busy').length, 19);
   });
 
-  void it('a renewal keeps the token and swaps the nonce; the old nonce is then lost as "cloned"', async () => {
+  void it('a renewal keeps the token and swaps the nonce; the old nonce is then lost as "cloned", ending the term', async () => {
     await using f = await fixture();
     const token = await acquiredToken(f.store, contend('job', 'h1', 'n1'));
     const r1 = await one(f.store, renew('job', 'h1', ['n1'], 'n2'));
     assert.equal(r1.outcome, 'renewed');
     assert.equal(r1.token, token);
-    const stale = await one(f.store, renew('job', 'h1', ['n1'], 'n3'));
-    assert.equal(stale.outcome, 'lost');
-    assert.equal(stale.outcome === 'lost' && stale.reason, 'cloned');
     // Any of several expected nonces will do (after renewals whose answers were lost).
     const r2 = await one(f.store, renew('job', 'h1', ['x', 'y', 'n2'], 'n4'));
     assert.equal(r2.outcome, 'renewed');
+    // A nonce the store no longer holds, on the live term: another process renews it too.
+    const stale = await one(f.store, renew('job', 'h1', ['n1'], 'n5'));
+    assert.equal(stale.outcome === 'lost' && stale.reason, 'cloned');
+    assert.equal(stale.token, token);
+    assert.equal(stale.holder, null);
+    const after = await one(f.store, renew('job', 'h1', ['n4'], 'n6'));
+    assert.equal(after.outcome === 'lost' && after.reason, 'cloned', 'the current nonce no longer renews either');
   });
 
-  void it('two clones restored from one snapshot (same holder, same nonce): only one renewal succeeds', async () => {
+  void it('two clones restored from one snapshot (same holder, same nonce): the second renewal ends the term for both', async () => {
     await using f = await fixture();
     await using g = await fixture({}, f.prefix); // a second process on the same keys
     const token = await acquiredToken(f.store, contend('job', 'snap', 'n1'));
@@ -168,9 +172,54 @@ void describe('etcd store: terms', () => {
     const lost = a.outcome === 'lost' ? a : b;
     assert.equal(lost.outcome === 'lost' && lost.reason, 'cloned');
     assert.equal(lost.token, token);
-    // The loser cannot get back in with what it believes; the winner carries on.
-    assert.equal((await one(loser, renew('job', 'snap', ['n1', loserNonce], 'again'))).outcome, 'lost');
-    assert.equal((await one(winner, renew('job', 'snap', [winnerNonce], 'w2'))).outcome, 'renewed');
+    assert.equal(lost.holder, null, 'the conflict ended the term');
+    // Neither clone gets back in: the term key is gone and the state key says "conflict".
+    const next = await one(winner, renew('job', 'snap', [winnerNonce], 'w2'));
+    assert.equal(next.outcome === 'lost' && next.reason, 'cloned');
+    const again = await one(loser, renew('job', 'snap', ['n1', loserNonce], 'again'));
+    assert.equal(again.outcome === 'lost' && again.reason, 'cloned');
+    const [info] = await f.store.list({ name: 'job' });
+    assert.deepEqual([info?.state, info?.holder, info?.token], ['free', null, token]);
+    // Either store instance acquires next (the winner's has a stale view of the state key).
+    const fresh = await acquiredToken(winner, contend('job', 'fresh', 'f1'));
+    assert.ok(fresh > token, `token ${fresh} after ${token}`);
+    const events = (await f.store.history({ name: 'job' })).map((h) => [h.event, h.holder, h.previousHolder, h.token, h.detail]);
+    assert.deepEqual(events, [
+      ['acquired', 'snap', null, token, null],
+      ['conflict', null, 'snap', token, 'two processes renewed one term (a restored snapshot or a clone)'],
+      ['acquired', 'fresh', null, fresh, null],
+    ]);
+  });
+
+  void it('a clone conflict costs one more transaction, only for the conflicted lease, and is told apart in a batch', async () => {
+    const admin = await etcdAdmin();
+    const { client, counts } = counting(admin);
+    const prefix = freshEtcdPrefix();
+    const store = await createEtcdStore({ client, prefix });
+    try {
+      await store.migrate();
+      const [tA] = (await store.claim([contend('a', 'h1', 'a0'), contend('b', 'h1', 'b0')])).map((r) => r.token);
+      assert.equal((await store.claim([renew('a', 'h1', ['a0'], 'a1')]))[0]!.outcome, 'renewed'); // the other clone
+      Object.assign(counts, { grant: 0, txn: 0, ttl: 0, range: 0 });
+      const out = await store.claim([renew('a', 'h1', ['a0'], 'a2'), renew('b', 'h1', ['b0'], 'b1')]);
+      assert.deepEqual(
+        out.map((r) => [r.name, r.outcome === 'lost' ? `lost:${r.reason}` : r.outcome, r.token]),
+        [
+          ['a', 'lost:cloned', tA],
+          ['b', 'renewed', out[1]!.token],
+        ],
+      );
+      assert.deepEqual(counts, { grant: 1, txn: 2, ttl: 0, range: 0 });
+      assert.deepEqual((await store.history({ name: 'b' })).map((h) => h.event), ['acquired']);
+      assert.deepEqual((await store.history({ name: 'a' })).map((h) => h.event), ['acquired', 'conflict']);
+      // Ending the same term again (a retried write, or the other clone) finds it already over.
+      assert.equal((await store.claim([renew('a', 'h1', ['a1'], 'a3')]))[0]!.outcome, 'lost');
+      assert.deepEqual((await store.history({ name: 'a' })).map((h) => h.event), ['acquired', 'conflict']);
+    } finally {
+      await store.close();
+      await deleteEtcdKeys(prefix);
+      admin.close();
+    }
   });
 
   void it('a renewal whose answer was lost and is sent again is recognised, not called a clone', async () => {
@@ -288,6 +337,10 @@ void describe('etcd store: expiry', () => {
     await until('etcd to expire the term', async () => (await f.store.list({ name: 'job' }))[0]?.state === 'expired', 5000);
     const late = await one(f.store, renew('job', 'h1', ['n1'], 'n2', 1000));
     assert.equal(late.outcome === 'lost' && late.reason, 'expired');
+    // A stale nonce once the term has run out: 'cloned', but there is no live term to end.
+    const stale = await one(f.store, renew('job', 'h1', ['old'], 'n2', 1000));
+    assert.equal(stale.outcome === 'lost' && stale.reason, 'cloned');
+    assert.deepEqual((await f.store.history({ name: 'job' })).map((h) => h.event), ['acquired']);
     const b = await one(f.store, contend('job', 'h2', 'm1'));
     assert.equal(b.outcome, 'acquired');
     assert.ok(b.token > a.token!);
@@ -348,7 +401,7 @@ void describe('etcd store: batches and round trips', () => {
 });
 
 void describe('etcd store: watchFreed', () => {
-  void it('a follower hears a release well under a second later, and an expiry too', async () => {
+  void it('a follower hears a release well under a second later, and an expiry and a clone conflict too', async () => {
     await using holder = await fixture();
     await using follower = await fixture({}, holder.prefix);
     const freed: { name: string; at: number }[] = [];
@@ -365,6 +418,12 @@ void describe('etcd store: watchFreed', () => {
 
       await acquiredToken(holder.store, contend('short', 'h1', 's1', 1000));
       await until('the expiry notification', () => freed.some((f) => f.name === 'short'), 5000);
+
+      await acquiredToken(holder.store, contend('cloned', 'h1', 'c1'));
+      await one(holder.store, renew('cloned', 'h1', ['c1'], 'c2'));
+      const c = await one(holder.store, renew('cloned', 'h1', ['c1'], 'c3'));
+      assert.equal(c.outcome === 'lost' && c.reason, 'cloned');
+      await until('the conflict notification', () => freed.some((f) => f.name === 'cloned'), 1000);
       await assert.rejects(follower.store.watchFreed(() => {}), /already active/);
     } finally {
       await stop();

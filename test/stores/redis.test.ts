@@ -179,15 +179,80 @@ void describe('redis store: claims', () => {
     ]);
   });
 
-  void it('two clones restored from one snapshot (same holder, same nonce): only one renewal succeeds', async () => {
+  void it('two clones restored from one snapshot (same holder, same nonce): the second renewal ends the term for both', async () => {
     await using f = await fixture();
-    await acquiredToken(f.store, contend('job', 'H', 'n0'));
+    const token = await acquiredToken(f.store, contend('job', 'H', 'n0'));
     const [x, y] = await Promise.all([
       f.store.claim([renew('job', 'H', ['n0'], 'clone-x')]),
       f.store.claim([renew('job', 'H', ['n0'], 'clone-y')]),
     ]);
     const outcomes = [x[0]!, y[0]!].map((r) => (r.outcome === 'lost' ? `lost:${r.reason}` : r.outcome)).sort();
     assert.deepEqual(outcomes, ['lost:cloned', 'renewed']);
+    const lost = x[0]!.outcome === 'lost' ? x[0]! : y[0]!;
+    const winnerNonce = x[0]!.outcome === 'renewed' ? 'clone-x' : 'clone-y';
+    assert.equal(lost.token, token);
+    assert.equal(lost.holder, null, 'the conflict cleared the holder');
+    assert.equal(lost.expiresAtMs, lost.storeNowMs, 'the term ended now');
+
+    // The record says so: no holder, no nonce, ended by the conflict, token kept.
+    const hash = await admin.hgetall(keysFor(f.prefix).lease('job'));
+    assert.equal(hash['holder'], undefined);
+    assert.equal(hash['nonce'], undefined);
+    assert.equal(hash['ended'], 'conflict');
+    assert.equal(hash['token'], token.toString());
+    const [info] = await f.store.list({ name: 'job' });
+    assert.deepEqual([info?.state, info?.holder, info?.token], ['free', null, token]);
+
+    // The winner's next renewal is lost as cloned too, and writes nothing more.
+    const next = await one(f.store, renew('job', 'H', [winnerNonce], 'w2'));
+    assert.equal(next.outcome === 'lost' && next.reason, 'cloned');
+    assert.equal(next.token, token);
+    assert.equal((await one(f.store, renew('job', 'H', ['n0', 'clone-x', 'clone-y'], 'again'))).outcome, 'lost');
+
+    const after = await acquiredToken(f.store, contend('job', 'K', 'k1'));
+    assert.ok(after > token, `token ${after} after ${token}`);
+    const events = (await f.store.history({ name: 'job' })).map((h) => [h.event, h.holder, h.previousHolder, h.token, h.detail]);
+    assert.deepEqual(events, [
+      ['acquired', 'H', null, token, null],
+      ['conflict', null, 'H', token, 'two processes renewed one term (a restored snapshot or a clone)'],
+      ['acquired', 'K', null, after, null],
+    ]);
+    assert.deepEqual((await f.store.history()).map((h) => h.event), ['acquired', 'conflict', 'acquired'], 'the global stream too');
+  });
+
+  void it('a clone conflict inside a batch ends only that lease, in the same script', async () => {
+    await using f = await fixture();
+    const tA = await acquiredToken(f.store, contend('a', 'H', 'a0'));
+    const tB = await acquiredToken(f.store, contend('b', 'H', 'b0'));
+    assert.equal((await one(f.store, renew('a', 'H', ['a0'], 'a1'))).outcome, 'renewed'); // the other clone
+    const out = await f.store.claim([renew('a', 'H', ['a0'], 'a2'), renew('b', 'H', ['b0'], 'b1'), contend('c', 'H', 'c0')]);
+    assert.deepEqual(
+      out.map((r) => [r.name, r.outcome === 'lost' ? `lost:${r.reason}` : r.outcome]),
+      [
+        ['a', 'lost:cloned'],
+        ['b', 'renewed'],
+        ['c', 'acquired'],
+      ],
+    );
+    assert.equal(out[0]!.token, tA);
+    assert.equal(out[1]!.token, tB);
+    assert.deepEqual((await f.store.history({ name: 'b' })).map((h) => h.event), ['acquired']);
+    assert.deepEqual((await f.store.history({ name: 'a' })).map((h) => h.event), ['acquired', 'conflict']);
+  });
+
+  void it('a stale nonce on a term that already expired is lost as cloned, with no conflict to record', async () => {
+    await using f = await fixture();
+    await acquiredToken(f.store, contend('job', 'H', 'n0', 100));
+    assert.equal((await one(f.store, renew('job', 'H', ['n0'], 'n1', 100))).outcome, 'renewed');
+    await sleep(150);
+    const r = await one(f.store, renew('job', 'H', ['n0'], 'x'));
+    assert.equal(r.outcome === 'lost' && r.reason, 'cloned');
+    assert.equal(r.holder, 'H', 'nothing was ended: the expired term is left as it was');
+    assert.deepEqual((await f.store.history({ name: 'job' })).map((h) => h.event), ['acquired']);
+    const [info] = await f.store.list({ name: 'job' });
+    assert.equal(info?.state, 'expired');
+    assert.equal((await one(f.store, contend('job', 'K', 'k'))).outcome, 'acquired');
+    assert.deepEqual((await f.store.history({ name: 'job' })).map((h) => h.event), ['acquired', 'takeover']);
   });
 
   void it('a renewal after an operator revocation is lost as revoked; after a clone released, as released', async () => {
@@ -543,18 +608,21 @@ void describe('redis store: schema, errors, clients', () => {
 });
 
 void describe('redis store: freed notifications', () => {
-  void it('release and revoke publish the lease name; expiry does not', async () => {
+  void it('release, revoke and a clone conflict publish the lease name; expiry does not', async () => {
     await using f = await fixture();
     const freed: string[] = [];
     const stop = await f.store.watchFreed((name) => freed.push(name));
     await acquiredToken(f.store, contend('a', 'A', 'a'));
     await acquiredToken(f.store, contend('b', 'A', 'a'));
     await acquiredToken(f.store, contend('c', 'A', 'a', 100));
+    await acquiredToken(f.store, contend('d', 'A', 'a'));
     await f.store.release({ name: 'a', holder: 'A', expect: ['a'] });
     await f.store.revoke('b', 'ops');
-    await until('two notifications', () => freed.length >= 2);
+    assert.equal((await one(f.store, renew('d', 'A', ['a'], 'd1'))).outcome, 'renewed');
+    assert.equal((await one(f.store, renew('d', 'A', ['a'], 'd2'))).outcome, 'lost');
+    await until('three notifications', () => freed.length >= 3);
     await sleep(200);
-    assert.deepEqual(freed, ['a', 'b']);
+    assert.deepEqual(freed, ['a', 'b', 'd']);
     await stop();
   });
 

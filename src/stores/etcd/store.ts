@@ -378,8 +378,8 @@ export class EtcdStore implements LeaseStore {
   }
 
   /**
-   * One etcd watch per store instance on the term-key prefix: a delete (release, revoke, or
-   * etcd expiring the lease) means the name may be free. Resolves once the watch is
+   * One etcd watch per store instance on the term-key prefix: a delete (release, revoke, a
+   * clone conflict, or etcd expiring the lease) means the name may be free. Resolves once the watch is
    * established, or after the call timeout if etcd is unreachable (the watch keeps trying, and
    * `onReconnect` fires when it gets through, since deletes may have been missed meanwhile).
    */

@@ -3,8 +3,8 @@ import type { Etcd3Like, EtcdWatcherLike } from './client.js';
 import type { EtcdKeys } from './keys.js';
 
 /**
- * Watches the term-key prefix for deletes. etcd deletes a term key on release, on revoke, and
- * when the term's etcd lease runs out, so every way a lease becomes free reaches followers
+ * Watches the term-key prefix for deletes. A term key is deleted on release, on revoke, on a
+ * clone conflict (claim.ts), and by etcd when the term's etcd lease runs out, so every way a lease becomes free reaches followers
  * within one watch notification, not at their next poll.
  *
  * etcd3's watch manager reconnects by itself and resumes from the last revision it saw; we
