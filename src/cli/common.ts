@@ -76,7 +76,7 @@ export function errorLine(err: unknown, command?: string): string {
 
 /** An error's message as a CLI reports it: the library retries a store call, a command that got here has stopped. */
 export function cliMessage(e: unknown): string {
-  return errorMessage(e).replace(/leasehold will retry, /, '');
+  return errorMessage(e).replace(/;? this is retryable[,.:]?/, ';');
 }
 
 type Options = NonNullable<ParseArgsConfig['options']>;

@@ -79,7 +79,7 @@ export function resolveTiming(opts: TimingOptions = {}): Timing {
     );
   }
   const marginMs =
-    opts.safetyMargin === undefined ? Math.max(Math.floor(ttlMs / 10), 100) : parseDuration(opts.safetyMargin, 'safety margin');
+    opts.safetyMargin === undefined ? Math.max(Math.floor(ttlMs / 10), 50) : parseDuration(opts.safetyMargin, 'safety margin');
   if (renewMs + marginMs >= ttlMs) {
     throw new ConfigError(
       `renew interval ${renewMs}ms plus safety margin ${marginMs}ms leaves no time to renew within the ttl ${ttlMs}ms; ` +

@@ -258,6 +258,15 @@ export class Lease extends EventEmitter<LeaseEvents> {
     throw new NotLeaderError(`this process does not hold lease "${this.name}"; acquire it first`);
   }
 
+  /**
+   * Milliseconds until this process stops believing it leads, unless a renewal lands first
+   * (undefined when not holding a term). The store's expiry is at least the safety margin later.
+   */
+  get msUntilDeadline(): number | undefined {
+    const t = this.term;
+    return t === undefined ? undefined : Math.max(0, t.deadline - monoNow());
+  }
+
   /** The current term, if this process holds one (including while in jeopardy). */
   get currentTerm(): Term | undefined {
     return this.term;

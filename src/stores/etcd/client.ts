@@ -349,7 +349,7 @@ export function mapEtcdError(err: unknown, where: string): Error {
   }
   if (name === 'ClientClosedError') return new LeaseholdError('CONFIG', `the etcd client is closed (${where})`, { cause: err });
   if (isTransient(err) || /UNAVAILABLE|DEADLINE|ECONNREFUSED|No connection|timed out|timeout/i.test(msg)) {
-    return new StoreUnavailableError(`etcd is unavailable during ${where} (${msg}); leasehold will retry, check the etcd cluster`, {
+    return new StoreUnavailableError(`etcd is unavailable during ${where} (${msg}); this is retryable, check the etcd cluster`, {
       cause: err,
     });
   }

@@ -438,7 +438,7 @@ export function mapPgError(err: unknown, schema: string): Error {
   if (code === '3D000') return new ConfigError(`database does not exist (${msg}); check the store URL`, { cause: err });
   if (code.startsWith('28')) return new ConfigError(`PostgreSQL refused the login (${msg}); check the user and password in the store URL`, { cause: err });
   if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code) || /timeout|terminated|Connection|ECONN|closed/i.test(msg)) {
-    return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); leasehold will retry, check the server`, { cause: err });
+    return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });
   }
   return new StoreUnavailableError(`PostgreSQL call failed (${msg})`, { cause: err });
 }

@@ -58,31 +58,31 @@ export function mapRedisError(err: unknown, ctx: ErrorContext): Error {
   }
   if (word === 'READONLY') {
     return new StoreUnavailableError(
-      `Redis at ${at} is a read-only replica (${msg}); leasehold will retry: point the store URL at the primary, or wait for failover to finish`,
+      `Redis at ${at} is a read-only replica (${msg}); this is retryable: point the store URL at the primary, or wait for failover to finish`,
       { cause: err },
     );
   }
   if (word === 'LOADING') {
-    return new StoreUnavailableError(`Redis at ${at} is loading its data set into memory; leasehold will retry`, { cause: err });
+    return new StoreUnavailableError(`Redis at ${at} is loading its data set into memory; this is retryable`, { cause: err });
   }
   if (word === 'NOSCRIPT') {
     return new StoreUnavailableError(
-      `Redis at ${at} forgot leasehold's script again right after loading it (${msg}); leasehold will retry. ` +
+      `Redis at ${at} forgot leasehold's script again right after loading it (${msg}); this is retryable. ` +
         'If a proxy sits in front of Redis, check that it supports EVAL and EVALSHA',
       { cause: err },
     );
   }
   if (word === 'BUSY') {
-    return new StoreUnavailableError(`Redis at ${at} is busy running a long script (${msg}); leasehold will retry`, { cause: err });
+    return new StoreUnavailableError(`Redis at ${at} is busy running a long script (${msg}); this is retryable`, { cause: err });
   }
   if (word === 'OOM') {
     return new StoreUnavailableError(
-      `Redis at ${at} is out of memory (${msg}); leasehold will retry: raise maxmemory or use a noeviction policy`,
+      `Redis at ${at} is out of memory (${msg}); this is retryable: raise maxmemory or use a noeviction policy`,
       { cause: err },
     );
   }
   if (['MASTERDOWN', 'TRYAGAIN', 'CLUSTERDOWN', 'MOVED', 'ASK', 'NOREPLICAS'].includes(word)) {
-    return new StoreUnavailableError(`Redis at ${at} cannot serve leasehold right now (${msg}); leasehold will retry`, { cause: err });
+    return new StoreUnavailableError(`Redis at ${at} cannot serve leasehold right now (${msg}); this is retryable`, { cause: err });
   }
   if (NET_CODES.has(code) || NET_MESSAGES.test(msg) || hasNetCause(err)) {
     let detail = msg || code || 'no answer';
@@ -95,7 +95,7 @@ export function mapRedisError(err: unknown, ctx: ErrorContext): Error {
       detail = last === undefined ? 'not connected' : `not connected: ${last}`;
     }
     return new StoreUnavailableError(
-      `Redis at ${at} is unreachable (${detail}); leasehold will retry: check that Redis is running and the store URL is right`,
+      `Redis at ${at} is unreachable (${detail}); this is retryable: check that Redis is running and the store URL is right`,
       { cause: err },
     );
   }

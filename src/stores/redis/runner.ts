@@ -55,7 +55,7 @@ export class ScriptRunner {
         reject(
           new StoreUnavailableError(
             `Redis at ${this.context.where} did not answer the ${script.name} script within ${this.timeoutMs}ms; ` +
-              'leasehold will retry (the script may still have run)',
+              'the outcome is unknown (the script may still have run); this is retryable',
           ),
         );
       }, this.timeoutMs);

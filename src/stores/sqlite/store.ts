@@ -133,7 +133,13 @@ export class SqliteStore implements LeaseStore {
       this.path = options.database.name;
     } else {
       this.path = path === ':memory:' ? path : resolve(path!);
-      if (this.path !== ':memory:') mkdirSync(dirname(this.path), { recursive: true });
+      if (this.path !== ':memory:') {
+        try {
+          mkdirSync(dirname(this.path), { recursive: true });
+        } catch (err) {
+          throw new ConfigError(`cannot create the directory for ${this.path}: ${(err as Error).message}; choose a writable path`, { cause: err });
+        }
+      }
       this.db = openDatabase(this.path);
       this.ownsDb = true;
     }
@@ -443,7 +449,7 @@ export function mapSqliteError(err: unknown): Error {
   const code = e.code ?? '';
   const msg = e.message ?? String(err);
   if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED') || code === 'SQLITE_IOERR') {
-    return new StoreUnavailableError(`SQLite database is busy or unreadable (${msg}); leasehold will retry`, { cause: err });
+    return new StoreUnavailableError(`SQLite database is busy or unreadable (${msg}); this is retryable`, { cause: err });
   }
   if (/no such table/.test(msg)) {
     return new SchemaError(`leasehold's tables are missing (${msg}); run \`leasehold migrate --store sqlite:PATH\``, { cause: err });
