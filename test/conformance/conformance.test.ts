@@ -5,6 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { newNonce } from '../../src/core/identity.js';
@@ -31,6 +32,53 @@ async function renew(store: LeaseStore, name: string, holder: string, ttlMs: num
 function tokenOf(r: ClaimResult): bigint {
   assert.ok(r.outcome === 'acquired' || r.outcome === 'renewed', `expected a granted claim, got ${r.outcome}`);
   return r.token;
+}
+
+const FAKETIME_LIB = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1'].find((p) => existsSync(p));
+
+function lyingClockSkip(kind: StoreKind): string | undefined {
+  if (FAKETIME_LIB === undefined) return 'libfaketime is not installed (Debian package faketime)';
+  if (kind === 'sqlite') return "SQLite's store clock is each process's own wall clock (it is embedded): a process with a faked clock judges expiry by it";
+  return undefined;
+}
+
+type ContenderEvent = { event: string; token?: string };
+
+/** Starts test/fixtures/contender.js with a faked wall clock (monotonic left real). */
+async function runContender(
+  url: string,
+  name: string,
+  args: string[],
+  offset: string,
+  until: (e: ContenderEvent) => boolean,
+): Promise<{ child: ReturnType<typeof spawn>; events: ContenderEvent[] }> {
+  const child = spawn(process.execPath, [contenderJs, url, name, ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, LD_PRELOAD: FAKETIME_LIB, FAKETIME: offset, FAKETIME_DONT_FAKE_MONOTONIC: '1' },
+  });
+  const events: ContenderEvent[] = [];
+  let buf = '';
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`contender under faketime ${offset} never got there: ${JSON.stringify(events)}`)), 20_000);
+    child.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const e = JSON.parse(buf.slice(0, i)) as ContenderEvent;
+        buf = buf.slice(i + 1);
+        events.push(e);
+        if (until(e)) {
+          clearTimeout(timer);
+          resolve();
+        }
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`contender exited ${code} early`));
+    });
+  });
+  return { child, events };
 }
 
 /** etcd grants whole seconds with a 2s floor; the others honour milliseconds. */
@@ -288,6 +336,37 @@ for (const kind of selectedStores()) {
       } finally {
         await Promise.all(clients.map((c) => c.close()));
         await leader.close();
+      }
+    });
+
+    const lying = lyingClockSkip(kind);
+    void it("expiry follows the store's clock even when a client's wall clock lies (libfaketime)", lying === undefined ? {} : { skip: lying }, async () => {
+      const name = uniq('faketime');
+      const ttl = shortTtl(kind);
+      // A contender whose clock is a day in the past acquires and holds: by its own clock the
+      // term would last a day longer; by the store's it ends after the ttl.
+      const holder = await runContender(t.url, name, ['1', '60000', String(ttl)], '-1d', (e) => e.event === 'acquired');
+      try {
+        const busy = await contend(t.store, name, 'real-clock', ttl);
+        assert.equal(busy.outcome, 'busy');
+        const remaining = busy.expiresAtMs! - busy.storeNowMs;
+        assert.ok(remaining > 0 && remaining <= ttl + 50, `the store reports ${remaining}ms left, within the ttl, whatever the holder's clock says`);
+        holder.child.kill('SIGSTOP'); // stop it renewing: the term must end by the store's clock
+        await sleep(remaining + (kind === 'etcd' ? 1200 : 300));
+        const taken = await contend(t.store, name, 'real-clock', 10_000);
+        assert.equal(taken.outcome, 'acquired', 'the lease expired by the store clock, not the holder clock');
+      } finally {
+        holder.child.kill('SIGKILL');
+      }
+      // A follower whose clock is an hour ahead must not think the live term above has expired.
+      const follower = await runContender(t.url, name, ['1', '0', String(ttl)], '+1h', (e) => e.event === 'ready');
+      try {
+        await sleep(ttl + 500);
+        assert.equal(follower.events.filter((e) => e.event === 'acquired').length, 0, 'a fast clock does not steal a live lease');
+        const [info] = await t.store.list({ name });
+        assert.equal(info?.holder, 'real-clock');
+      } finally {
+        follower.child.kill('SIGKILL');
       }
     });
 
