@@ -23,7 +23,10 @@ import { parseArgs } from 'node:util';
 import { DEFAULT_TTL_MS, resolveTiming, validateLeaseName, type Timing } from '../core/config.js';
 import { AbortedError, LeaseLostError, NotAcquiredError, errorMessage } from '../core/errors.js';
 import { Leasehold } from '../core/leasehold.js';
-import type { Term } from '../core/lease.js';
+import type { Lease, Term } from '../core/lease.js';
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { LoggerLike } from '../core/logger.js';
 import {
   EXIT,
@@ -42,7 +45,7 @@ import {
 } from './common.js';
 
 export const RUN_USAGE = `Usage: leasehold run --name NAME [--store URL] [--ttl D] [--renew D] [--wait D | --no-wait]
-                     [--grace D] [--quiet] -- COMMAND [ARGS...]
+                     [--grace D] [--marker PATH] [--progress-timeout D] [--quiet] -- COMMAND [ARGS...]
 
 Contends for lease NAME. While leader, runs COMMAND in its own process group with these in its
 environment: LEASEHOLD_NAME, LEASEHOLD_TOKEN (the fencing token, decimal), LEASEHOLD_HOLDER,
@@ -57,6 +60,13 @@ write to a fenced resource; use the idempotency key for side effects a fence can
   --no-wait      one attempt: exit 75 at once if another process holds the lease
   --grace D      after SIGTERM, how long COMMAND gets before SIGKILL when the lease is lost
                  (env LEASEHOLD_GRACE; default 5s, ttl/6 for ttls under 30s; must be < ttl - renew)
+  --marker PATH  a file written (name, holder, token) while leader and deleted on standing down;
+                 any marker already there is deleted, unread, before contending: it was
+                 inherited from a fork, a snapshot or a crash (env LEASEHOLD_MARKER)
+  --progress-timeout D
+                 COMMAND must touch the file named in LEASEHOLD_PROGRESS_FILE at least every D;
+                 if it does not, the lease is released so another replica can lead, and the
+                 command is killed (env LEASEHOLD_PROGRESS_TIMEOUT)
   --quiet        no progress lines on stderr (errors still print; "not leader" does not)
 
 When the lease is lost (expired, revoked, superseded, this process suspended), the process
@@ -79,6 +89,8 @@ const RUN_OPTIONS = {
   wait: { type: 'string' },
   'no-wait': { type: 'boolean' },
   grace: { type: 'string' },
+  marker: { type: 'string' },
+  'progress-timeout': { type: 'string' },
   quiet: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -94,6 +106,8 @@ export interface RunSettings {
   quiet: boolean;
   store: string | undefined;
   schema: string | undefined;
+  marker: string | undefined;
+  progressTimeoutMs: number | undefined;
 }
 
 /** Parses and validates everything before any store is touched: every mistake here is exit 2. */
@@ -158,7 +172,15 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     quiet: values.quiet === true,
     store: values.store,
     schema: flagOrEnv(values.schema, 'LEASEHOLD_SCHEMA', env)?.value,
+    marker: flagOrEnv(values.marker, 'LEASEHOLD_MARKER', env)?.value,
+    progressTimeoutMs: progressTimeout(values['progress-timeout'], env),
   };
+}
+
+function progressTimeout(flag: string | undefined, env: NodeJS.ProcessEnv): number | undefined {
+  const ms = durationOption(flag, 'progress-timeout', 'LEASEHOLD_PROGRESS_TIMEOUT', env);
+  if (ms !== undefined && ms < 100) throw usageError(`--progress-timeout ${ms}ms is too short to be met; use at least 100ms`);
+  return ms;
 }
 
 /** The command the user meant, when they forgot `--`: everything from the first positional on. */
@@ -220,7 +242,13 @@ export async function runCommand(argv: string[]): Promise<number> {
     try {
       // Fail fast (exit 3) on an unreachable store or a missing schema instead of retrying for ever.
       await requireCurrentSchema(store);
-      const lease = lh.lease(name, { ttl: timing.ttlMs, renewInterval: timing.renewMs, safetyMargin: timing.marginMs });
+      const lease = lh.lease(name, {
+        ttl: timing.ttlMs,
+        renewInterval: timing.renewMs,
+        safetyMargin: timing.marginMs,
+        ...(settings.marker === undefined ? {} : { marker: settings.marker }),
+        ...(settings.progressTimeoutMs === undefined ? {} : { progressTimeout: settings.progressTimeoutMs }),
+      });
       let lastBusy: string | null | undefined;
       lease.on('busy', (holder, expiresInMs) => {
         if (holder === lastBusy) return;
@@ -260,6 +288,8 @@ export async function runCommand(argv: string[]): Promise<number> {
         LEASEHOLD_IDEMPOTENCY_KEY: `leasehold:${name}:${term.token}`,
       };
       if (settings.schema !== undefined) env['LEASEHOLD_SCHEMA'] = settings.schema;
+      const progress = settings.progressTimeoutMs === undefined ? undefined : watchProgressFile(lease, settings.progressTimeoutMs);
+      if (progress !== undefined) env['LEASEHOLD_PROGRESS_FILE'] = progress.path;
       lease.on('renewed', supervisor.noteRenewed);
       let result: ChildResult;
       try {
@@ -267,6 +297,7 @@ export async function runCommand(argv: string[]): Promise<number> {
       } finally {
         onSignalWhileRunning = undefined;
         lease.off('renewed', supervisor.noteRenewed);
+        progress?.stop();
       }
       if (result.lost !== undefined) {
         say(`exiting ${EXIT.LOST}: the lease was lost while the command ran (${result.lost.reason})`);
@@ -281,6 +312,37 @@ export async function runCommand(argv: string[]): Promise<number> {
   } finally {
     for (const s of FORWARDED) process.off(s, onSignal);
   }
+}
+
+/**
+ * The command reports progress by touching a file (`touch "$LEASEHOLD_PROGRESS_FILE"`); each
+ * newer modification time counts as `lease.progress()`. Polled, because a wedged command is
+ * exactly the one that stops touching it, and polling notices that without any cooperation.
+ */
+function watchProgressFile(lease: Lease, timeoutMs: number): { path: string; stop(): void } {
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-progress-'));
+  const path = join(dir, 'progress');
+  writeFileSync(path, '');
+  let last = statSync(path).mtimeMs;
+  const timer = setInterval(() => {
+    try {
+      const m = statSync(path).mtimeMs;
+      if (m > last) {
+        last = m;
+        lease.progress();
+      }
+    } catch {
+      // Deleted by the command: no progress until it is back.
+    }
+  }, Math.max(50, Math.min(1000, timeoutMs / 4)));
+  timer.unref();
+  return {
+    path,
+    stop() {
+      clearInterval(timer);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
 
 interface ChildResult {
@@ -377,6 +439,7 @@ class Supervisor {
       reason.reason === 'suspended' || // this process was frozen or restored: no idea how long
       reason.reason === 'revoked' || // the store ended the term already: someone may hold it now
       reason.reason === 'superseded' || // someone does hold it now
+      reason.reason === 'stalled' || // the lease was released for another replica; the command is wedged anyway
       remaining < this.graceMs + slack; // the runner was paused past its deadline
     if (noTimeLeft || this.graceMs === 0) {
       this.say(`lost the lease (${reason.reason}); killing process group ${this.pgid ?? '?'} now (SIGKILL)`);
