@@ -50,7 +50,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
       try {
         term = await this.lease.acquire({ wait: true, signal: stop });
       } catch (err) {
-        if (stop.aborted || err instanceof AbortedError) break;
+        if (stop.aborted || err instanceof AbortedError || this.lease.state === 'closed') break;
         // acquire with wait only fails on closed leases or bad config: do not spin.
         this.logger.error({ lease: this.lease.name, err: errorMessage(err) }, 'leasehold: elector stopped');
         break;

@@ -90,6 +90,8 @@ export interface LeaseHost {
   regenerateIdentity(why: string): void;
   enroll(lease: Lease): void;
   unenroll(lease: Lease): void;
+  /** The lease was closed: the client no longer needs to track it. */
+  forget(lease: Lease): void;
   requestRenewal(lease: Lease): void;
   waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void };
   checkSuspension(): void;
@@ -112,7 +114,14 @@ interface TermState extends Term {
   failures: number;
   lastStoreNowMs: number;
   lastAnsweredAt: number;
+  inFlight: boolean;
 }
+
+/**
+ * Which term a renewal was sent for. An answer is applied only to that term: a renewal that
+ * was still in flight when its term ended (and a new term began) must not touch the new one.
+ */
+export type RenewalTicket = object;
 
 /**
  * A named lease as seen from one process. Create it with `leasehold.lease(name)`, then
@@ -126,8 +135,10 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private term: TermState | undefined;
   private contention: Promise<Term> | undefined;
   private contentionAbort: AbortController | undefined;
-  /** Set while a renewal for this lease is in flight (one at a time, never overlapping). */
-  inFlight = false;
+  /** True while a renewal of the current term is in flight (one at a time, never overlapping). */
+  get inFlight(): boolean {
+    return this.term?.inFlight ?? false;
+  }
   /** confirm() callers waiting for the next renewal round trip. */
   confirmWaiters: Array<{ resolve: () => void }> = [];
 
@@ -229,6 +240,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
       failures: 0,
       lastStoreNowMs: snap.lastStoreNowMs,
       lastAnsweredAt: now,
+      inFlight: false,
     };
     this.beginTerm(term);
     return term;
@@ -396,6 +408,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
       failures: 0,
       lastStoreNowMs: result.storeNowMs,
       lastAnsweredAt: now,
+      inFlight: false,
     };
     this.beginTerm(term);
     return term;
@@ -450,9 +463,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /** @internal scheduler: the claim for the next renewal. Also a deadline check. */
-  renewalRequest(now: number): ClaimRequest | undefined {
+  renewalRequest(now: number): { req: ClaimRequest; ticket: RenewalTicket } | undefined {
     const t = this.term;
-    if (t === undefined) return undefined;
+    if (t === undefined || t.inFlight) return undefined;
     if (now >= t.deadline) {
       this.passDeadline(t);
       return undefined;
@@ -461,13 +474,19 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const expect = [t.confirmed, ...t.unconfirmed];
     // Until the answer comes, the store may hold either nonce. Keep the last two unanswered.
     t.unconfirmed = [...t.unconfirmed, nextNonce].slice(-2);
-    return { name: this.name, holder: t.holder, ttlMs: this.timing.ttlMs, expect, nextNonce };
+    t.inFlight = true;
+    return { req: { name: this.name, holder: t.holder, ttlMs: this.timing.ttlMs, expect, nextNonce }, ticket: t };
+  }
+
+  /** @internal scheduler: the round trip is over, whatever its outcome. */
+  renewalSettled(ticket: RenewalTicket): void {
+    (ticket as TermState).inFlight = false;
   }
 
   /** @internal scheduler: the store answered this lease's renewal. */
-  renewalAnswered(req: ClaimRequest, result: ClaimResult, sentAt: number, host: LeaseHost): void {
+  renewalAnswered(ticket: RenewalTicket, req: ClaimRequest, result: ClaimResult, sentAt: number, host: LeaseHost): void {
     const t = this.term;
-    if (t === undefined || t.holder !== req.holder) return; // the term already ended
+    if (t === undefined || t !== ticket) return; // the term this was sent for already ended
     const now = monoNow();
     if (now >= t.deadline) {
       // A pause (or a slow answer) carried us past the point where we promised to stop.
@@ -520,9 +539,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /** @internal scheduler: the renewal's outcome is unknown. Unknown is not yes. */
-  renewalFailed(err: unknown): void {
+  renewalFailed(ticket: RenewalTicket, err: unknown): void {
     const t = this.term;
-    if (t === undefined) return;
+    if (t === undefined || t !== ticket) return;
     t.failures++;
     this.emit('store-error', err, 'renew');
     const now = monoNow();
@@ -537,9 +556,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /** @internal scheduler: a renewal is taking too long to answer. Stop handing out the token. */
-  renewalOverdue(waitedMs: number): void {
+  renewalOverdue(ticket: RenewalTicket, waitedMs: number): void {
     const t = this.term;
-    if (t === undefined || this._state !== 'leading') return;
+    if (t === undefined || t !== ticket || !t.inFlight || this._state !== 'leading') return;
     this._state = 'jeopardy';
     const err = new LeaseholdError('STORE_UNAVAILABLE', `the renewal has not been answered after ${Math.round(waitedMs)}ms`, { retryable: true });
     this.host.logger.warn({ lease: this.name, token: String(t.token) }, 'leasehold: renewal overdue; in jeopardy');
@@ -619,8 +638,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
 
   /** Releases and stops this Lease object for good. */
   async close(): Promise<void> {
-    await this.release();
     this._state = 'closed';
+    await this.release();
+    this.host.forget(this);
   }
 
   /** @internal client shutdown */

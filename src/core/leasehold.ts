@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { monoNow, wallNow } from './clock.js';
 import { LeaseLostError, LeaseholdError, errorMessage } from './errors.js';
 import { newHolderId } from './identity.js';
-import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type Term } from './lease.js';
+import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type RenewalTicket, type Term } from './lease.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
 import type { ClaimRequest, LeaseStore } from '../stores/store.js';
@@ -48,6 +48,13 @@ export interface LeaseholdEvents {
   /** A detector decided this process was suspended, restored or cloned; every term was ended. */
   suspected: [detector: SuspicionDetector, detail: string];
   identity: [holder: string, why: string];
+}
+
+interface Renewal {
+  lease: Lease;
+  req: ClaimRequest;
+  ticket: RenewalTicket;
+  waiters: Array<{ resolve: () => void }>;
 }
 
 /** How many leases one claim round trip carries at most. */
@@ -136,7 +143,6 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
       return result;
     } finally {
       await lease.close();
-      this.leases.delete(lease);
     }
   }
 
@@ -183,6 +189,10 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     }
   }
 
+  forget(lease: Lease): void {
+    this.leases.delete(lease);
+  }
+
   requestRenewal(_lease: Lease): void {
     this.scheduleTick(true);
   }
@@ -221,14 +231,13 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   private tick(): void {
     const now = monoNow();
     this.checkSuspension();
-    const batch: { lease: Lease; req: ClaimRequest; waiters: Array<{ resolve: () => void }> }[] = [];
+    const batch: Renewal[] = [];
     for (const lease of this.enrolled) {
       if (lease.inFlight) continue;
       if (!(lease.confirmWaiters.length > 0 || lease.renewalDue(now, lease.timing.renewMs / 2))) continue;
-      const req = lease.renewalRequest(now);
-      if (req === undefined) continue;
-      lease.inFlight = true;
-      batch.push({ lease, req, waiters: lease.confirmWaiters.splice(0) });
+      const r = lease.renewalRequest(now);
+      if (r === undefined) continue;
+      batch.push({ lease, req: r.req, ticket: r.ticket, waiters: lease.confirmWaiters.splice(0) });
     }
     for (let i = 0; i < batch.length; i += MAX_BATCH) {
       void this.sendBatch(batch.slice(i, i + MAX_BATCH), now);
@@ -236,14 +245,11 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     this.scheduleTick();
   }
 
-  private async sendBatch(
-    batch: { lease: Lease; req: ClaimRequest; waiters: Array<{ resolve: () => void }> }[],
-    sentAt: number,
-  ): Promise<void> {
+  private async sendBatch(batch: Renewal[], sentAt: number): Promise<void> {
     // An answer that is late is as unknown as an error: jeopardy after half a renew interval.
     const overdueMs = Math.min(...batch.map((b) => b.lease.timing.renewMs)) / 2;
     const overdue = setTimeout(() => {
-      for (const b of batch) if (b.lease.inFlight) b.lease.renewalOverdue(monoNow() - sentAt);
+      for (const b of batch) b.lease.renewalOverdue(b.ticket, monoNow() - sentAt);
     }, overdueMs);
     overdue.unref();
     try {
@@ -253,19 +259,19 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
       );
       batch.forEach((b, i) => {
         const r = results[i];
-        b.lease.inFlight = false;
-        if (r === undefined || r.name !== b.req.name) b.lease.renewalFailed(new LeaseholdError('STORE_UNAVAILABLE', 'store answered out of order'));
-        else b.lease.renewalAnswered(b.req, r, sentAt, this);
+        b.lease.renewalSettled(b.ticket);
+        if (r === undefined || r.name !== b.req.name) b.lease.renewalFailed(b.ticket, new LeaseholdError('STORE_UNAVAILABLE', 'store answered out of order', { retryable: true }));
+        else b.lease.renewalAnswered(b.ticket, b.req, r, sentAt, this);
       });
     } catch (err) {
       for (const b of batch) {
-        b.lease.inFlight = false;
-        b.lease.renewalFailed(err);
+        b.lease.renewalSettled(b.ticket);
+        b.lease.renewalFailed(b.ticket, err);
       }
     } finally {
       clearTimeout(overdue);
       for (const b of batch) {
-        b.lease.inFlight = false;
+        b.lease.renewalSettled(b.ticket);
         for (const w of b.waiters) w.resolve();
       }
       this.scheduleTick();
