@@ -442,10 +442,11 @@ export class Lease extends EventEmitter<LeaseEvents> {
   /** Detector 3: the monotonic time since the last confirmed renewal passed the local deadline. */
   private passDeadline(term: TermState): void {
     const late = monoNow() - term.deadline;
-    if (late > Math.max(250, this.timing.renewMs / 4)) {
-      // Noticed far too late: this process (or its event loop) was stopped. Treat it as a
-      // wake: every term ends and the identity is replaced, not just this term.
-      this.host.suspect('deadline-passed', `the local deadline passed ${Math.round(late)}ms before this process could notice (paused or blocked)`);
+    // Noticed late, or reached without a single failed or overdue renewal: nothing explains it
+    // but this process (or its event loop) having been stopped. Treat it as a wake: every term
+    // ends and the identity is replaced, not just this term.
+    if (late > Math.max(250, this.timing.renewMs / 4) || this._state === 'leading') {
+      this.host.suspect('deadline-passed', `the local deadline passed ${Math.round(Math.max(0, late))}ms ago with no renewal answered (paused or blocked)`);
       if (this.term !== term) return;
     }
     if (this._state === 'jeopardy') this.lose('store-unreachable', 'renewals kept failing until the local deadline');
