@@ -48,7 +48,7 @@ export interface TimingOptions {
   renewInterval?: Duration;
   /**
    * How long before the store-side expiry this process gives up leadership locally if no
-   * renewal has landed. Default max(ttl/10, 100ms). The CLI adds its kill grace to this so a
+   * renewal has landed. Default max(ttl/10, 50ms). The CLI adds its kill grace to this so a
    * child is dead before the store hands the lease to someone else.
    */
   safetyMargin?: Duration;

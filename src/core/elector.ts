@@ -11,19 +11,26 @@ export interface ElectorHandlers {
 }
 
 export interface ElectorEvents {
+  /** A handler threw. After `onElected` throws, the term is released so another replica can lead. */
   'handler-error': [error: unknown, handler: 'onElected' | 'onRevoked'];
+  /** Contending failed (store down, schema missing, bad credentials); the elector retries with backoff. */
+  'contend-error': [error: unknown, retryInMs: number];
 }
 
 /**
  * Contends for one lease for ever: wins a term, hands it to `onElected`, waits for it to end,
  * calls `onRevoked`, contends again. Built on Lease directly (acquire + renew + CAS), not on a
- * watch-based election, because that is where multi-leader bugs live.
+ * watch-based election, because that is where multi-leader bugs live. It never stops on its
+ * own: errors are reported (`contend-error`, the logger) and retried with backoff, so an
+ * elector started before `leasehold migrate` recovers once the schema exists.
  */
 export class Elector extends EventEmitter<ElectorEvents> {
   readonly lease: Lease;
   private readonly handlers: ElectorHandlers;
   private readonly logger: LoggerLike;
   private readonly stopController = new AbortController();
+  private readonly external: AbortSignal | undefined;
+  private readonly onExternalAbort = (): void => void this.stop();
   private loop: Promise<void> | undefined;
 
   constructor(lease: Lease, handlers: ElectorHandlers, logger: LoggerLike, signal?: AbortSignal) {
@@ -31,11 +38,16 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.lease = lease;
     this.handlers = handlers;
     this.logger = logger;
-    signal?.addEventListener('abort', () => void this.stop(), { once: true });
+    this.external = signal;
   }
 
   /** @internal started by `leasehold.elect()` */
   start(): void {
+    if (this.external?.aborted === true) {
+      void this.stop();
+      return;
+    }
+    this.external?.addEventListener('abort', this.onExternalAbort, { once: true });
     this.loop ??= this.run();
   }
 
@@ -45,42 +57,69 @@ export class Elector extends EventEmitter<ElectorEvents> {
 
   private async run(): Promise<void> {
     const stop = this.stopController.signal;
+    let failures = 0;
     while (!stop.aborted) {
       let term: Term;
       try {
         term = await this.lease.acquire({ wait: true, signal: stop });
+        failures = 0;
       } catch (err) {
         if (stop.aborted || err instanceof AbortedError || this.lease.state === 'closed') break;
-        // acquire with wait only fails on closed leases or bad config: do not spin.
-        this.logger.error({ lease: this.lease.name, err: errorMessage(err) }, 'leasehold: elector stopped');
-        break;
+        failures++;
+        const retryInMs = Math.min(30_000, 500 * 2 ** Math.min(failures, 6)) * (0.5 + Math.random() / 2);
+        this.logger.error({ lease: this.lease.name, err: errorMessage(err), retryInMs: Math.round(retryInMs) }, 'leasehold: elector could not contend; retrying');
+        this.emit('contend-error', err, retryInMs);
+        await sleep(retryInMs, stop);
+        continue;
       }
-      await this.call('onElected', () => this.handlers.onElected(term));
+      const started = await this.call('onElected', () => this.handlers.onElected(term));
+      if (!started && !term.signal.aborted) {
+        // The work did not start: holding the lease would keep every other replica idle too.
+        await this.lease.release();
+      }
       if (!term.signal.aborted) {
         await new Promise<void>((resolve) => term.signal.addEventListener('abort', () => resolve(), { once: true }));
       }
       const handler = this.handlers.onRevoked;
       if (handler !== undefined) await this.call('onRevoked', () => handler(term, term.signal.reason as LeaseLostError));
+      // After a failed start, let another replica have a go before contending again.
+      if (!started) await sleep(this.lease.timing.renewMs, stop);
     }
   }
 
-  private async call(which: 'onElected' | 'onRevoked', fn: () => void | Promise<void>): Promise<void> {
+  private async call(which: 'onElected' | 'onRevoked', fn: () => void | Promise<void>): Promise<boolean> {
     try {
       await fn();
+      return true;
     } catch (err) {
       this.logger.error({ lease: this.lease.name, err: errorMessage(err) }, `leasehold: ${which} threw`);
       this.emit('handler-error', err, which);
+      return false;
     }
   }
 
-  /** Stops contending and releases the lease if held (after the term's signal has fired). */
+  /** Stops contending and closes the lease, releasing it if held (after the term's signal has fired). */
   async stop(): Promise<void> {
+    this.external?.removeEventListener('abort', this.onExternalAbort);
     this.stopController.abort(new AbortedError('elector stopped'));
-    await this.lease.release();
+    await this.lease.close();
     await this.loop;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
 }

@@ -113,7 +113,8 @@ interface TermState extends Term {
   deadlineTimer: NodeJS.Timeout | undefined;
   failures: number;
   lastStoreNowMs: number;
-  lastAnsweredAt: number;
+  /** When the renewal that produced lastStoreNowMs was sent. */
+  lastSentAt: number;
   inFlight: boolean;
 }
 
@@ -122,6 +123,9 @@ interface TermState extends Term {
  * was still in flight when its term ended (and a new term began) must not touch the new one.
  */
 export type RenewalTicket = object;
+
+/** Unanswered renewal nonces remembered per term (etcd compares at most eight per renewal). */
+const MAX_UNCONFIRMED = 6;
 
 /**
  * A named lease as seen from one process. Create it with `leasehold.lease(name)`, then
@@ -190,14 +194,25 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   private async standDownStalled(idleMs: number): Promise<void> {
-    const t = this.term;
-    if (t === undefined) return;
-    const expect = [t.confirmed, ...t.unconfirmed];
-    this.lose('stalled', `no progress reported for ${idleMs}ms (progress timeout ${this.progressTimeoutMs}ms)`);
     // Hand over now rather than at expiry; if the work wakes up, its writes carry a stale token.
-    await this.host.store.release({ name: this.name, holder: t.holder, expect }).catch((err: unknown) => {
-      this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: release after a stall failed; the lease will expire');
-    });
+    await this.endAndRelease('stalled', `no progress reported for ${idleMs}ms (progress timeout ${this.progressTimeoutMs}ms)`);
+  }
+
+  /** Stands down locally first, then tells the store. Resolves true when the store confirmed. */
+  private async endAndRelease(reason: LeaseLostReason, detail: string): Promise<boolean> {
+    const t = this.term;
+    if (t === undefined) return false;
+    const expect = [t.confirmed, ...t.unconfirmed];
+    this.lose(reason, detail);
+    let handedOver = false;
+    try {
+      handedOver = await this.host.store.release({ name: this.name, holder: t.holder, expect });
+    } catch (err) {
+      this.emit('store-error', err, 'release');
+      this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: release failed; the lease will expire instead');
+    }
+    this.emit('released', t, handedOver);
+    return handedOver;
   }
 
   /** What this process remembers of its term (see LeaseSnapshot). Undefined when not leading. */
@@ -239,7 +254,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
       deadlineTimer: undefined,
       failures: 0,
       lastStoreNowMs: snap.lastStoreNowMs,
-      lastAnsweredAt: now,
+      lastSentAt: now,
       inFlight: false,
     };
     this.beginTerm(term);
@@ -333,6 +348,12 @@ export class Lease extends EventEmitter<LeaseEvents> {
           if (waitUntil === 0 || !isRetryableError(err)) throw err;
           errors++;
         }
+        if (result?.outcome === 'acquired' && (signal.aborted || (this._state as LeaseState) === 'closed')) {
+          // Aborted (released, closed, stopped) while the claim was in flight: the store gave us
+          // a term nobody wants any more. Hand it straight back rather than start it.
+          await this.host.store.release({ name: this.name, holder, expect: [nextNonce] }).catch(() => false);
+          throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
+        }
         if (result?.outcome === 'acquired') {
           const term = this.startTerm(result, holder, nextNonce, sentAt);
           if (term !== undefined) return term;
@@ -407,7 +428,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
       deadlineTimer: undefined,
       failures: 0,
       lastStoreNowMs: result.storeNowMs,
-      lastAnsweredAt: now,
+      lastSentAt: sentAt,
       inFlight: false,
     };
     this.beginTerm(term);
@@ -415,6 +436,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   private beginTerm(term: TermState): void {
+    if (this._state === 'closed') throw new LeaseholdError('CONFIG', `lease "${this.name}" is closed`);
     this.term = term;
     this._state = 'leading';
     this.armDeadline(term);
@@ -464,17 +486,19 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /** @internal scheduler: the claim for the next renewal. Also a deadline check. */
-  renewalRequest(now: number): { req: ClaimRequest; ticket: RenewalTicket } | undefined {
+  renewalRequest(now: number, nextNonce: string = newNonce()): { req: ClaimRequest; ticket: RenewalTicket } | undefined {
     const t = this.term;
     if (t === undefined || t.inFlight) return undefined;
     if (now >= t.deadline) {
       this.passDeadline(t);
       return undefined;
     }
-    const nextNonce = newNonce();
     const expect = [t.confirmed, ...t.unconfirmed];
-    // Until the answer comes, the store may hold either nonce. Keep the last two unanswered.
-    t.unconfirmed = [...t.unconfirmed, nextNonce].slice(-2);
+    // Until an answer comes, the store may hold any nonce we sent: a renewal can land and its
+    // answer be lost. Keep them all for the term (a term makes only a handful of attempts
+    // before its deadline); past MAX_UNCONFIRMED the oldest is dropped, which at worst makes
+    // the store call this process a clone and end the term: safe, and very unlikely.
+    t.unconfirmed = [...t.unconfirmed, nextNonce].slice(-MAX_UNCONFIRMED);
     t.inFlight = true;
     return { req: { name: this.name, holder: t.holder, ttlMs: this.timing.ttlMs, expect, nextNonce }, ticket: t };
   }
@@ -499,16 +523,20 @@ export class Lease extends EventEmitter<LeaseEvents> {
         this.lose('superseded', `the store renewed token ${result.token}, not this term's ${t.token}`);
         return;
       }
+      // Between the previous store reading (taken after the previous send) and this one (taken
+      // before now), at most now - previous send has really passed: anything beyond that on
+      // the store's clock is time this process did not experience.
       const storeAdvance = result.storeNowMs - t.lastStoreNowMs;
-      const localAdvance = now - t.lastAnsweredAt;
+      const localAdvance = now - t.lastSentAt;
       t.confirmed = req.nextNonce;
       t.unconfirmed = [];
       t.deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
       // From the send time, like the deadline; but an answer that came back late must not make
       // the next renewal due at once (a slow store would then be renewed ever faster).
-      t.renewDueAt = Math.max(sentAt + this.timing.renewMs, now + this.timing.renewMs / 2);
+      // ...and never after the point where we would have to stand down without it.
+      t.renewDueAt = Math.min(Math.max(sentAt + this.timing.renewMs, now + this.timing.renewMs / 2), t.deadline - this.timing.renewMs / 2);
       t.lastStoreNowMs = result.storeNowMs;
-      t.lastAnsweredAt = now;
+      t.lastSentAt = sentAt;
       t.failures = 0;
       this.armDeadline(t);
       host.noteStoreAdvance?.(storeAdvance, localAdvance, this);
@@ -622,19 +650,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   async release(): Promise<boolean> {
     this.contentionAbort?.abort(new AbortedError(`lease "${this.name}" was released while contending`));
-    const t = this.term;
-    if (t === undefined) return false;
-    const expect = [t.confirmed, ...t.unconfirmed];
-    this.lose('released', 'released by this process');
-    let handedOver = false;
-    try {
-      handedOver = await this.host.store.release({ name: this.name, holder: t.holder, expect });
-    } catch (err) {
-      this.emit('store-error', err, 'release');
-      this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: release failed; the lease will expire instead');
-    }
-    this.emit('released', t, handedOver);
-    return handedOver;
+    return this.endAndRelease('released', 'released by this process');
   }
 
   /** Releases and stops this Lease object for good. */

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { monoNow, wallNow } from './clock.js';
 import { LeaseLostError, LeaseholdError, errorMessage } from './errors.js';
-import { newHolderId } from './identity.js';
+import { newHolderId, newNonces } from './identity.js';
 import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type RenewalTicket, type Term } from './lease.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
@@ -231,14 +231,16 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   private tick(): void {
     const now = monoNow();
     this.checkSuspension();
+    const due = [...this.enrolled].filter(
+      (lease) => !lease.inFlight && (lease.confirmWaiters.length > 0 || lease.renewalDue(now, lease.timing.renewMs / 2)),
+    );
+    // One kernel read for every nonce of this tick, not one per lease.
+    const nonces = newNonces(due.length);
     const batch: Renewal[] = [];
-    for (const lease of this.enrolled) {
-      if (lease.inFlight) continue;
-      if (!(lease.confirmWaiters.length > 0 || lease.renewalDue(now, lease.timing.renewMs / 2))) continue;
-      const r = lease.renewalRequest(now);
-      if (r === undefined) continue;
-      batch.push({ lease, req: r.req, ticket: r.ticket, waiters: lease.confirmWaiters.splice(0) });
-    }
+    due.forEach((lease, i) => {
+      const r = lease.renewalRequest(now, nonces[i]);
+      if (r !== undefined) batch.push({ lease, req: r.req, ticket: r.ticket, waiters: lease.confirmWaiters.splice(0) });
+    });
     for (let i = 0; i < batch.length; i += MAX_BATCH) {
       void this.sendBatch(batch.slice(i, i + MAX_BATCH), now);
     }
@@ -246,17 +248,31 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   }
 
   private async sendBatch(batch: Renewal[], sentAt: number): Promise<void> {
-    // An answer that is late is as unknown as an error: jeopardy after half a renew interval.
-    const overdueMs = Math.min(...batch.map((b) => b.lease.timing.renewMs)) / 2;
+    // An answer that is late is as unknown as an error: jeopardy after half a renew interval,
+    // and after a whole one we stop waiting (the call may hang on a dead connection for far
+    // longer) so the retry can go out on another. A late answer is then ignored; its nonce
+    // stays among the ones the next renewal presents.
+    const renewMs = Math.min(...batch.map((b) => b.lease.timing.renewMs));
     const overdue = setTimeout(() => {
       for (const b of batch) b.lease.renewalOverdue(b.ticket, monoNow() - sentAt);
-    }, overdueMs);
+    }, renewMs / 2);
     overdue.unref();
+    let giveUp: NodeJS.Timeout | undefined;
+    const controller = new AbortController();
     try {
-      const results = await this.store.claim(
-        batch.map((b) => b.req),
-        {},
-      );
+      const results = await Promise.race([
+        this.store.claim(
+          batch.map((b) => b.req),
+          { signal: controller.signal },
+        ),
+        new Promise<never>((_, reject) => {
+          giveUp = setTimeout(() => {
+            controller.abort();
+            reject(new LeaseholdError('STORE_UNAVAILABLE', `the renewal was not answered within ${renewMs}ms`, { retryable: true }));
+          }, renewMs);
+          giveUp.unref();
+        }),
+      ]);
       batch.forEach((b, i) => {
         const r = results[i];
         b.lease.renewalSettled(b.ticket);
@@ -270,10 +286,8 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
       }
     } finally {
       clearTimeout(overdue);
-      for (const b of batch) {
-        b.lease.renewalSettled(b.ticket);
-        for (const w of b.waiters) w.resolve();
-      }
+      clearTimeout(giveUp);
+      for (const b of batch) for (const w of b.waiters) w.resolve();
       this.scheduleTick();
     }
   }

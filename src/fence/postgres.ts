@@ -6,12 +6,25 @@ export interface PgFenceOptions {
   resource: string;
   /** The token of the term doing this write. */
   token: bigint;
-  /** The high-water-mark table, `schema.table`. Default `leasehold.fences` (created by `leasehold migrate`). */
+  /**
+   * The high-water-mark table, `schema.table`. Default `leasehold.fences`, created by
+   * `leasehold migrate` in the store's schema: with a store URL `?schema=x`, pass `x.fences`.
+   */
   table?: string;
 }
 
 /** A pool to check a connection out of, or a client you already hold (not inside a transaction). */
-export type PgFenceTarget = PgPoolLike | (PgQueryableLike & { connect?: never });
+export type PgFenceTarget = PgPoolLike | PgQueryableLike;
+
+/**
+ * A pool hands out clients; a client (pg.Client, or a PoolClient you checked out) is used as
+ * is. Both have `connect`, so tell them apart by what only clients have.
+ */
+function isPool(target: PgFenceTarget): target is PgPoolLike {
+  const t = target as unknown as Record<string, unknown>;
+  const clientLike = typeof t['release'] === 'function' || 'processID' in t || 'connection' in t;
+  return !clientLike && typeof t['connect'] === 'function';
+}
 
 export function fenceTableName(table = 'leasehold.fences'): string {
   const parts = table.split('.');
@@ -46,8 +59,8 @@ export async function fencedTransaction<T>(
 ): Promise<T> {
   if (typeof options.token !== 'bigint') throw new ConfigError('fence token must be a bigint (the lease token)');
   const table = fenceTableName(options.table);
-  const pooled = typeof (target as PgPoolLike).connect === 'function';
-  const client = pooled ? await (target as PgPoolLike).connect().catch((err: unknown) => Promise.reject(mapPgError(err, 'fence'))) : target;
+  const pooled = isPool(target);
+  const client: PgQueryableLike = pooled ? await target.connect().catch((err: unknown) => Promise.reject(mapPgError(err, 'fence'))) : target;
   let broken: Error | undefined;
   try {
     await client.query('BEGIN');

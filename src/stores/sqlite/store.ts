@@ -147,7 +147,9 @@ export class SqliteStore implements LeaseStore {
     try {
       this.db.pragma('journal_mode = WAL');
       this.db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 2000}`);
-      this.db.pragma('synchronous = NORMAL');
+      // FULL, not NORMAL: in WAL mode NORMAL can lose the last commits on power loss, and a
+      // lost token bump would hand the next term a token that was already used.
+      this.db.pragma('synchronous = FULL');
     } catch (err) {
       throw mapSqliteError(err);
     }
@@ -358,7 +360,7 @@ export class SqliteStore implements LeaseStore {
       let cursor = lastId.id;
       const base = basename(this.path);
       const poll = this.db
-        .prepare(`SELECT id, name FROM ${T.history} WHERE id > ? AND event IN ('released', 'revoked') ORDER BY id`)
+        .prepare(`SELECT id, name FROM ${T.history} WHERE id > ? AND event IN ('released', 'revoked', 'conflict') ORDER BY id`)
         .safeIntegers(true);
       const maxId = this.db.prepare(`SELECT coalesce(max(id), 0) AS id FROM ${T.history}`).safeIntegers(true);
       let pending: NodeJS.Timeout | undefined;
