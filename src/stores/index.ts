@@ -2,6 +2,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError } from '../core/errors.js';
 import type { LeaseStore } from './store.js';
+import { redactUrl } from './url.js';
 
 /**
  * Where the embedded default lives when no store is named: `$XDG_STATE_HOME/leasehold/`,
@@ -55,7 +56,7 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
     }
     default:
       throw new ConfigError(
-        `store URL ${JSON.stringify(url.replace(/:[^:@/]*@/, ':***@'))} has ${scheme === undefined ? 'no scheme' : `an unknown scheme "${scheme}"`}; ` +
+        `store URL ${JSON.stringify(redactUrl(url))} has ${scheme === undefined ? 'no scheme' : `an unknown scheme "${scheme}"`}; ` +
           'use postgres://user@host/db, sqlite:/path/file.db, redis://host:6379 or etcd://host:2379',
       );
   }

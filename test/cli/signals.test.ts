@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { createConnection, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { TcpProxy } from '../helpers/proxy.js';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openStore } from '../../src/stores/index.js';
@@ -96,69 +96,19 @@ while :; do sleep 0.05; done`,
   });
 });
 
-/**
- * A TCP proxy in front of PostgreSQL that can black-hole traffic: queries hang without an error,
- * which is what a network partition looks like to the runner.
- */
-class BlackholeProxy {
-  private server: Server | undefined;
-  private readonly pairs = new Set<[Socket, Socket]>();
-  private stalled = false;
-  port = 0;
-
-  async start(target: URL): Promise<void> {
-    this.server = createServer((client) => {
-      const upstream = createConnection({ host: target.hostname, port: Number(target.port || 5432) });
-      const pair: [Socket, Socket] = [client, upstream];
-      this.pairs.add(pair);
-      const drop = (): void => {
-        client.destroy();
-        upstream.destroy();
-        this.pairs.delete(pair);
-      };
-      client.on('error', drop).on('close', drop);
-      upstream.on('error', drop).on('close', drop);
-      client.on('data', (d: Buffer) => {
-        if (!this.stalled) upstream.write(d);
-      });
-      upstream.on('data', (d: Buffer) => {
-        if (!this.stalled) client.write(d);
-      });
-    });
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
-    this.port = (this.server.address() as AddressInfo).port;
-  }
-
-  stall(): void {
-    this.stalled = true;
-  }
-
-  cut(): void {
-    for (const [a, b] of this.pairs) {
-      a.destroy();
-      b.destroy();
-    }
-    this.pairs.clear();
-  }
-
-  async close(): Promise<void> {
-    this.cut();
-    await new Promise<void>((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
-  }
-}
-
 void describe('leasehold run on PostgreSQL: a partition', () => {
   const schema = freshSchema();
   const direct = pgUrl(schema);
-  const proxy = new BlackholeProxy();
+  const target = new URL(PG_URL);
+  // Black-holed traffic: queries hang without an error, which is what a partition looks like.
+  const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
   let viaProxy = '';
   // The test's own view of the store, straight to PostgreSQL: fast enough to read the store-side
   // expiry in the moment the command dies.
   let observer: LeaseStore | undefined;
 
   before(async () => {
-    const target = new URL(PG_URL);
-    await proxy.start(target);
+    await proxy.start();
     const u = new URL(direct);
     u.hostname = '127.0.0.1';
     u.port = String(proxy.port);
@@ -169,7 +119,7 @@ void describe('leasehold run on PostgreSQL: a partition', () => {
   });
   after(async () => {
     await observer?.close();
-    await proxy.close();
+    await proxy.stop();
     await dropSchema(schema);
   });
 
@@ -187,7 +137,7 @@ while :; do sleep 0.05; done`,
     const pid = readPid(sb, 'stubborn');
     pids.push(pid);
     await sleep(300);
-    proxy.stall();
+    proxy.setMode('blackhole');
     const t0 = performance.now();
     await until('the command got SIGTERM', () => sb.has('stubborn.term'), 5000);
     const termAt = performance.now() - t0;
@@ -200,7 +150,7 @@ while :; do sleep 0.05; done`,
     const left = row.expiresAtMs! - row.storeNowMs;
     assert.ok(left > 0, `dead with ${left}ms of the store-side term left`);
     assert.ok(deadAt - termAt >= 600, `SIGKILL came after the grace (${Math.round(deadAt - termAt)}ms after SIGTERM)`);
-    proxy.cut();
+    proxy.setMode('reset');
     const r = await runner.done;
     assert.equal(r.code, 76, r.stderr);
     assert.match(r.stderr, /lost the lease \((expired|store-unreachable)\); SIGTERM to process group \d+, SIGKILL in 700ms/);

@@ -1,3 +1,4 @@
+import { redactUrl } from '../url.js';
 import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
@@ -400,30 +401,21 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
   try {
     u = new URL(url);
   } catch (err) {
-    throw new ConfigError(`store URL ${JSON.stringify(redact(url))} is not a URL; write postgres://user@host:5432/database`, { cause: err });
+    throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} is not a URL; write postgres://user@host:5432/database`, { cause: err });
   }
   if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') {
     throw new ConfigError(`store URL scheme "${u.protocol}" is not PostgreSQL; write postgres://user@host:5432/database`);
   }
   if (u.hostname === '' && !u.searchParams.has('host')) {
-    throw new ConfigError(`store URL ${JSON.stringify(redact(url))} has no host; write postgres://user@host:5432/database`);
+    throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} has no host; write postgres://user@host:5432/database`);
   }
   const schema = u.searchParams.get('schema') ?? undefined;
   if (schema !== undefined) validateSchemaName(schema);
   u.searchParams.delete('schema');
   const connectionString = u.toString();
-  return { connectionString, schema, description: `postgres ${redact(connectionString)} (schema ${schema ?? 'leasehold'})` };
+  return { connectionString, schema, description: `postgres ${redactUrl(connectionString)} (schema ${schema ?? 'leasehold'})` };
 }
 
-export function redact(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password !== '') u.password = '***';
-    return u.toString();
-  } catch {
-    return url.replace(/:[^:@/]*@/, ':***@');
-  }
-}
 
 export function mapPgError(err: unknown, schema: string): Error {
   if (err instanceof LeaseholdError) return err;

@@ -1,3 +1,4 @@
+import { redactUrl } from '../url.js';
 import { ConfigError } from '../../core/errors.js';
 import { driverFor, type IoredisLike, type NodeRedisLike, type RedisDriver } from './driver.js';
 
@@ -29,12 +30,12 @@ export function parseRedisUrl(url: string): ParsedRedisUrl {
   try {
     u = new URL(url);
   } catch (err) {
-    throw new ConfigError(`store URL ${JSON.stringify(redact(url))} is not a URL; ${EXAMPLE}`, { cause: err });
+    throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} is not a URL; ${EXAMPLE}`, { cause: err });
   }
   if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') {
     throw new ConfigError(`store URL scheme "${u.protocol}" is not Redis; ${EXAMPLE}`);
   }
-  if (u.hostname === '') throw new ConfigError(`store URL ${JSON.stringify(redact(url))} has no host; ${EXAMPLE}`);
+  if (u.hostname === '') throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} has no host; ${EXAMPLE}`);
   const db = u.pathname.replace(/^\//, '');
   if (db !== '' && !/^\d{1,5}$/.test(db)) {
     throw new ConfigError(`store URL path "${u.pathname}" is not a database number; ${EXAMPLE}`);
@@ -51,18 +52,9 @@ export function parseRedisUrl(url: string): ParsedRedisUrl {
     );
   }
   const clean = u.toString();
-  return { url: clean, prefix, redacted: redact(clean) };
+  return { url: clean, prefix, redacted: redactUrl(clean) };
 }
 
-export function redact(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password !== '') u.password = '***';
-    return u.toString();
-  } catch {
-    return url.replace(/:[^:@/]*@/, ':***@');
-  }
-}
 
 export interface OwnedClientOptions {
   commandTimeoutMs: number;
