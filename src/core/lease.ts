@@ -366,7 +366,10 @@ export class Lease extends EventEmitter<LeaseEvents> {
         } else {
           const remaining = result.expiresAtMs === null ? null : Math.max(0, result.expiresAtMs - result.storeNowMs);
           this.emit('busy', result.holder, remaining);
-          sleepMs = (remaining ?? this.timing.renewMs) + jitter(Math.min(250, this.timing.ttlMs / 10)) + 1;
+          // Never longer than one TTL: a reported expiry far away (a holder with a much longer
+          // TTL, or a clock step on a one-host store) must not keep us asleep past a release we
+          // missed. Never a negative answer cached for longer than it can be true.
+          sleepMs = Math.min(remaining ?? this.timing.renewMs, this.timing.ttlMs) + jitter(Math.min(250, this.timing.ttlMs / 10)) + 1;
         }
         const left = waitUntil - monoNow();
         if (left <= 0) {
@@ -658,6 +661,11 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this._state = 'closed';
     await this.release();
     this.host.forget(this);
+  }
+
+  /** @internal suspension: end the term, then hand it back to the store (nonce-guarded) so the next holder need not wait for the expiry. */
+  suspend(detail: string): void {
+    void this.endAndRelease('suspended', detail);
   }
 
   /** @internal client shutdown */

@@ -347,7 +347,9 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
       this.logger.warn({ detector, detail, held: held.length }, 'leasehold: suspension suspected; standing down');
     }
     this.regenerateIdentity(`${detector}: ${detail}`);
-    for (const lease of held) lease.lose('suspended', `${detector}: ${detail}`);
+    // Released as well as ended: the release only matches our own nonces, so it can never end
+    // a term the store has since given to someone else, and it spares the next holder the wait.
+    for (const lease of held) lease.suspend(`${detector}: ${detail}`);
     this.emit('suspected', detector, detail);
   }
 

@@ -62,6 +62,14 @@ export async function fencedTransaction<T>(
   const pooled = isPool(target);
   const client: PgQueryableLike = pooled ? await target.connect().catch((err: unknown) => Promise.reject(mapPgError(err, 'fence'))) : target;
   let broken: Error | undefined;
+  // A pooled client has no 'error' listener of its own while checked out: if the server drops
+  // the connection mid-transaction, an unhandled 'error' event would crash the process. The
+  // query in flight rejects anyway; remember the client is broken so the pool discards it.
+  const onError = (err: Error): void => {
+    broken = err;
+  };
+  const emitter = pooled ? (client as unknown as { on?(e: 'error', l: (err: Error) => void): unknown; off?(e: 'error', l: (err: Error) => void): unknown }) : undefined;
+  emitter?.on?.('error', onError);
   try {
     await client.query('BEGIN');
     let advanced;
@@ -99,6 +107,9 @@ export async function fencedTransaction<T>(
     }
     throw err;
   } finally {
-    if (pooled) (client as unknown as { release(err?: Error): void }).release(broken);
+    if (pooled) {
+      emitter?.off?.('error', onError);
+      (client as unknown as { release(err?: Error): void }).release(broken);
+    }
   }
 }
