@@ -124,6 +124,34 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       }
     });
 
+    void it('a renewal answer that arrives after its term ended does not touch the next term', async () => {
+      let n = 0;
+      // The first renewal reaches the store at once, but its answer is held back 1.5s: longer
+      // than the scheduler waits (one renew interval), so the term goes on without it.
+      const store = withRenewalFault(t.store, async (_reqs, call) => {
+        n++;
+        const answer = call();
+        if (n === 1) await sleep(1500);
+        return answer;
+      });
+      const lh = new Leasehold({ store });
+      try {
+        const name = uniq('late-answer');
+        const lease = lh.lease(name, { ttl: 3000 });
+        const first = await lease.acquire();
+        while (n < 1) await sleep(20);
+        await t.store.revoke(name, 'end term one while its renewal answer is in the air');
+        await new Promise<void>((r) => first.signal.addEventListener('abort', () => r(), { once: true }));
+        const second = await lease.acquire();
+        assert.ok(second.token > first.token);
+        await sleep(1800); // the held-back answer (for term one) has arrived by now
+        assert.equal(second.signal.aborted, false, `term two survived: ${String((second.signal.reason as Error | undefined)?.message)}`);
+        assert.equal(lease.token, second.token);
+      } finally {
+        await lh.close();
+      }
+    });
+
     void it('an elector whose onElected throws gives the lease up so another replica can lead', async () => {
       const name = uniq('bad-start');
       const a = new Leasehold({ store: t.store });
