@@ -15,7 +15,7 @@ import { openStore } from '../../src/stores/index.js';
 import { parseSqliteUrl } from '../../src/stores/sqlite/store.js';
 import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { TcpProxy } from '../helpers/proxy.js';
-import { fencedInsert } from '../fixtures/paused-writer.js';
+import { fencedWrite as fencedInsert, prepareResource } from '../fixtures/fenced-resource.js';
 
 const writerJs = fileURLToPath(new URL('../fixtures/paused-writer.js', import.meta.url));
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -76,6 +76,7 @@ for (const kind of kinds) {
     let t: TestStore;
     before(async () => {
       t = await makeTestStore(kind);
+      await prepareResource(t.url);
     });
     after(async () => {
       await t?.cleanup();
