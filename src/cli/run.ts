@@ -429,7 +429,7 @@ class Supervisor {
   private onTermEnded(): void {
     const reason: unknown = this.term.signal.reason;
     if (this.exited || !(reason instanceof LeaseLostError)) return;
-    if (reason.reason === 'released' || reason.reason === 'closed') return;
+    if (reason.reason === 'released') return;
     this.lost = reason;
     const remaining = this.storeExpiryAt - performance.now();
     // On an on-time local deadline `remaining` is about grace + the default margin. Half of that

@@ -82,8 +82,11 @@ export class Elector extends EventEmitter<ElectorEvents> {
       }
       const handler = this.handlers.onRevoked;
       if (handler !== undefined) await this.call('onRevoked', () => handler(term, term.signal.reason as LeaseLostError));
-      // After a failed start, let another replica have a go before contending again.
-      if (!started) await sleep(this.lease.timing.renewMs, stop);
+      // After a failed start, a stall or a suspected pause, this replica is the least healthy
+      // one around: its release has woken the others, so let them take over before contending
+      // again (it would otherwise often win its own lease straight back).
+      const reason = (term.signal.reason as LeaseLostError | undefined)?.reason;
+      if (!started || reason === 'suspended' || reason === 'stalled') await sleep(this.lease.timing.renewMs, stop);
     }
   }
 

@@ -69,9 +69,7 @@ export type LeaseLostReason =
   /** A detector decided this process was suspended, restored or cloned. */
   | 'suspended'
   /** The work stopped reporting progress (see `progress()`). */
-  | 'stalled'
-  /** The client was closed. */
-  | 'closed';
+  | 'stalled';
 
 export class LeaseLostError extends LeaseholdError {
   readonly reason: LeaseLostReason;

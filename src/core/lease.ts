@@ -618,7 +618,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     if (this._state === 'leading' || this._state === 'jeopardy') this._state = 'idle';
     this.host.unenroll(this);
     const error = new LeaseLostError(this.name, t.token, reason, detail, { cause });
-    const level = reason === 'released' || reason === 'closed' ? 'info' : 'warn';
+    const level = reason === 'released' ? 'info' : 'warn';
     this.host.logger[level]({ lease: this.name, token: String(t.token), reason }, `leasehold: term ended: ${detail}`);
     for (const w of this.confirmWaiters.splice(0)) w.resolve();
     t.controller.abort(error);
@@ -666,12 +666,6 @@ export class Lease extends EventEmitter<LeaseEvents> {
   /** @internal suspension: end the term, then hand it back to the store (nonce-guarded) so the next holder need not wait for the expiry. */
   suspend(detail: string): void {
     void this.endAndRelease('suspended', detail);
-  }
-
-  /** @internal client shutdown */
-  abandon(reason: LeaseLostReason, detail: string): void {
-    this.contentionAbort?.abort(new AbortedError(`lease "${this.name}": ${detail}`));
-    this.lose(reason, detail);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -415,7 +415,6 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     this.updateKeepAlive();
     if (this.tickTimer !== undefined) clearTimeout(this.tickTimer);
     this.stopWallWatchdog();
-    for (const l of leases) l.abandon('closed', 'the Leasehold client was closed');
     const stop = await this.freedStop;
     await stop?.().catch(() => {});
     if (this.closeStore) await this.store.close();
