@@ -1,0 +1,233 @@
+/**
+ * The package as a user gets it: `npm pack` on a tree with no build output (as a fresh clone
+ * has), then `npm install` of the tarball into an app outside the repository, then the CLI,
+ * `import`, `require()` and a TypeScript `nodenext` build against the shipped types, on a real
+ * PostgreSQL. This is the test that would have caught a tarball without `dist/`.
+ *
+ * It runs in the serial phase: installing builds better-sqlite3 with node-gyp (about a minute
+ * of one core), which would starve the timing-sensitive tests beside it.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { TEST_PG_URL } from '../helpers/stores.js';
+
+// Compiled to dist/test/serial/: the repository root is three levels up.
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+function sh(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = {}, timeoutMs = 300_000): Promise<Result> {
+  const started = Date.now();
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    const guard = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      clearTimeout(guard);
+      resolve({ code, stdout, stderr, ms: Date.now() - started });
+    });
+  });
+}
+
+const show = (r: Result): string => `exit ${r.code}\n--- stdout\n${r.stdout}\n--- stderr\n${r.stderr}`;
+
+// Quiet, reproducible npm: no audit/fund chatter, the registry cache first.
+const NPM_FLAGS = ['--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error'];
+
+interface Packed {
+  filename: string;
+  size: number;
+  unpackedSize: number;
+  entryCount: number;
+  files: { path: string }[];
+}
+
+void describe('the packed package, installed into an app outside the repository', () => {
+  let work: string;
+  let app: string;
+  let packed: Packed;
+  let tarball: string;
+  const schema = `lh_pack_${process.pid}`;
+  const storeUrl = `${TEST_PG_URL}${TEST_PG_URL.includes('?') ? '&' : '?'}schema=${schema}`;
+
+  before(async () => {
+    work = mkdtempSync(join(tmpdir(), 'leasehold-pack-'));
+    // What a fresh clone has: sources, no dist/. node_modules is the repo's (typescript for prepack).
+    const stage = join(work, 'stage');
+    for (const f of ['package.json', 'tsconfig.json', 'tsconfig.build.json', 'README.md', 'LICENSE', 'src', 'bin', 'scripts', 'docs']) {
+      if (existsSync(join(root, f))) cpSync(join(root, f), join(stage, f), { recursive: true });
+    }
+    symlinkSync(join(root, 'node_modules'), join(stage, 'node_modules'), 'dir');
+    const pack = await sh('npm', ['pack', '--json', '--pack-destination', work, ...NPM_FLAGS], stage);
+    assert.equal(pack.code, 0, show(pack));
+    packed = (JSON.parse(pack.stdout.slice(pack.stdout.indexOf('['))) as Packed[])[0]!;
+    tarball = join(work, packed.filename);
+
+    app = join(work, 'app');
+    mkdirSync(app);
+    writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'pack-test-app', private: true, type: 'module' }, null, 2));
+  });
+
+  after(async () => {
+    const c = new pg.Client({ connectionString: TEST_PG_URL });
+    await c.connect();
+    await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await c.end();
+    if (work !== undefined) rmSync(work, { recursive: true, force: true });
+  });
+
+  void it('ships the compiled code, the types, the CLI and every file the README links to, and no tests', () => {
+    const paths = new Set(packed.files.map((f) => f.path));
+    for (const p of ['dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/fence/index.js', 'dist/src/fence/index.d.ts', 'dist/src/cli/main.js', 'bin/leasehold.js', 'README.md']) {
+      assert.ok(paths.has(p), `${p} is not in the tarball`);
+    }
+    assert.deepEqual([...paths].filter((p) => p.startsWith('dist/test/') || p.startsWith('dist/bench/') || p.startsWith('test/')), []);
+    const readme = readFileSync(join(root, 'README.md'), 'utf8');
+    const links = [...readme.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)].map((m) => m[1]!).filter((l) => !/^[a-z]+:/.test(l));
+    const backticked = [...readme.matchAll(/`((?:src|docs)\/[\w./-]+\.(?:ts|md))`/g)].map((m) => m[1]!);
+    assert.ok(links.length > 0, 'the README links to no files: this check would prove nothing');
+    for (const l of [...links, ...backticked]) assert.ok(paths.has(l), `the README points at ${l}, which the tarball does not ship`);
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { engines: { node: string } };
+    // require() of an ES module without a flag arrived in Node 20.19.
+    assert.match(pkg.engines.node, /^>=20\.19/);
+    process.stdout.write(`# tarball: ${packed.entryCount} files, ${(packed.size / 1024).toFixed(0)} KiB packed, ${(packed.unpackedSize / 1024).toFixed(0)} KiB unpacked\n`);
+  });
+
+  void it('installs without building anything when optional dependencies are left out, and the CLI and imports work', async () => {
+    const install = await sh('npm', ['install', '--omit=optional', ...NPM_FLAGS, tarball, 'pg@8'], app);
+    assert.equal(install.code, 0, show(install));
+    process.stdout.write(`# npm install of the tarball + pg without optional dependencies (no SQLite, no compiler): ${(install.ms / 1000).toFixed(1)}s\n`);
+    assert.equal(existsSync(join(app, 'node_modules', 'better-sqlite3')), false, 'better-sqlite3 was installed although optional dependencies were omitted');
+
+    const help = await sh('npx', ['--no-install', 'leasehold', '--help'], app);
+    assert.equal(help.code, 0, show(help));
+    assert.match(help.stdout, /leasehold run --name NAME/);
+
+    const version = await sh('npx', ['--no-install', 'leasehold', '--version'], app);
+    assert.equal(version.stdout.trim(), (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version);
+
+    // Asking for the embedded store without its driver: one line that names the package.
+    const sqlite = await sh('npx', ['--no-install', 'leasehold', 'status', '--store', `sqlite:${join(work, 'x.db')}`], app);
+    assert.notEqual(sqlite.code, 0, show(sqlite));
+    assert.match(sqlite.stderr, /better-sqlite3/, show(sqlite));
+    assert.equal(sqlite.stderr.trim().split('\n').length, 1, show(sqlite));
+
+    const migrate = await sh('npx', ['--no-install', 'leasehold', 'migrate', '--store', storeUrl], app);
+    assert.equal(migrate.code, 0, show(migrate));
+
+    writeFileSync(
+      join(app, 'esm.mjs'),
+      `import pg from 'pg';
+import { Leasehold, openStore, LeaseLostError } from 'leasehold';
+import { fencedTransaction, idempotencyKey } from 'leasehold/fence';
+const [url, schema] = process.argv.slice(2);
+const leasehold = new Leasehold({ store: await openStore(url), closeStore: true });
+const pool = new pg.Pool({ connectionString: url.replace(/[?].*$/, '') });
+const token = await leasehold.runExclusive('pack-esm', async ({ token }) => {
+  await fencedTransaction(pool, { resource: 'pack', token, table: schema + '.fences' }, async (tx) => {
+    await tx.query('SELECT 1');
+  });
+  return token;
+});
+await pool.end();
+await leasehold.close();
+console.log(JSON.stringify({ token: String(token), key: idempotencyKey('pack-esm', token), lost: typeof LeaseLostError }));
+`,
+    );
+    const esm = await sh(process.execPath, ['esm.mjs', storeUrl, schema], app);
+    assert.equal(esm.code, 0, show(esm));
+    const e = JSON.parse(esm.stdout) as { token: string; key: string; lost: string };
+    assert.match(e.token, /^\d+$/);
+    assert.equal(e.key, `leasehold:pack-esm:${e.token}`);
+    assert.equal(e.lost, 'function');
+
+    writeFileSync(
+      join(app, 'cjs.cjs'),
+      `const { Leasehold, openStore } = require('leasehold');
+const { idempotencyKey } = require('leasehold/fence');
+(async () => {
+  const leasehold = new Leasehold({ store: await openStore(process.argv[2]), closeStore: true });
+  const token = await leasehold.runExclusive('pack-cjs', ({ token }) => token);
+  await leasehold.close();
+  console.log(idempotencyKey('pack-cjs', token));
+})().catch((err) => { console.error(err); process.exitCode = 1; });
+`,
+    );
+    const cjs = await sh(process.execPath, ['cjs.cjs', storeUrl], app);
+    assert.equal(cjs.code, 0, show(cjs));
+    assert.match(cjs.stdout.trim(), /^leasehold:pack-cjs:\d+$/);
+    assert.equal(cjs.stderr, '', 'require() of the package printed warnings');
+  });
+
+  void it('type-checks a TypeScript nodenext app against the shipped types, with skipLibCheck off', async () => {
+    const install = await sh('npm', ['install', '--omit=optional', ...NPM_FLAGS, 'typescript@5.9', '@types/node@20', '@types/pg@8'], app);
+    assert.equal(install.code, 0, show(install));
+    writeFileSync(
+      join(app, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', strict: true, skipLibCheck: false, noEmit: true, types: ['node'] },
+        include: ['app.ts'],
+      }),
+    );
+    writeFileSync(
+      join(app, 'app.ts'),
+      `import pg from 'pg';
+import { Leasehold, openStore, LeaseLostError, ConfigError, type Term, type LeaseOptions, type LeaseStore } from 'leasehold';
+import { fencedTransaction, idempotencyKey, FencedError } from 'leasehold/fence';
+
+export async function main(url: string, pool: pg.Pool): Promise<bigint> {
+  const store: LeaseStore = await openStore(url);
+  const leasehold = new Leasehold({ store, closeStore: true });
+  const options: LeaseOptions = { ttl: '30s' };
+  const lease = leasehold.lease('typed', options);
+  const term: Term = await lease.acquire({ wait: false });
+  term.signal.addEventListener('abort', () => {
+    const why: unknown = term.signal.reason;
+    if (why instanceof LeaseLostError) console.log(why.reason);
+  });
+  try {
+    const rows = await fencedTransaction(pool, { resource: 'r', token: term.token }, async (tx) => {
+      const r = await tx.query<{ id: number }>('SELECT 1 AS id');
+      return r.rows.map((row) => row.id);
+    });
+    console.log(rows, idempotencyKey('typed', term.token));
+  } catch (err) {
+    if (err instanceof FencedError || err instanceof ConfigError) throw err;
+  }
+  await lease.release();
+  await leasehold.close();
+  return term.token;
+}
+`,
+    );
+    const tsc = await sh(process.execPath, [join(app, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], app);
+    assert.equal(tsc.code, 0, show(tsc));
+  });
+
+  void it('with optional dependencies installed, runs `leasehold demo` on the embedded store', async () => {
+    const install = await sh('npm', ['install', ...NPM_FLAGS], app, {}, 480_000);
+    assert.equal(install.code, 0, show(install));
+    process.stdout.write(`# npm install of the optional dependencies (better-sqlite3, built here): ${(install.ms / 1000).toFixed(1)}s\n`);
+    const state = join(work, 'state');
+    const env: NodeJS.ProcessEnv = { XDG_STATE_HOME: state, LEASEHOLD_STORE: '' };
+    const demo = await sh('npx', ['--no-install', 'leasehold', 'demo'], app, env, 120_000);
+    assert.equal(demo.code, 0, show(demo));
+    assert.match(demo.stdout, /All 6 claims held/, show(demo));
+    assert.ok(existsSync(join(state, 'leasehold', 'leasehold.db')), 'the demo did not use the embedded default store');
+  });
+});
