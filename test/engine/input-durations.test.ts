@@ -6,9 +6,12 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Leasehold } from '../../src/core/leasehold.js';
-import { MAX_DURATION_MS, parseDuration, resolveTiming } from '../../src/core/config.js';
+import { parseDuration, resolveTiming } from '../../src/core/config.js';
 import { ConfigError } from '../../src/core/errors.js';
 import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
+
+/** The longest delay a Node.js timer holds (2^31-1 ms); spelled out so the test does not take it from the code under test. */
+const MAX_DURATION_MS = 2_147_483_647;
 
 const configError = (pattern: RegExp) => (e: unknown) => e instanceof ConfigError && e.code === 'CONFIG' && pattern.test(e.message);
 
@@ -62,7 +65,6 @@ void describe('durations', () => {
 
 void describe('durations longer than a Node.js timer can wait are refused where they enter', () => {
   void it('parseDuration names the limit, in milliseconds and days', () => {
-    assert.equal(MAX_DURATION_MS, 2 ** 31 - 1);
     assert.equal(parseDuration(MAX_DURATION_MS, 'ttl'), MAX_DURATION_MS);
     assert.equal(parseDuration('24d', 'ttl'), 24 * 86_400_000);
     for (const long of ['876000h', '25d', MAX_DURATION_MS + 1, `${MAX_DURATION_MS + 1}`, 1e300, '99999999999999999999999d']) {
