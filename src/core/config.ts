@@ -139,8 +139,8 @@ export function validateLeaseName(name: unknown): string {
   const nfc = name.normalize('NFC');
   if (nfc !== name) {
     throw new ConfigError(
-      `lease name ${visible(name, /\p{M}/gu)} is not in Unicode NFC form (it spells a character as a letter plus a combining mark); ` +
-        `write it composed, as ${visible(nfc, /\P{ASCII}/gu)} (String.prototype.normalize('NFC') does it)`,
+      `lease name ${visible(name, /\p{M}/gu)} is not in Unicode NFC form (the same text has a canonical spelling that looks identical, such as a letter with its accent composed); ` +
+        `write it as ${visible(nfc, /\P{ASCII}/gu)} (String.prototype.normalize('NFC') does it)`,
     );
   }
   return name;
