@@ -27,7 +27,7 @@ export interface MarkerContent {
  * Refuses a marker directory that is world-writable without the sticky bit (/tmp has it; a
  * `chmod 777` directory does not). Judged by the mode bits, not by access(2), so running as
  * root does not hide the problem. A directory that does not exist yet is fine: writeMarker
- * creates it with the process's umask.
+ * creates it, writable by this user only.
  * @throws {ConfigError}
  */
 export function checkMarkerDirectory(path: string): void {
@@ -67,7 +67,8 @@ export function revokeMarker(path: string): boolean {
  * @throws {ConfigError} when the directory is unsafe; the caller logs it and leads on without a marker.
  */
 export function writeMarker(path: string, content: MarkerContent): void {
-  mkdirSync(dirname(path), { recursive: true });
+  // Never world-writable, even under umask 0, or the check below would refuse our own directory.
+  mkdirSync(dirname(path), { recursive: true, mode: 0o755 });
   checkMarkerDirectory(path);
   // A name nobody can guess, opened only if it does not exist and is not a link: a file or a
   // link planted in its place makes the open fail instead of redirecting the write.
