@@ -1,4 +1,7 @@
+import { isIPv4, isIPv6 } from 'node:net';
+import { MAX_DURATION_MS } from '../../core/config.js';
 import { ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
+import { checkQueryParameters } from '../url.js';
 
 /**
  * The etcd store talks to etcd through the raw v3 RPCs of an `etcd3` client (`kv.txn`,
@@ -234,6 +237,9 @@ export interface ParsedEtcdUrl {
 
 const URL_SHAPE = 'write etcd://host:2379 or etcd://host1:2379,host2:2379?prefix=leasehold';
 
+/** Dot-separated labels of letters, digits and inner hyphens (RFC 1123), with an optional final dot. */
+const DNS_NAME = /^(?=.{1,253}\.?$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$/;
+
 /**
  * `etcd://[user:password@]host:port[,host:port...][?prefix=leasehold&timeout=5000]`, or
  * `etcds://` for TLS with the system's CA roots. Parsed by hand: WHATWG URL rejects a comma
@@ -248,32 +254,46 @@ export function parseEtcdUrl(url: string): ParsedEtcdUrl {
   let password: string | undefined;
   if (m[2] !== undefined) {
     const [u, ...p] = m[2].split(':');
-    username = decodeURIComponent(u ?? '');
-    password = decodeURIComponent(p.join(':'));
+    try {
+      username = decodeURIComponent(u ?? '');
+      password = decodeURIComponent(p.join(':'));
+    } catch (err) {
+      throw new ConfigError(`store URL ${JSON.stringify(redactEtcdUrl(url))} has a malformed %-escape in its user or password; ${URL_SHAPE}`, { cause: err });
+    }
   }
   const hosts = m[3]!.split(',').map((h) => h.trim());
   if (hosts.length === 0 || hosts.some((h) => h === '')) {
     throw new ConfigError(`store URL ${JSON.stringify(redactEtcdUrl(url))} has no host; ${URL_SHAPE}`);
   }
   const normalised = hosts.map((h) => {
-    const hm = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$/.exec(h);
-    const port = hm?.[2] === undefined ? 2379 : Number(hm[2]);
+    const hm = /^(\[([^\]]*)\]|[^:]+)(?::(\d{1,5}))?$/.exec(h);
+    const port = hm?.[3] === undefined ? 2379 : Number(hm[3]);
     if (hm === null || port < 1 || port > 65535) {
-      throw new ConfigError(`etcd host ${JSON.stringify(h)} is not host:port; ${URL_SHAPE}`);
+      throw new ConfigError(`etcd endpoint ${JSON.stringify(h)} is not host:port with a port 1-65535; ${URL_SHAPE}`);
     }
-    return `${hm[1]}:${port}`;
+    // A name the resolver would refuse later (as "unreachable", retried for ever) is refused now.
+    const valid = hm[2] !== undefined ? isIPv6(hm[2]) : isIPv4(hm[1]!) || (DNS_NAME.test(hm[1]!) && !/^[\d.]+$/.test(hm[1]!));
+    if (!valid) {
+      throw new ConfigError(`etcd endpoint ${JSON.stringify(h)} has no valid host name or IP address; ${URL_SHAPE}`);
+    }
+    return `${hm[1]!.toLowerCase()}:${port}`;
   });
+  const twice = normalised.find((h, i) => normalised.indexOf(h) !== i);
+  if (twice !== undefined) throw new ConfigError(`etcd endpoint ${twice} is listed twice; list each cluster member once`);
   const params = new URLSearchParams(m[4] ?? '');
+  checkQueryParameters(params, ['prefix', 'timeout'], 'the etcd store');
   let prefix: string | undefined;
   let callTimeoutMs: number | undefined;
   for (const [k, v] of params) {
     if (k === 'prefix') prefix = validatePrefix(v);
-    else if (k === 'timeout') {
-      callTimeoutMs = Number(v);
-      if (!Number.isInteger(callTimeoutMs) || callTimeoutMs <= 0) {
-        throw new ConfigError(`etcd URL timeout=${JSON.stringify(v)} must be a whole number of milliseconds, for example timeout=5000`);
+    else {
+      callTimeoutMs = /^\d+$/.test(v) ? Number(v) : Number.NaN;
+      if (!(callTimeoutMs >= 1 && callTimeoutMs <= MAX_DURATION_MS)) {
+        throw new ConfigError(
+          `etcd URL timeout=${JSON.stringify(v)} must be a whole number of milliseconds from 1 to ${MAX_DURATION_MS}, for example timeout=5000`,
+        );
       }
-    } else throw new ConfigError(`etcd URL parameter "${k}" is unknown; the etcd store understands prefix= and timeout=`);
+    }
   }
   const who = username === undefined ? '' : `${username}:***@`;
   return {

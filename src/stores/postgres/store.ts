@@ -1,4 +1,4 @@
-import { redactUrl } from '../url.js';
+import { checkQueryParameters, checkUrlParts, redactUrl } from '../url.js';
 import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
@@ -396,6 +396,34 @@ async function loadPg(): Promise<PgModule> {
   }
 }
 
+/**
+ * What a postgres:// URL may carry: leasehold's `schema`, and the parameters the pg driver acts
+ * on. libpq options pg does not implement (connect_timeout, target_session_attrs, keepalives)
+ * are refused rather than ignored, and so are pg's own settings that would override
+ * leasehold's (query_timeout) or make a connection that cannot run queries (replication).
+ */
+const POSTGRES_URL_PARAMETERS = [
+  'schema',
+  'host',
+  'port',
+  'user',
+  'password',
+  'sslmode',
+  'ssl',
+  'sslcert',
+  'sslkey',
+  'sslrootcert',
+  'sslnegotiation',
+  'uselibpqcompat',
+  'application_name',
+  'fallback_application_name',
+  'options',
+  'client_encoding',
+  'statement_timeout',
+  'lock_timeout',
+  'idle_in_transaction_session_timeout',
+] as const;
+
 export function parsePostgresUrl(url: string): { connectionString: string; schema: string | undefined; description: string } {
   let u: URL;
   try {
@@ -409,6 +437,8 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
   if (u.hostname === '' && !u.searchParams.has('host')) {
     throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} has no host; write postgres://user@host:5432/database`);
   }
+  checkUrlParts(u, redactUrl(url));
+  checkQueryParameters(u.searchParams, POSTGRES_URL_PARAMETERS, 'the PostgreSQL store');
   const schema = u.searchParams.get('schema') ?? undefined;
   if (schema !== undefined) validateSchemaName(schema);
   u.searchParams.delete('schema');

@@ -1,4 +1,4 @@
-import { redactUrl } from '../url.js';
+import { checkQueryParameters, checkUrlParts, redactUrl } from '../url.js';
 import { ConfigError } from '../../core/errors.js';
 import { driverFor, type IoredisLike, type NodeRedisLike, type RedisDriver } from './driver.js';
 
@@ -22,9 +22,12 @@ export interface ParsedRedisUrl {
   redacted: string;
 }
 
+/** Redis's default `databases 16`; the range a URL can name without the server telling us its own. */
+const MAX_REDIS_DB = 15;
+
 const EXAMPLE = 'write redis://[user:password@]host:6379/0?prefix=leasehold (or rediss:// for TLS)';
 
-/** @throws {ConfigError} for anything but a redis:// or rediss:// URL with a host and a numeric database. */
+/** @throws {ConfigError} for anything but a redis:// or rediss:// URL with a host, a database 0-15 and at most ?prefix=. */
 export function parseRedisUrl(url: string): ParsedRedisUrl {
   let u: URL;
   try {
@@ -36,21 +39,26 @@ export function parseRedisUrl(url: string): ParsedRedisUrl {
     throw new ConfigError(`store URL scheme "${u.protocol}" is not Redis; ${EXAMPLE}`);
   }
   if (u.hostname === '') throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} has no host; ${EXAMPLE}`);
+  checkUrlParts(u, redactUrl(url));
   const db = u.pathname.replace(/^\//, '');
-  if (db !== '' && !/^\d{1,5}$/.test(db)) {
+  if (db !== '' && !/^\d+$/.test(db)) {
     throw new ConfigError(`store URL path "${u.pathname}" is not a database number; ${EXAMPLE}`);
   }
+  // A SELECT the server refuses is only an error event to ioredis, which carries on in database
+  // 0 (sharing it with everyone else), and to node-redis a connection failure retried for ever
+  // ("unreachable", exit 3). Neither says the URL is wrong, so the range is checked here.
+  if (db !== '' && Number(db) > MAX_REDIS_DB) {
+    throw new ConfigError(
+      `store URL database ${db} is out of range: a Redis server has databases 0-${MAX_REDIS_DB} unless configured otherwise; ` +
+        `use 0-${MAX_REDIS_DB} (or pass your own client, already on its database, for a server with more)`,
+    );
+  }
+  // Drivers turn query parameters into client options (ioredis would accept keyPrefix, which
+  // would split leasehold's keys from its channel); leasehold takes options as options.
+  checkQueryParameters(u.searchParams, ['prefix'], 'the Redis store (pass a client for other settings)');
   const prefix = u.searchParams.get('prefix') ?? undefined;
   if (prefix !== undefined) validatePrefix(prefix);
   u.searchParams.delete('prefix');
-  // Drivers turn query parameters into client options (ioredis would accept keyPrefix, which
-  // would split leasehold's keys from its channel); leasehold takes options as options.
-  const unknown = [...u.searchParams.keys()];
-  if (unknown.length > 0) {
-    throw new ConfigError(
-      `store URL parameter ${JSON.stringify(unknown[0])} is not understood; the Redis store takes only ?prefix= (pass a client for other settings)`,
-    );
-  }
   const clean = u.toString();
   return { url: clean, prefix, redacted: redactUrl(clean) };
 }
