@@ -15,25 +15,27 @@
  *   forwards it and keeps renewing until the command has drained. The lease is released only
  *   after that.
  * - If the runner is SIGKILLed (or crashes), nothing here runs. A reaper does the group kill
- *   instead: a `/bin/sh` that the command's own shell forks (twice, so it is not the command's
- *   child) before it execs COMMAND. It sits in the command's process group, ignores the
- *   signals the runner forwards, and blocks reading a socket whose other end only the runner
- *   holds. When the runner dies, for any reason, the kernel closes that end, the read returns,
- *   and the reaper SIGKILLs the whole group, itself included (measured: a few milliseconds).
- *   A runner that finishes normally kills the group itself, the reaper with it. With
- *   util-linux `setpriv`, COMMAND also gets a parent-death SIGKILL from the kernel: a second
- *   layer, for when the reaper was killed on its own.
+ *   instead: a tiny `/bin/sh`, the runner's own child in a session of its own, blocked reading
+ *   a socket whose other end only the runner holds. When the runner dies, for any reason, the
+ *   kernel closes that end, the read returns, and the reaper SIGKILLs COMMAND's process group
+ *   (measured: about 2ms from the runner's SIGKILL to the last process of the group dead).
+ *   COMMAND's shell waits for a "go" from the runner sent only once the reaper is running, so
+ *   no process of the group ever exists unwatched; a runner that dies before that leaves a
+ *   shell that exits without running anything. A runner that finishes normally kills the
+ *   group itself, then its reaper, and waits for it (no zombie). With util-linux `setpriv`,
+ *   COMMAND also gets a parent-death SIGKILL from the kernel: a second layer, for when the
+ *   reaper was killed on its own (the runner reports that on stderr).
  * - What escapes: a descendant that leaves the process group (`setsid`, `setpgid`, a shell
- *   with job control, a daemon that double-forks into its own session), and everything in the
- *   group if both the reaper and the runner are SIGKILLed (with setpriv, COMMAND itself still
- *   dies). Those rely on the fence alone. A cgroup would catch them; it needs a delegated
- *   cgroup (systemd `Delegate=` or a container) that a plain `leasehold run` cannot assume.
+ *   with job control, a daemon that double-forks into its own session), and, if the reaper
+ *   and then the runner are both SIGKILLed, everything but COMMAND's own process. Only the
+ *   fence stops those. A cgroup would catch them, but needs a delegated cgroup (systemd
+ *   `Delegate=`, a container) that a plain `leasehold run` cannot assume.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
 import { accessSync, constants as fsConstants, mkdtempSync, rmSync, statSync, writeFileSync, type Stats } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
-import type { Readable, Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { DEFAULT_TTL_MS, resolveTiming, validateLeaseName, type Timing } from '../core/config.js';
 import { AbortedError, LeaseLostError, LeaseholdError, NotAcquiredError, errorMessage } from '../core/errors.js';
@@ -109,11 +111,11 @@ the fence already refuses the old token. SIGTERM, SIGINT and SIGHUP to the runne
 to the group; the runner keeps the lease until COMMAND exits, then releases it. Anything
 COMMAND left running in its process group is killed before the lease is released.
 
-If the runner itself is killed (SIGKILL, a crash), a reaper it leaves in the process group
-SIGKILLs the whole group within milliseconds; with util-linux setpriv installed COMMAND also
-gets a parent-death SIGKILL from the kernel. Not covered: processes that leave the group
-(setsid, setpgid, a shell with job control, daemons), and the group if the reaper was killed
-on its own first; only the fence stops those.
+If the runner itself dies (SIGKILL, a crash), its reaper (a small sh, in a session of its own)
+SIGKILLs COMMAND's whole process group within milliseconds; with util-linux setpriv installed,
+COMMAND also gets a parent-death SIGKILL from the kernel. Not covered: processes that leave the
+group (setsid, setpgid, a shell with job control, daemons), and the group if the reaper was
+killed on its own before the runner; only the fence stops those.
 
 Exit: COMMAND's status (128+N if killed by signal N); 2 usage; 3 store unreachable or schema
 missing; 75 (or --busy-exit) never became leader; 76 lost the lease while COMMAND was running;
@@ -525,23 +527,27 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
 }
 
 /**
- * The command's own shell, in the new session the runner spawned it into, before it becomes
- * COMMAND. $1 is setpriv's path or empty; the rest is COMMAND. fd 3 is one end of a socket
- * whose other end only the runner holds (close-on-exec there, so COMMAND never has it).
- *
- * The reaper: the outer subshell exits at once, so the reaper is not COMMAND's child (a program
- * that waits for all its children must not wait for it) but stays in the process group. The
- * read returns only on end of file, which is the runner's end closing: the runner has died.
- * `kill -KILL 0` then ends every process in the group, the reaper last of all. It ignores the
- * signals the runner forwards, and holds no stdio, so nobody waits on its pipes.
+ * COMMAND's own shell, in the new session and process group the runner spawned it into. $1 is
+ * setpriv's path or empty; the rest is COMMAND. It waits on fd 3 (a socket to the runner) for
+ * "go", sent once the reaper is watching the group; if the runner dies first, the read ends
+ * without it and nothing runs.
  */
 const LAUNCHER = [
-  `( ( trap '' INT TERM HUP QUIT PIPE; while read -r _; do :; done <&3; kill -KILL 0 ) </dev/null >/dev/null 2>&1 & )`,
+  'IFS= read -r go <&3 && [ "$go" = go ] || exit 125',
   'exec 3<&-',
   's=$1; shift',
   'if [ -n "$s" ]; then exec "$s" --pdeathsig SIGKILL -- "$@"; fi',
   'exec "$@"',
 ].join('\n');
+
+/**
+ * The reaper: the runner's own child, in a session of its own (so a Ctrl-C, `timeout` or a
+ * kill of the runner's process group does not reach it), holding no stdio of the runner's. Its
+ * stdin is a socket whose other end only the runner holds, close-on-exec, so COMMAND never has
+ * it. Nothing is ever written to it: the read ends only when the runner has died, for any
+ * reason, and the kernel closed that end. Then it SIGKILLs COMMAND's process group ($1).
+ */
+const REAPER = `trap '' INT TERM HUP QUIT PIPE; while read -r _; do :; done; kill -KILL -"$1"`;
 
 /**
  * The command reports progress by touching a file (`touch "$LEASEHOLD_PROGRESS_FILE"`); each
@@ -617,9 +623,10 @@ class Supervisor {
     const setpriv = findSetpriv(env) ?? '';
     const onLost = (): void => this.onTermEnded();
     term.signal.addEventListener('abort', onLost, { once: true });
-    let lifeline: Readable | Writable | null | undefined;
+    let gate: Socket | null | undefined;
+    let reaper: ChildProcess | undefined;
     try {
-      // `leasehold-run` is $0: what the shell names itself in its messages.
+      // `leasehold-run` is $0: what the shell calls itself in its messages.
       const child = spawn('/bin/sh', ['-c', LAUNCHER, 'leasehold-run', setpriv, ...command], {
         detached: true,
         stdio: ['inherit', 'inherit', 'inherit', 'pipe'],
@@ -627,16 +634,19 @@ class Supervisor {
       });
       this.child = child;
       this.pgid = child.pid;
-      lifeline = child.stdio[3];
-      // Never read or written; it closes when this process dies. An error on it must not crash the runner.
-      lifeline?.on('error', () => {});
+      gate = child.stdio[3] as Socket | null | undefined;
+      // An error on a socket must not crash the runner; the child's exit tells what happened.
+      gate?.on('error', () => {});
+      if (this.pgid !== undefined) reaper = this.startReaper(this.pgid);
+      // Only now may COMMAND start anything: the reaper covers every process it will create.
+      gate?.end('go\n');
       const outcome = await new Promise<{ code: number | null; signal: NodeJS.Signals | null } | { error: Error }>((resolve) => {
         child.once('exit', (code, signal) => resolve({ code, signal }));
         child.once('error', (error) => resolve({ error }));
       });
       this.exited = true;
       if (this.killTimer !== undefined) clearTimeout(this.killTimer);
-      // Whatever the command left behind in its group (the reaper too) must not outlive the lease.
+      // Whatever the command left behind in its group must not outlive the lease.
       this.killGroup('SIGKILL', true);
       let status: number;
       if ('error' in outcome) {
@@ -654,8 +664,41 @@ class Supervisor {
       return { status, lost: this.lost };
     } finally {
       term.signal.removeEventListener('abort', onLost);
-      lifeline?.destroy();
+      gate?.destroy();
+      if (reaper !== undefined) await this.stopReaper(reaper);
     }
+  }
+
+  /** Never throws: without a reaper the command still runs, and the fence still holds. */
+  private startReaper(pgid: number): ChildProcess | undefined {
+    let reaper: ChildProcess;
+    try {
+      reaper = spawn('/bin/sh', ['-c', REAPER, 'leasehold-reaper', String(pgid)], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
+    } catch (e) {
+      this.reaperGone(`could not start: ${errorMessage(e)}`);
+      return undefined;
+    }
+    reaper.stdin?.on('error', () => {});
+    reaper.once('error', (e) => this.reaperGone(`could not start: ${errorMessage(e)}`));
+    reaper.once('exit', (code, signal) => {
+      if (!this.exited) this.reaperGone(`exited (${signal ?? `code ${code}`})`);
+    });
+    return reaper;
+  }
+
+  private reaperGone(what: string): void {
+    this.report.problem('reaper-gone', `the reaper ${what}; if this runner is killed now, what COMMAND started may outlive it (the fence still holds)`, {
+      pgid: this.pgid,
+    });
+  }
+
+  /** The group is dead already; the reaper goes too, and is waited for so it leaves no zombie. */
+  private async stopReaper(reaper: ChildProcess): Promise<void> {
+    if (reaper.exitCode !== null || reaper.signalCode !== null || reaper.pid === undefined) return;
+    const gone = new Promise<void>((resolve) => reaper.once('exit', () => resolve()));
+    reaper.kill('SIGKILL');
+    await gone;
+    reaper.stdin?.destroy();
   }
 
   /** SIGTERM/SIGINT/SIGHUP to the runner: pass it on; the caller waits for the child to exit. */

@@ -34,6 +34,18 @@ function procs(): Array<{ pid: number; ppid: number; pgid: number }> {
   return rows;
 }
 
+/** The reapers watching process group `pgid` (found by their command line). */
+function reapersOf(pgid: number): Array<{ pid: number; ppid: number; pgid: number }> {
+  return procs().filter((p) => {
+    try {
+      const argv = readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').split('\0');
+      return argv.includes('leasehold-reaper') && argv.includes(String(pgid));
+    } catch {
+      return false;
+    }
+  });
+}
+
 function groupMembers(pgid: number): number[] {
   return procs()
     .filter((p) => p.pgid === pgid)
@@ -87,22 +99,40 @@ wait`,
     await runner.done;
   });
 
-  void it('a runner that exits normally leaves nothing of its reaper behind, and the command has no stray child', async () => {
+  void it('the reaper is the runner\'s child, not the command\'s; a runner that exits normally takes it along', async () => {
     const r = sb.start(['run', '--name', 'tidy', '--store', store, '--ttl', '3s', '--', sleeperScript(sb, 'tidy')]);
     await until('the command started', () => sb.has('tidy.pid'));
     const pid = readPid(sb, 'tidy');
     pids.push(pid);
-    // `exec sleep 30`: a command that never forked has no children; a reaper must not be one.
+    const watching = reapersOf(pid);
+    pids.push(...watching.map((p) => p.pid));
+    assert.equal(watching.length, 1, 'one reaper watches the group');
+    assert.equal(watching[0]!.ppid, r.pid);
+    assert.notEqual(watching[0]!.pgid, pid, 'it is not in the group it kills');
+    // `exec sleep 30`: a command that never forked has no children; the reaper must not be one.
     assert.deepEqual(
       procs().filter((p) => p.ppid === pid),
       [],
       'the command has no child processes it did not start',
     );
-    const group = groupMembers(pid);
-    pids.push(...group);
     r.proc.kill('SIGTERM');
     const d = await r.done;
     assert.equal(d.code, 143, d.stderr);
     assert.deepEqual(groupMembers(pid), [], 'the process group is empty once the runner has exited');
+    assert.deepEqual(reapersOf(pid), [], 'and its reaper is gone too');
+  });
+
+  void it('a reaper killed on its own is reported: the runner says what it no longer covers', async () => {
+    const r = sb.start(['run', '--name', 'lonely', '--store', store, '--ttl', '3s', '--', sleeperScript(sb, 'lonely')]);
+    await until('the command started', () => sb.has('lonely.pid'));
+    const pid = readPid(sb, 'lonely');
+    pids.push(pid);
+    const [reaper] = reapersOf(pid);
+    assert.ok(reaper);
+    process.kill(reaper.pid, 'SIGKILL');
+    await until('the runner noticed', () => /the reaper exited/.test(r.stderr));
+    assert.match(r.stderr, /may outlive it \(the fence still holds\)/);
+    r.proc.kill('SIGTERM');
+    assert.equal((await r.done).code, 143);
   });
 });
