@@ -71,7 +71,8 @@ sh -c 'sleep 30 & exec sleep 30' &
 touch "${sb.path('job.ready')}"
 wait`,
     );
-    const runner = sb.start(['run', '--name', 'reaped', '--store', store, '--ttl', '3s', '--', job]);
+    // ttl 6s: the last renewal (every 2s) leaves at least 4s of store-side term after the kill.
+    const runner = sb.start(['run', '--name', 'reaped', '--store', store, '--ttl', '6s', '--', job]);
     await until('the job started its children', () => sb.has('job.ready'));
     const pgid = readPid(sb, 'job');
     // Let the inner sh start its own child too: sleep, sh (now sleep) and its sleep, the loop.
