@@ -6,29 +6,45 @@
  * - The command must be dead before the store hands the lease to someone else. The lease's
  *   safety margin is the kill grace plus the library's default margin, so the local deadline
  *   fires early enough for SIGTERM, `--grace`, then SIGKILL to finish before the store-side
- *   expiry. When less than the grace is left (the runner itself was paused, or the store has
- *   already given the lease away), it is SIGKILL at once.
- * - The command runs in its own process group (`detached`), so one kill reaches everything it
- *   started, and a Ctrl-C at the terminal reaches only the runner, which forwards it and keeps
- *   renewing until the command has drained. The lease is released only after that.
- * - If the runner is SIGKILLed, nothing here runs. `setpriv --pdeathsig SIGKILL` makes the
- *   kernel kill the command when the runner dies. It covers the command's own process only:
- *   grandchildren are not covered by pdeathsig (on a normal loss the process-group kill covers
- *   them). Without setpriv, a SIGKILLed runner leaves its command running; `leasehold doctor`
- *   warns about it.
+ *   expiry. When less than the grace is left (the runner itself was paused, or another holder
+ *   already has the lease), it is SIGKILL at once. An operator's revocation is the exception:
+ *   the store freed the lease on purpose, the fence rejects the old token from then on, and
+ *   the operator asked for a stop, so the command gets SIGTERM and its grace.
+ * - The command runs in its own session and process group (`detached`), so one kill reaches
+ *   everything it started, and a Ctrl-C at the terminal reaches only the runner, which
+ *   forwards it and keeps renewing until the command has drained. The lease is released only
+ *   after that.
+ * - If the runner is SIGKILLed (or crashes), nothing here runs. A reaper does the group kill
+ *   instead: a tiny `/bin/sh`, the runner's own child in a session of its own, blocked reading
+ *   a socket whose other end only the runner holds. When the runner dies, for any reason, the
+ *   kernel closes that end, the read returns, and the reaper SIGKILLs COMMAND's process group
+ *   (measured: about 2ms from the runner's SIGKILL to the last process of the group dead).
+ *   COMMAND's shell waits for a "go" from the runner sent only once the reaper is running, so
+ *   no process of the group ever exists unwatched; a runner that dies before that leaves a
+ *   shell that exits without running anything. A runner that finishes normally kills the
+ *   group itself, then its reaper, and waits for it (no zombie). With util-linux `setpriv`,
+ *   COMMAND also gets a parent-death SIGKILL from the kernel: a second layer, for when the
+ *   reaper was killed on its own (the runner reports that on stderr).
+ * - What escapes: a descendant that leaves the process group (`setsid`, `setpgid`, a shell
+ *   with job control, a daemon that double-forks into its own session), and, if the reaper
+ *   and then the runner are both SIGKILLed, everything but COMMAND's own process. Only the
+ *   fence stops those. A cgroup would catch them, but needs a delegated cgroup (systemd
+ *   `Delegate=`, a container) that a plain `leasehold run` cannot assume.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { constants as osConstants } from 'node:os';
+import type { Socket } from 'node:net';
+import { accessSync, constants as fsConstants, mkdtempSync, rmSync, statSync, writeFileSync, type Stats } from 'node:fs';
+import { constants as osConstants, tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { DEFAULT_TTL_MS, resolveTiming, validateLeaseName, type Timing } from '../core/config.js';
-import { AbortedError, LeaseLostError, NotAcquiredError, errorMessage } from '../core/errors.js';
+import { AbortedError, LeaseLostError, LeaseholdError, NotAcquiredError, errorMessage } from '../core/errors.js';
 import { Leasehold } from '../core/leasehold.js';
 import type { Lease, Term } from '../core/lease.js';
-import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { LoggerLike } from '../core/logger.js';
+import { redactUrl } from '../stores/url.js';
 import {
+  CliError,
   EXIT,
   STORE_OPTIONS,
   durationOption,
@@ -45,12 +61,17 @@ import {
 } from './common.js';
 
 export const RUN_USAGE = `Usage: leasehold run --name NAME [--store URL] [--ttl D] [--renew D] [--wait D | --no-wait]
-                     [--grace D] [--marker PATH] [--progress-timeout D] [--quiet] -- COMMAND [ARGS...]
+                     [--grace D] [--busy-exit N] [--marker PATH] [--progress-timeout D]
+                     [--quiet] [--json | --log-format text|json] -- COMMAND [ARGS...]
 
 Contends for lease NAME. While leader, runs COMMAND in its own process group with these in its
 environment: LEASEHOLD_NAME, LEASEHOLD_TOKEN (the fencing token, decimal), LEASEHOLD_HOLDER,
-LEASEHOLD_STORE and LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:TOKEN). Pass the token with every
-write to a fenced resource; use the idempotency key for side effects a fence cannot cover.
+LEASEHOLD_STORE (its password masked as ***) and LEASEHOLD_IDEMPOTENCY_KEY
+(leasehold:NAME:TOKEN). Pass the token with every write to a fenced resource; use the
+idempotency key for side effects a fence cannot cover.
+
+COMMAND is looked up (PATH, or the path given) before contending: if it is not there, exit 127,
+if it cannot be executed, exit 126, and no lease is taken.
 
   --name NAME    the lease (env LEASEHOLD_NAME)
   --store URL    env LEASEHOLD_STORE; default: the embedded SQLite file
@@ -60,6 +81,10 @@ write to a fenced resource; use the idempotency key for side effects a fence can
   --no-wait      one attempt: exit 75 at once if another process holds the lease
   --grace D      after SIGTERM, how long COMMAND gets before SIGKILL when the lease is lost
                  (env LEASEHOLD_GRACE; default 5s, ttl/6 for ttls under 30s; must be < ttl - renew)
+  --busy-exit N  exit N (0-255) instead of 75 when another process holds the lease (--no-wait,
+                 or a --wait that ran out), like flock -E: with 0, cron and systemd do not count
+                 "another replica ran it" as a failure. A store outage is still 3.
+                 (env LEASEHOLD_BUSY_EXIT)
   --marker PATH  a file written (name, holder, token) while leader and deleted on standing down;
                  any marker already there is deleted, unread, before contending: it was
                  inherited from a fork, a snapshot or a crash (env LEASEHOLD_MARKER)
@@ -68,20 +93,36 @@ write to a fenced resource; use the idempotency key for side effects a fence can
                  if it does not, the lease is released so another replica can lead, and the
                  command is killed (env LEASEHOLD_PROGRESS_TIMEOUT)
   --quiet        no progress lines on stderr (errors still print; "not leader" does not)
+  --json         every line the runner writes on stderr is one JSON object: {ts, level, event,
+                 name, token (a string), holder, ..., msg}. Events: waiting, acquired,
+                 recovered (a renewal landed after a failure), lost (reason, signal, pgid),
+                 grace-over, signal-forwarded, command-exited (code), command-killed (signal),
+                 released (handedOver), not-acquired (exit), stopped, exit; library warnings
+                 are event "log", fatal errors event "error" (exit). Same as --log-format json.
+  --log-format text|json
+                 the format of everything the runner writes on stderr (env LEASEHOLD_LOG_FORMAT;
+                 default text). Usage errors (exit 2) are always one line of text.
 
 When the lease is lost (expired, revoked, superseded, this process suspended), the process
 group gets SIGTERM and, after --grace, SIGKILL, so it is dead before the store-side expiry. If
-less than the grace is left (the runner was paused, an operator revoked the lease, another
-holder already has it), it gets SIGKILL at once. SIGTERM, SIGINT and SIGHUP to the runner are
-forwarded to the group; the runner keeps the lease until COMMAND exits, then releases it.
-Anything COMMAND left running in its process group is killed before the lease is released.
-With util-linux setpriv installed, COMMAND also dies if the runner is SIGKILLed (its own
-children are not covered by that; they are by the group kill on a normal loss).
+less than the grace is left (the runner was paused, another holder already has the lease), it
+gets SIGKILL at once. An operator's \`leasehold release --force\` gives SIGTERM and the grace:
+the fence already refuses the old token. SIGTERM, SIGINT and SIGHUP to the runner are forwarded
+to the group; the runner keeps the lease until COMMAND exits, then releases it. Anything
+COMMAND left running in its process group is killed before the lease is released.
+
+If the runner itself dies (SIGKILL, a crash), its reaper (a small sh, in a session of its own)
+SIGKILLs COMMAND's whole process group within milliseconds; with util-linux setpriv installed,
+COMMAND also gets a parent-death SIGKILL from the kernel. Not covered: processes that leave the
+group (setsid, setpgid, a shell with job control, daemons), and the group if the reaper was
+killed on its own before the runner; only the fence stops those.
 
 Exit: COMMAND's status (128+N if killed by signal N); 2 usage; 3 store unreachable or schema
-missing; 75 never became leader; 76 lost the lease while COMMAND was running.`;
+missing; 75 (or --busy-exit) never became leader; 76 lost the lease while COMMAND was running;
+126 COMMAND not executable; 127 COMMAND not found.`;
 
-const RUN_OPTIONS = {
+/** Every flag `run` takes (also what a flags registry would import). */
+export const RUN_OPTIONS = {
   ...STORE_OPTIONS,
   name: { type: 'string' },
   ttl: { type: 'string' },
@@ -89,13 +130,18 @@ const RUN_OPTIONS = {
   wait: { type: 'string' },
   'no-wait': { type: 'boolean' },
   grace: { type: 'string' },
+  'busy-exit': { type: 'string' },
   marker: { type: 'string' },
   'progress-timeout': { type: 'string' },
   quiet: { type: 'boolean' },
+  json: { type: 'boolean' },
+  'log-format': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
 const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+
+export type LogFormat = 'text' | 'json';
 
 export interface RunSettings {
   name: string;
@@ -108,6 +154,9 @@ export interface RunSettings {
   schema: string | undefined;
   marker: string | undefined;
   progressTimeoutMs: number | undefined;
+  /** The exit code when another process holds the lease; undefined: 75. */
+  busyExit: number | undefined;
+  logFormat: LogFormat;
 }
 
 /** Parses and validates everything before any store is touched: every mistake here is exit 2. */
@@ -174,6 +223,8 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     schema: flagOrEnv(values.schema, 'LEASEHOLD_SCHEMA', env)?.value,
     marker: flagOrEnv(values.marker, 'LEASEHOLD_MARKER', env)?.value,
     progressTimeoutMs: progressTimeout(values['progress-timeout'], env),
+    busyExit: busyExit(values['busy-exit'], env),
+    logFormat: logFormat(values.json === true, values['log-format'], env),
   };
 }
 
@@ -181,6 +232,26 @@ function progressTimeout(flag: string | undefined, env: NodeJS.ProcessEnv): numb
   const ms = durationOption(flag, 'progress-timeout', 'LEASEHOLD_PROGRESS_TIMEOUT', env);
   if (ms !== undefined && ms < 100) throw usageError(`--progress-timeout ${ms}ms is too short to be met; use at least 100ms`);
   return ms;
+}
+
+function busyExit(flag: string | undefined, env: NodeJS.ProcessEnv): number | undefined {
+  const v = flagOrEnv(flag, 'LEASEHOLD_BUSY_EXIT', env);
+  if (v === undefined) return undefined;
+  const what = v.from === 'flag' ? '--busy-exit' : v.from;
+  if (!/^\d{1,3}$/.test(v.value) || Number(v.value) > 255) {
+    throw usageError(`${what} ${JSON.stringify(v.value)} is not an exit code; give a whole number from 0 to 255 (0: "another replica holds it" is not a failure)`);
+  }
+  return Number(v.value);
+}
+
+function logFormat(json: boolean, flag: string | undefined, env: NodeJS.ProcessEnv): LogFormat {
+  const v = flagOrEnv(flag, 'LEASEHOLD_LOG_FORMAT', env);
+  const value = v?.value.toLowerCase();
+  if (v !== undefined && value !== 'text' && value !== 'json') {
+    throw usageError(`${v.from === 'flag' ? '--log-format' : v.from} ${JSON.stringify(v.value)} is not a log format; use text or json`);
+  }
+  if (json && v?.from === 'flag' && value === 'text') throw usageError('--json and --log-format text contradict each other; pick one');
+  return json || value === 'json' ? 'json' : 'text';
 }
 
 /** The command the user meant, when they forgot `--`: everything from the first positional on. */
@@ -198,20 +269,133 @@ function missingSeparatorError(argv: string[]): Error {
   );
 }
 
+/**
+ * Finds COMMAND the way execvp will (a name with a slash is a path, else each PATH entry), so
+ * that a typo fails here, before a lease is taken and a token spent, with the shell's codes:
+ * 127 not found, 126 found but not executable. The command may still vanish before it is
+ * started; then its status is whatever the exec reported.
+ */
+export function checkCommand(file: string, env: NodeJS.ProcessEnv = process.env): void {
+  const noLease = 'nothing was started and no lease was taken';
+  const stat = (p: string): Stats | undefined => {
+    try {
+      return statSync(p);
+    } catch {
+      return undefined;
+    }
+  };
+  const executable = (p: string): boolean => {
+    try {
+      accessSync(p, fsConstants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const shown = JSON.stringify(file);
+  if (file.includes('/')) {
+    const st = stat(file);
+    if (st === undefined) throw new CliError(127, `cannot run ${shown}: no such file; check the path (${noLease})`);
+    if (st.isDirectory()) throw new CliError(126, `cannot run ${shown}: it is a directory; name a program (${noLease})`);
+    if (!executable(file)) throw new CliError(126, `cannot run ${shown}: not executable; chmod +x it, or name its interpreter: sh ${file} (${noLease})`);
+    return;
+  }
+  // An empty PATH entry is the current directory; with no PATH at all, execvp's default.
+  const dirs = (env['PATH'] ?? '/usr/bin:/bin').split(delimiter).map((d) => (d === '' ? '.' : d));
+  let notExecutable: string | undefined;
+  for (const d of dirs) {
+    const p = join(d, file);
+    const st = stat(p);
+    if (st === undefined || st.isDirectory()) continue;
+    if (executable(p)) return;
+    notExecutable ??= p;
+  }
+  if (notExecutable !== undefined) {
+    throw new CliError(126, `cannot run ${shown}: ${notExecutable} is not executable; chmod +x it, or give the path of the one to run (${noLease})`);
+  }
+  throw new CliError(127, `cannot run ${shown}: not found in PATH; check the name, or give its path (${noLease})`);
+}
+
+/** The store URL as the child sees it: which store, without the password the runner used. */
+export function childStoreUrl(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return redactUrl(url);
+  }
+  let masked = false;
+  if (u.password !== '') {
+    u.password = '***';
+    masked = true;
+  }
+  for (const key of [...u.searchParams.keys()]) {
+    if (/pass|secret|token/i.test(key)) {
+      u.searchParams.set(key, '***');
+      masked = true;
+    }
+  }
+  // Unchanged URLs are passed on as given, not as the URL parser would re-spell them.
+  return masked ? u.toString() : url;
+}
+
 function signalNumber(sig: NodeJS.Signals): number {
   return (osConstants.signals as Record<string, number | undefined>)[sig] ?? 0;
 }
 
-/** A logger for the library: warnings and errors on stderr, prefixed with the lease name. */
-function stderrLogger(say: (line: string) => void): LoggerLike {
-  const write = (obj: object, msg?: string): void => {
-    const fields = Object.entries(obj as Record<string, unknown>)
-      .filter(([k, v]) => k !== 'lease' && v !== undefined)
-      .map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`);
-    say(`${(msg ?? '').replace(/^leasehold: /, '')}${fields.length > 0 ? ` (${fields.join(', ')})` : ''}`);
-  };
-  const noop = (): void => {};
-  return { debug: noop, info: noop, warn: write, error: write };
+type Fields = Record<string, unknown>;
+
+/**
+ * Everything the runner says, one line each on stderr: `leasehold[NAME]: ...` as text, or one
+ * JSON object per line for a log collector. JSON lines carry the current term's token (a
+ * string: it overflows a JSON number after 2^53) and holder once there is a term.
+ */
+class Reporter {
+  private term: { token: string; holder: string } | undefined;
+
+  constructor(
+    private readonly name: string,
+    readonly format: LogFormat,
+    private readonly quiet: boolean,
+  ) {}
+
+  forTerm(t: Term): void {
+    this.term = { token: t.token.toString(), holder: t.holder };
+  }
+
+  /** Progress; --quiet drops it. `line` replaces the usual `leasehold[NAME]: msg` text. */
+  event(event: string, msg: string, fields: Fields = {}, line?: string): void {
+    if (!this.quiet) this.write('info', event, msg, fields, line);
+  }
+
+  /** Something that went wrong; printed whatever --quiet says. */
+  problem(event: string, msg: string, fields: Fields = {}, line?: string): void {
+    this.write('error', event, msg, fields, line);
+  }
+
+  /** For the library: its warnings and errors, with their fields; dropped by --quiet like progress. */
+  logger(): LoggerLike {
+    const write =
+      (level: 'warn' | 'error') =>
+      (obj: object, msg?: string): void => {
+        if (this.quiet) return;
+        const fields = Object.fromEntries(Object.entries(obj as Fields).filter(([k, v]) => k !== 'lease' && v !== undefined));
+        const text = (msg ?? '').replace(/^leasehold: /, '');
+        const shown = Object.entries(fields).map(([k, v]) => `${k}=${typeof v === 'string' ? v : stringify(v)}`);
+        this.write(level, 'log', text, fields, `leasehold[${this.name}]: ${text}${shown.length > 0 ? ` (${shown.join(', ')})` : ''}`);
+      };
+    const noop = (): void => {};
+    return { debug: noop, info: noop, warn: write('warn'), error: write('error') };
+  }
+
+  private write(level: string, event: string, msg: string, fields: Fields, line: string | undefined): void {
+    if (this.format === 'text') err(line ?? `leasehold[${this.name}]: ${msg}`);
+    else err(stringify({ ts: new Date().toISOString(), level, event, name: this.name, ...this.term, ...fields, msg }));
+  }
+}
+
+function stringify(v: unknown): string {
+  return JSON.stringify(v, (_k, x: unknown) => (typeof x === 'bigint' ? x.toString() : x)) ?? String(v);
 }
 
 export async function runCommand(argv: string[]): Promise<number> {
@@ -220,8 +404,21 @@ export async function runCommand(argv: string[]): Promise<number> {
     out(RUN_USAGE);
     return EXIT.OK;
   }
-  const { name, command, timing, graceMs, wait, quiet } = settings;
-  const say = quiet ? (): void => {} : (line: string): void => err(`leasehold[${name}]: ${line}`);
+  const report = new Reporter(settings.name, settings.logFormat, settings.quiet);
+  try {
+    return await lead(settings, report);
+  } catch (e) {
+    // Text: main() prints the one line. JSON: the same line, as JSON, so every line parses.
+    if (report.format === 'text') throw e;
+    const exit = exitCodeFor(e);
+    report.problem('error', errorLine(e, 'run').replace(/^leasehold: /, ''), { exit, ...(e instanceof LeaseholdError ? { error: e.code } : {}) });
+    return exit;
+  }
+}
+
+async function lead(settings: RunSettings, report: Reporter): Promise<number> {
+  const { name, command, timing, graceMs, wait } = settings;
+  checkCommand(command[0]!);
 
   // Signals arriving before the command runs stop the contention; after, they are forwarded.
   const contention = new AbortController();
@@ -238,7 +435,7 @@ export async function runCommand(argv: string[]): Promise<number> {
   for (const s of FORWARDED) process.on(s, onSignal);
   try {
     const { store, url } = await openStoreFromFlags({ store: settings.store, schema: settings.schema });
-    const lh = new Leasehold({ store, closeStore: true, logger: stderrLogger(say) });
+    const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
     try {
       // Fail fast (exit 3) on an unreachable store or a missing schema instead of retrying for ever.
       await requireCurrentSchema(store);
@@ -253,23 +450,35 @@ export async function runCommand(argv: string[]): Promise<number> {
       lease.on('busy', (holder, expiresInMs) => {
         if (holder === lastBusy) return;
         lastBusy = holder;
-        say(`waiting: held by ${holder ?? 'another process'}${expiresInMs === null ? '' : `, expires in ${formatMs(expiresInMs)} by the store's clock`}`);
+        report.event(
+          'waiting',
+          `waiting: held by ${holder ?? 'another process'}${expiresInMs === null ? '' : `, expires in ${formatMs(expiresInMs)} by the store's clock`}`,
+          { holder, expiresInMs },
+        );
       });
-      lease.on('acquired', (t) => say(`acquired token ${t.token} (holder ${t.holder})`));
-      lease.on('recovered', (t) => say(`renewal landed; out of jeopardy (token ${t.token})`));
-      lease.on('released', (t, handedOver) => say(`released token ${t.token}${handedOver ? '' : ' (the store no longer had it; it will expire)'}`));
+      lease.on('acquired', (t) => {
+        report.forTerm(t);
+        report.event('acquired', `acquired token ${t.token} (holder ${t.holder})`);
+      });
+      lease.on('recovered', (t) => report.event('recovered', `renewal landed; out of jeopardy (token ${t.token})`));
+      lease.on('released', (t, handedOver) =>
+        report.event('released', `released token ${t.token}${handedOver ? '' : ' (the store no longer had it; it will expire)'}`, { handedOver }),
+      );
 
       let term: Term;
       try {
         term = await lease.acquire({ wait, signal: contention.signal });
       } catch (e) {
         if (e instanceof AbortedError && stopSignal !== undefined) {
-          say(`${stopSignal} while waiting; not running the command`);
-          return 128 + signalNumber(stopSignal);
+          const status = 128 + signalNumber(stopSignal);
+          report.event('stopped', `${stopSignal} while waiting; not running the command`, { signal: stopSignal, status });
+          return status;
         }
         if (e instanceof NotAcquiredError && exitCodeFor(e) === EXIT.NOT_LEADER) {
-          if (!quiet) err(errorLine(e));
-          return EXIT.NOT_LEADER;
+          const exit = settings.busyExit ?? EXIT.NOT_LEADER;
+          const line = errorLine(e);
+          report.event('not-acquired', line.replace(/^leasehold: /, ''), { holder: e.holder, expiresInMs: e.expiresInMs, exit }, line);
+          return exit;
         }
         throw e;
       }
@@ -277,14 +486,14 @@ export async function runCommand(argv: string[]): Promise<number> {
         await lease.release();
         return 128 + signalNumber(stopSignal);
       }
-      const supervisor = new Supervisor(name, term, timing, graceMs, say);
+      const supervisor = new Supervisor(name, term, timing, graceMs, report);
       onSignalWhileRunning = (sig) => supervisor.forward(sig);
       const env: NodeJS.ProcessEnv = {
         ...process.env,
         LEASEHOLD_NAME: name,
         LEASEHOLD_TOKEN: term.token.toString(),
         LEASEHOLD_HOLDER: term.holder,
-        LEASEHOLD_STORE: url,
+        LEASEHOLD_STORE: childStoreUrl(url),
         LEASEHOLD_IDEMPOTENCY_KEY: `leasehold:${name}:${term.token}`,
       };
       if (settings.schema !== undefined) env['LEASEHOLD_SCHEMA'] = settings.schema;
@@ -300,7 +509,10 @@ export async function runCommand(argv: string[]): Promise<number> {
         progress?.stop();
       }
       if (result.lost !== undefined) {
-        say(`exiting ${EXIT.LOST}: the lease was lost while the command ran (${result.lost.reason})`);
+        report.event('exit', `exiting ${EXIT.LOST}: the lease was lost while the command ran (${result.lost.reason})`, {
+          status: EXIT.LOST,
+          reason: result.lost.reason,
+        });
         return EXIT.LOST;
       }
       // Drained: only now hand the lease over.
@@ -313,6 +525,29 @@ export async function runCommand(argv: string[]): Promise<number> {
     for (const s of FORWARDED) process.off(s, onSignal);
   }
 }
+
+/**
+ * COMMAND's own shell, in the new session and process group the runner spawned it into. $1 is
+ * setpriv's path or empty; the rest is COMMAND. It waits on fd 3 (a socket to the runner) for
+ * "go", sent once the reaper is watching the group; if the runner dies first, the read ends
+ * without it and nothing runs.
+ */
+const LAUNCHER = [
+  'IFS= read -r go <&3 && [ "$go" = go ] || exit 125',
+  'exec 3<&-',
+  's=$1; shift',
+  'if [ -n "$s" ]; then exec "$s" --pdeathsig SIGKILL -- "$@"; fi',
+  'exec "$@"',
+].join('\n');
+
+/**
+ * The reaper: the runner's own child, in a session of its own (so a Ctrl-C, `timeout` or a
+ * kill of the runner's process group does not reach it), holding no stdio of the runner's. Its
+ * stdin is a socket whose other end only the runner holds, close-on-exec, so COMMAND never has
+ * it. Nothing is ever written to it: the read ends only when the runner has died, for any
+ * reason, and the kernel closed that end. Then it SIGKILLs COMMAND's process group ($1).
+ */
+const REAPER = `trap '' INT TERM HUP QUIT PIPE; while read -r _; do :; done; kill -KILL -"$1"`;
 
 /**
  * The command reports progress by touching a file (`touch "$LEASEHOLD_PROGRESS_FILE"`); each
@@ -367,7 +602,7 @@ class Supervisor {
     private readonly term: Term,
     private readonly timing: Timing,
     private readonly graceMs: number,
-    private readonly say: (line: string) => void,
+    private readonly report: Reporter,
   ) {
     this.storeExpiryAt = performance.now() + timing.ttlMs;
   }
@@ -385,14 +620,26 @@ class Supervisor {
       this.lost = reason instanceof LeaseLostError ? reason : new LeaseLostError(this.name, term.token, 'expired', 'the term ended before the command started');
       return { status: EXIT.LOST, lost: this.lost };
     }
-    const setpriv = findSetpriv(env);
-    const [file, ...args] = setpriv === undefined ? command : [setpriv, '--pdeathsig', 'SIGKILL', '--', ...command];
+    const setpriv = findSetpriv(env) ?? '';
     const onLost = (): void => this.onTermEnded();
     term.signal.addEventListener('abort', onLost, { once: true });
+    let gate: Socket | null | undefined;
+    let reaper: ChildProcess | undefined;
     try {
-      const child = spawn(file!, args, { detached: true, stdio: 'inherit', env });
+      // `leasehold-run` is $0: what the shell calls itself in its messages.
+      const child = spawn('/bin/sh', ['-c', LAUNCHER, 'leasehold-run', setpriv, ...command], {
+        detached: true,
+        stdio: ['inherit', 'inherit', 'inherit', 'pipe'],
+        env,
+      });
       this.child = child;
       this.pgid = child.pid;
+      gate = child.stdio[3] as Socket | null | undefined;
+      // An error on a socket must not crash the runner; the child's exit tells what happened.
+      gate?.on('error', () => {});
+      if (this.pgid !== undefined) reaper = this.startReaper(this.pgid);
+      // Only now may COMMAND start anything: the reaper covers every process it will create.
+      gate?.end('go\n');
       const outcome = await new Promise<{ code: number | null; signal: NodeJS.Signals | null } | { error: Error }>((resolve) => {
         child.once('exit', (code, signal) => resolve({ code, signal }));
         child.once('error', (error) => resolve({ error }));
@@ -404,25 +651,63 @@ class Supervisor {
       let status: number;
       if ('error' in outcome) {
         const code = (outcome.error as NodeJS.ErrnoException).code;
-        err(`leasehold: cannot run ${JSON.stringify(command[0])}: ${errorMessage(outcome.error)}; check the command and PATH`);
         status = code === 'EACCES' ? 126 : 127;
+        const msg = `cannot start ${JSON.stringify(command[0])}: ${errorMessage(outcome.error)}; check the command and PATH`;
+        this.report.problem('error', msg, { exit: status }, `leasehold: ${msg}`);
       } else if (outcome.signal !== null) {
         status = 128 + signalNumber(outcome.signal);
-        this.say(`command killed by ${outcome.signal} (exit status ${status})`);
+        this.report.event('command-killed', `command killed by ${outcome.signal} (exit status ${status})`, { signal: outcome.signal, status });
       } else {
         status = outcome.code ?? 1;
-        this.say(`command exited with code ${status}`);
+        this.report.event('command-exited', `command exited with code ${status}`, { code: status, status });
       }
       return { status, lost: this.lost };
     } finally {
       term.signal.removeEventListener('abort', onLost);
+      gate?.destroy();
+      if (reaper !== undefined) await this.stopReaper(reaper);
     }
+  }
+
+  /** Never throws: without a reaper the command still runs, and the fence still holds. */
+  private startReaper(pgid: number): ChildProcess | undefined {
+    let reaper: ChildProcess;
+    try {
+      reaper = spawn('/bin/sh', ['-c', REAPER, 'leasehold-reaper', String(pgid)], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
+    } catch (e) {
+      this.reaperGone(`could not start: ${errorMessage(e)}`);
+      return undefined;
+    }
+    reaper.stdin?.on('error', () => {});
+    reaper.once('error', (e) => this.reaperGone(`could not start: ${errorMessage(e)}`));
+    reaper.once('exit', (code, signal) => {
+      if (!this.exited) this.reaperGone(`exited (${signal ?? `code ${code}`})`);
+    });
+    return reaper;
+  }
+
+  private reaperGone(what: string): void {
+    this.report.problem('reaper-gone', `the reaper ${what}; if this runner is killed now, what COMMAND started may outlive it (the fence still holds)`, {
+      pgid: this.pgid,
+    });
+  }
+
+  /** The group is dead already; the reaper goes too, and is waited for so it leaves no zombie. */
+  private async stopReaper(reaper: ChildProcess): Promise<void> {
+    if (reaper.exitCode !== null || reaper.signalCode !== null || reaper.pid === undefined) return;
+    const gone = new Promise<void>((resolve) => reaper.once('exit', () => resolve()));
+    reaper.kill('SIGKILL');
+    await gone;
+    reaper.stdin?.destroy();
   }
 
   /** SIGTERM/SIGINT/SIGHUP to the runner: pass it on; the caller waits for the child to exit. */
   forward(sig: NodeJS.Signals): void {
     if (this.exited || this.pgid === undefined) return;
-    this.say(`${sig}: forwarding to process group ${this.pgid}; the lease is released once the command exits`);
+    this.report.event('signal-forwarded', `${sig}: forwarding to process group ${this.pgid}; the lease is released once the command exits`, {
+      signal: sig,
+      pgid: this.pgid,
+    });
     this.killGroup(sig);
   }
 
@@ -435,23 +720,36 @@ class Supervisor {
     // On an on-time local deadline `remaining` is about grace + the default margin. Half of that
     // default margin is slack for the answer's travel time, which the estimate leaves out.
     const slack = (this.timing.marginMs - this.graceMs) / 2;
+    // An operator's revocation: the store freed the lease on purpose and the fence refuses this
+    // token from now on, so the time left on the old term does not matter: the command gets
+    // the clean shutdown the operator asked for.
     const noTimeLeft =
-      reason.reason === 'suspended' || // this process was frozen or restored: no idea how long
-      reason.reason === 'revoked' || // the store ended the term already: someone may hold it now
-      reason.reason === 'superseded' || // someone does hold it now
-      reason.reason === 'stalled' || // the lease was released for another replica; the command is wedged anyway
-      remaining < this.graceMs + slack; // the runner was paused past its deadline
+      reason.reason !== 'revoked' &&
+      (reason.reason === 'suspended' || // this process was frozen or restored: no idea how long
+        reason.reason === 'superseded' || // someone does hold it now
+        reason.reason === 'stalled' || // the lease was released for another replica; the command is wedged anyway
+        remaining < this.graceMs + slack); // the runner was paused past its deadline
+    const pgid = this.pgid ?? '?';
     if (noTimeLeft || this.graceMs === 0) {
-      this.say(`lost the lease (${reason.reason}); killing process group ${this.pgid ?? '?'} now (SIGKILL)`);
+      this.report.event('lost', `lost the lease (${reason.reason}); killing process group ${pgid} now (SIGKILL)`, {
+        reason: reason.reason,
+        signal: 'SIGKILL',
+        pgid: this.pgid,
+      });
       this.killGroup('SIGKILL');
       return;
     }
-    this.say(`lost the lease (${reason.reason}); SIGTERM to process group ${this.pgid ?? '?'}, SIGKILL in ${formatMs(this.graceMs)}`);
+    this.report.event('lost', `lost the lease (${reason.reason}); SIGTERM to process group ${pgid}, SIGKILL in ${formatMs(this.graceMs)}`, {
+      reason: reason.reason,
+      signal: 'SIGTERM',
+      pgid: this.pgid,
+      graceMs: this.graceMs,
+    });
     this.killGroup('SIGTERM');
     this.killTimer = setTimeout(() => {
       this.killTimer = undefined;
       if (this.exited) return;
-      this.say(`grace of ${formatMs(this.graceMs)} is over; SIGKILL to process group ${this.pgid ?? '?'}`);
+      this.report.event('grace-over', `grace of ${formatMs(this.graceMs)} is over; SIGKILL to process group ${pgid}`, { signal: 'SIGKILL', pgid: this.pgid });
       this.killGroup('SIGKILL');
     }, this.graceMs);
   }
@@ -463,7 +761,9 @@ class Supervisor {
       process.kill(-this.pgid, sig);
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      if (code !== 'ESRCH' && !quietIfGone) err(`leasehold[${this.name}]: could not send ${sig} to process group ${this.pgid}: ${errorMessage(e)}`);
+      if (code !== 'ESRCH' && !quietIfGone) {
+        this.report.problem('kill-failed', `could not send ${sig} to process group ${this.pgid}: ${errorMessage(e)}`, { signal: sig, pgid: this.pgid });
+      }
     }
   }
 }

@@ -75,6 +75,27 @@ while :; do sleep 0.05; done`,
     assert.ok(performance.now() - t0 < 1000);
   });
 
+  void it('an operator release gives the command SIGTERM, then SIGKILL after --grace, not SIGKILL at once', async () => {
+    const stubborn = sb.script(
+      'revoked.sh',
+      `trap 'date +%s%3N >> "${sb.path('revoked.term')}"' TERM
+echo $$ > "${sb.path('revoked.pid')}"
+while :; do sleep 0.05; done`,
+    );
+    const runner = sb.start(['run', '--name', 'revoked', '--store', store, '--ttl', '1500ms', '--grace', '400ms', '--', stubborn]);
+    await until('the command started', () => sb.has('revoked.pid'));
+    const pid = readPid(sb, 'revoked');
+    pids.push(pid);
+    const rel = await sb.run(['release', 'revoked', '--force', '--reason', 'maintenance', '--store', store]);
+    assert.equal(rel.code, 0, rel.stderr);
+    await until('the command got SIGTERM', () => sb.has('revoked.term'), 5000);
+    const r = await runner.done;
+    assert.equal(r.code, 76, r.stderr);
+    assert.ok(!isAlive(pid), 'the command that ignored SIGTERM is dead');
+    assert.match(r.stderr, /lost the lease \(revoked\); SIGTERM to process group \d+, SIGKILL in 400ms/);
+    assert.match(r.stderr, /grace of 400ms is over; SIGKILL to process group/);
+  });
+
   void it('a runner paused (SIGSTOP) past its TTL kills its command at once when it resumes, and exits 76', async () => {
     const runner = sb.start(['run', '--name', 'paused', '--store', store, '--ttl', '1s', '--grace', '300ms', '--', sleeperScript(sb, 'paused')]);
     await until('the command started', () => sb.has('paused.pid'));
