@@ -3,7 +3,7 @@
  * flag > LEASEHOLD_* env > default rule, opening the store, and turning any error into the one
  * line a person at a terminal (or a cron mail) can act on.
  */
-import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
+import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import type { ParseArgsConfig } from 'node:util';
 import { parseDuration } from '../core/config.js';
@@ -177,6 +177,10 @@ export function readStoreFile(path: string, what: string): string {
   }
   const line = text.split(/\r?\n/).map((l) => l.trim()).find((l) => l !== '');
   if (line === undefined) throw usageError(`${what} ${JSON.stringify(path)} is empty; put the store URL on its first line`);
+  // A password in a file every user can read is no better hidden than one in ps.
+  if (hasPassword(line) && (statSync(path).mode & 0o044) !== 0) {
+    warnOnce('store-file-mode', `${what} ${JSON.stringify(path)} holds a password and other users can read it; chmod 600 it`);
+  }
   return line;
 }
 

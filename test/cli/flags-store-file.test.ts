@@ -155,6 +155,23 @@ void describe('a password on the command line, on PostgreSQL', () => {
     }
   });
 
+  void it('a store file with a password that other users can read is warned about; chmod 600 silences it', async () => {
+    const f = sb.path('pg-url-open');
+    writeFileSync(f, `${withPassword}\n`);
+    chmodSync(f, 0o644);
+    const r = await sb.run(['status', '--store-file', f]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stderr.trim(), /^leasehold: warning: --store-file ".*pg-url-open" holds a password and other users can read it; chmod 600 it$/);
+    chmodSync(f, 0o600);
+    const quiet = await sb.run(['status', '--store-file', f]);
+    assert.equal(quiet.stderr, '');
+    // No password, nothing to hide: a world-readable file is fine.
+    const plain = sb.path('pg-url-plain');
+    writeFileSync(plain, `${pgUrl(schema)}\n`);
+    chmodSync(plain, 0o644);
+    assert.equal((await sb.run(['status', '--store-file', plain])).stderr, '');
+  });
+
   void it('with --log-format json the warning is a JSON object', async () => {
     const r = await sb.run(['status', '--store', withPassword, '--log-format', 'json']);
     assert.equal(r.code, 0, r.stderr);
