@@ -3,7 +3,7 @@
  * flag > LEASEHOLD_* env > default rule, opening the store, and turning any error into the one
  * line a person at a terminal (or a cron mail) can act on.
  */
-import { accessSync, constants, existsSync } from 'node:fs';
+import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import type { ParseArgsConfig } from 'node:util';
 import { parseDuration } from '../core/config.js';
@@ -61,6 +61,11 @@ function isParseArgsError(err: unknown): err is Error & { code: string } {
 
 /** One line, `leasehold: <what is wrong>; <what to do>`. */
 export function errorLine(err: unknown, command?: string): string {
+  return `leasehold: ${errorText(err, command)}`;
+}
+
+/** An error as one line without the `leasehold: ` prefix: what is wrong, and what to do. */
+export function errorText(err: unknown, command?: string): string {
   let msg = errorMessage(err);
   if (isParseArgsError(err)) {
     // node's wording ("Unknown option '--x'. To specify a positional argument starting with a
@@ -71,7 +76,7 @@ export function errorLine(err: unknown, command?: string): string {
     msg = cliMessage(err);
     if (!/leasehold doctor/.test(msg)) msg = `${msg} (\`leasehold doctor\` checks the store)`;
   }
-  return `leasehold: ${msg.replace(/\s*\n\s*/g, ' ').trim()}`;
+  return msg.replace(/\s*\n\s*/g, ' ').trim();
 }
 
 /** An error's message as a CLI reports it: the library retries a store call, a command that got here has stopped. */
@@ -81,7 +86,10 @@ export function cliMessage(e: unknown): string {
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 
-/** The options every store-using command takes. */
+/**
+ * The store options of a command not yet declared with flags.ts (`--store-file` is left out
+ * on purpose: a command that does not pass it on to openStoreFromFlags would ignore it).
+ */
 export const STORE_OPTIONS = {
   store: { type: 'string' },
   schema: { type: 'string' },
@@ -107,18 +115,96 @@ export function durationOption(flag: string | undefined, flagName: string, envNa
   }
 }
 
-/** The store URL (`--store` > LEASEHOLD_STORE > the embedded default), checked before opening. */
-export function storeUrl(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
-  if (flag !== undefined && flag.trim() === '') throw usageError('--store is empty; give a store URL like sqlite:/path/leases.db or postgres://user@host/db');
-  return resolveStoreUrl(flag, env);
+/**
+ * The store flags as a command has them: parseArgs values (`'store-file'`) or settings built by
+ * hand (`storeFile`). Either spelling is accepted so every caller can pass what it holds.
+ */
+export interface StoreFlagValues {
+  store?: string | undefined;
+  storeFile?: string | undefined;
+  'store-file'?: string | undefined;
+  schema?: string | undefined;
+}
+
+/** Where the store URL came from: a flag, a variable, or nowhere (the embedded default). */
+export type StoreSource = '--store' | '--store-file' | 'LEASEHOLD_STORE_FILE' | 'LEASEHOLD_STORE' | 'default';
+
+/**
+ * The store URL: `--store` > `--store-file` > LEASEHOLD_STORE_FILE or LEASEHOLD_STORE > the
+ * embedded default. Both flags at once is a usage error. Both variables at once is allowed when
+ * they name the same store: `leasehold run` hands its command LEASEHOLD_STORE, and that command
+ * may have inherited LEASEHOLD_STORE_FILE too.
+ */
+export function resolveStore(values: StoreFlagValues, env: NodeJS.ProcessEnv = process.env): { url: string; from: StoreSource } {
+  const file = values.storeFile ?? values['store-file'];
+  if (values.store !== undefined && file !== undefined) {
+    throw usageError('--store and --store-file contradict each other; pick one (--store-file keeps a password out of ps)');
+  }
+  if (values.store !== undefined) {
+    if (values.store.trim() === '') throw usageError('--store is empty; give a store URL like sqlite:/path/leases.db or postgres://user@host/db');
+    if (hasPassword(values.store)) warnOnce('store-password', 'the password in --store is visible to other users in ps; use --store-file or LEASEHOLD_STORE');
+    return { url: values.store, from: '--store' };
+  }
+  if (file !== undefined) {
+    if (file.trim() === '') throw usageError('--store-file is empty; give the path of a file whose first line is the store URL');
+    return { url: readStoreFile(file, '--store-file'), from: '--store-file' };
+  }
+  const envFile = env['LEASEHOLD_STORE_FILE'];
+  const envUrl = env['LEASEHOLD_STORE'];
+  if (envFile !== undefined && envFile !== '') {
+    const url = readStoreFile(envFile, 'LEASEHOLD_STORE_FILE');
+    if (envUrl !== undefined && envUrl !== '' && envUrl.trim() !== url) {
+      throw usageError('LEASEHOLD_STORE and LEASEHOLD_STORE_FILE name different stores; unset one of them (or pass --store-file)');
+    }
+    return { url, from: 'LEASEHOLD_STORE_FILE' };
+  }
+  if (envUrl !== undefined && envUrl !== '') return { url: envUrl, from: 'LEASEHOLD_STORE' };
+  return { url: resolveStoreUrl(undefined, env), from: 'default' };
+}
+
+/** The first non-empty line of a file, trimmed. Every way it can fail is a usage error (exit 2). */
+export function readStoreFile(path: string, what: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    const code = (e as { code?: unknown }).code;
+    const shown = `${what} ${JSON.stringify(path)}`;
+    if (code === 'ENOENT') throw usageError(`${shown} does not exist; create it with the store URL on its first line (chmod 600), or check the path`);
+    if (code === 'EACCES' || code === 'EPERM') throw usageError(`${shown} cannot be read (permission denied); run as its owner or make it readable by this user only`);
+    if (code === 'EISDIR') throw usageError(`${shown} is a directory; give the file whose first line is the store URL`);
+    throw usageError(`${shown} cannot be read: ${errorMessage(e)}`);
+  }
+  const line = text.split(/\r?\n/).map((l) => l.trim()).find((l) => l !== '');
+  if (line === undefined) throw usageError(`${what} ${JSON.stringify(path)} is empty; put the store URL on its first line`);
+  // A password in a file every user can read is no better hidden than one in ps.
+  if (hasPassword(line) && (statSync(path).mode & 0o044) !== 0) {
+    warnOnce('store-file-mode', `${what} ${JSON.stringify(path)} holds a password and other users can read it; chmod 600 it`);
+  }
+  return line;
+}
+
+/** A password in the URL's user info, or in a `password=` query parameter (libpq accepts both). */
+export function hasPassword(url: string): boolean {
+  try {
+    const u = new URL(url);
+    return u.password !== '' || u.searchParams.has('password');
+  } catch {
+    return /^[a-z][a-z0-9+.-]*:\/\/[^/@]*:[^/@]+@/i.test(url);
+  }
+}
+
+/** The store URL (`--store` > `--store-file` > the variables > the embedded default), checked before opening. */
+export function storeUrl(flags: string | undefined | StoreFlagValues, env: NodeJS.ProcessEnv = process.env): string {
+  return resolveStore(typeof flags === 'object' ? flags : { store: flags }, env).url;
 }
 
 /**
  * Opens the store named by the flags. Bad URLs are ConfigErrors (exit 2); nothing here talks to
  * the server yet (PostgreSQL connects lazily), except SQLite which opens and migrates its file.
  */
-export async function openStoreFromFlags(values: { store?: string | undefined; schema?: string | undefined }, env: NodeJS.ProcessEnv = process.env): Promise<{ store: LeaseStore; url: string }> {
-  const url = storeUrl(values.store, env);
+export async function openStoreFromFlags(values: StoreFlagValues, env: NodeJS.ProcessEnv = process.env): Promise<{ store: LeaseStore; url: string }> {
+  const { url } = resolveStore(values, env);
   const schema = flagOrEnv(values.schema, 'LEASEHOLD_SCHEMA', env)?.value;
   const store = await openStore(url, schema === undefined ? {} : { schema });
   return { store, url };
@@ -135,6 +221,112 @@ export async function requireCurrentSchema(store: LeaseStore): Promise<void> {
     throw new CliError(EXIT.STORE, `${store.description} has schema version ${s.current}, this leasehold needs ${s.expected}; run \`leasehold migrate\``);
   }
   throw new CliError(EXIT.STORE, `${store.description} has schema version ${s.current}, newer than this leasehold (${s.expected}); upgrade leasehold`);
+}
+
+// ---- diagnostics on stderr: text or JSON lines -------------------------------------------
+
+export type LogFormat = 'text' | 'json';
+
+/** `--log-format` > LEASEHOLD_LOG_FORMAT > text. Anything else is a usage error. */
+export function logFormatOption(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): LogFormat {
+  const v = flagOrEnv(flag, 'LEASEHOLD_LOG_FORMAT', env);
+  if (v === undefined) return 'text';
+  const f = v.value.trim().toLowerCase();
+  if (f === 'text' || f === 'json') return f;
+  throw usageError(`${v.from === 'flag' ? '--log-format' : 'LEASEHOLD_LOG_FORMAT'} ${JSON.stringify(v.value)} is not a log format; use text or json`);
+}
+
+/**
+ * The format of this process's diagnostics. main.ts sets it from argv before the command parses
+ * its flags, so that even an unknown-flag error comes out as JSON when JSON was asked for; the
+ * command sets it again, validated, once parsed.
+ */
+const logContext: { format: LogFormat; command: string | undefined } = { format: 'text', command: undefined };
+
+export function setLogContext(ctx: { format?: LogFormat; command?: string }): void {
+  if (ctx.format !== undefined) logContext.format = ctx.format;
+  if (ctx.command !== undefined) logContext.command = ctx.command;
+}
+
+export function currentLogFormat(): LogFormat {
+  return logContext.format;
+}
+
+/**
+ * `--log-format` as written in argv (before any `--`), else LEASEHOLD_LOG_FORMAT; text when
+ * absent or invalid (the command's own parsing reports an invalid value).
+ */
+export function sniffLogFormat(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): LogFormat {
+  const end = argv.indexOf('--');
+  const args = end === -1 ? argv : argv.slice(0, end);
+  let flag: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === '--log-format') flag = args[i + 1];
+    else if (a.startsWith('--log-format=')) flag = a.slice('--log-format='.length);
+  }
+  try {
+    return logFormatOption(flag, env);
+  } catch {
+    return 'text';
+  }
+}
+
+export type LogLevel = 'info' | 'warn' | 'error';
+
+export interface CliLog {
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  error(msg: string, fields?: Record<string, unknown>): void;
+}
+
+/**
+ * Diagnostics on stderr, in the process's log format. Text: `leasehold: msg`, warnings as
+ * `leasehold: warning: msg`; with `name`, `leasehold[name]: msg` (fields are not printed, the
+ * message must say it all). JSON: one object per line, `{ time, level, command, name?, msg,
+ * ...fields }`, bigints as strings. stdout is left to the command's result.
+ */
+export function cliLog(options: { name?: string } = {}): CliLog {
+  const write = (level: LogLevel, msg: string, fields?: Record<string, unknown>): void => {
+    if (logContext.format === 'json') {
+      const line = {
+        time: new Date().toISOString(),
+        level,
+        ...(logContext.command === undefined ? {} : { command: logContext.command }),
+        ...(options.name === undefined ? {} : { name: options.name }),
+        msg,
+        ...fields,
+      };
+      err(JSON.stringify(line, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)));
+      return;
+    }
+    const prefix = options.name === undefined ? 'leasehold: ' : `leasehold[${options.name}]: `;
+    err(`${prefix}${level === 'warn' ? 'warning: ' : ''}${msg.replace(/\s*\n\s*/g, ' ').trim()}`);
+  };
+  return {
+    info: (msg, fields) => write('info', msg, fields),
+    warn: (msg, fields) => write('warn', msg, fields),
+    error: (msg, fields) => write('error', msg, fields),
+  };
+}
+
+const warned = new Set<string>();
+
+/** A warning printed at most once per process (a command may resolve its store more than once). */
+export function warnOnce(key: string, msg: string): void {
+  if (warned.has(key)) return;
+  warned.add(key);
+  cliLog().warn(msg);
+}
+
+/** How main.ts reports the error a command ended with: one line on stderr, in the log format. */
+export function reportError(e: unknown, command?: string): void {
+  if (logContext.format === 'json') {
+    const code = (e as { code?: unknown } | null)?.code;
+    cliLog().error(errorText(e, command), { exitCode: exitCodeFor(e), ...(typeof code === 'string' ? { code } : {}) });
+  } else {
+    err(errorLine(e, command));
+  }
 }
 
 /** `1.2s`, `350ms`, `2m05s`: short enough for a table column. */

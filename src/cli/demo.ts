@@ -9,11 +9,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import type Database from 'better-sqlite3';
 import { errorMessage } from '../core/errors.js';
-import { EXIT, exitCodeFor } from './common.js';
-import { openStore, resolveStoreUrl } from '../stores/index.js';
+import { EXIT, exitCodeFor, resolveStore } from './common.js';
+import { STORE_FLAGS, defineCommand, helpText, parseCommand, type ValuesOf } from './flags.js';
+import { openStore } from '../stores/index.js';
 import { SqliteStore } from '../stores/sqlite/store.js';
 import type { LeaseStore } from '../stores/store.js';
 import { checkClaims, timeline, type DemoFacts } from '../demo/claims.js';
@@ -26,27 +26,30 @@ const RENEW_MS = 600;
 const FREEZE_MS = 3500;
 const LETTERS = 'ABCDEFGH';
 
-const USAGE = `Usage: leasehold demo [--store URL] [--workers N]
-
-Starts N (default 3) worker processes contending for one lease, each writing rows through a
+export const DEMO_SPEC = defineCommand({
+  name: 'demo',
+  summary: "Watch a frozen leader's stale write get fenced, on the embedded default store.",
+  about: `Starts N (default 3) worker processes contending for one lease, each writing rows through a
 fence. Freezes the leader past its TTL, shows its stale write fenced, kills the next leader,
-stops the rest, and prints a timeline and the claims it checked. Takes about 15 seconds.
-Exit status: 0 if every claim held, 1 if not, 2 for a usage error.
+stops the rest, and prints a timeline and the claims it checked. Takes about 15 seconds.`,
+  flags: {
+    // No --schema: the workers open the store from its URL alone (use ?schema= for PostgreSQL).
+    store: STORE_FLAGS.store,
+    'store-file': STORE_FLAGS['store-file'],
+    workers: { type: 'string', value: 'N', help: 'how many workers, 2-8', default: '3' },
+  },
+  footer: 'Exit status: 0 if every claim held, 1 if not, 2 for a usage error.',
+});
 
-  --store URL    where the lease lives (default: $LEASEHOLD_STORE, else the embedded SQLite file)
-  --workers N    how many workers, 2-8 (default 3)
-`;
+const USAGE = `${helpText(DEMO_SPEC)}\n`;
 
 /** Runs `leasehold demo ...`; resolves with the exit code. */
 export async function demoCommand(argv: string[]): Promise<number> {
-  let values: { store?: string; workers?: string; help?: boolean };
+  let values: ValuesOf<typeof DEMO_SPEC.flags>;
+  let positionals: string[];
   try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: { store: { type: 'string' }, workers: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
-      strict: true,
-      allowPositionals: false,
-    }));
+    ({ values, positionals } = parseCommand(DEMO_SPEC, argv));
+    if (positionals.length > 0) throw new Error(`demo takes no arguments, got ${JSON.stringify(positionals[0])}`);
   } catch (err) {
     process.stderr.write(`leasehold demo: ${errorMessage(err)}\n\n${USAGE}`);
     return EXIT.USAGE;
@@ -60,7 +63,7 @@ export async function demoCommand(argv: string[]): Promise<number> {
     process.stderr.write(`leasehold demo: --workers must be a whole number from 2 to ${LETTERS.length} (one to freeze, one to take over)\n`);
     return EXIT.USAGE;
   }
-  return runDemo(resolveStoreUrl(values.store), workers);
+  return runDemo(resolveStore(values).url, workers);
 }
 
 async function runDemo(url: string, workerCount: number): Promise<number> {

@@ -1,26 +1,37 @@
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { ConfigError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
 import { defaultStoreUrl } from '../stores/index.js';
 import type { LeaseStore } from '../stores/store.js';
-import { EXIT, STORE_OPTIONS, canCreate, cliMessage, findSetpriv, formatMs, openStoreFromFlags, out, storeUrl, toJson, usageError } from './common.js';
+import { EXIT, canCreate, cliMessage, findSetpriv, formatMs, logFormatOption, openStoreFromFlags, out, setLogContext, storeUrl, toJson, usageError } from './common.js';
+import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { parseRunArgs } from './run.js';
 
-export const DOCTOR_USAGE = `Usage: leasehold doctor [--store URL] [--json]
-
-Checks, each reported ok / warn / fail:
-  config         LEASEHOLD_TTL, LEASEHOLD_RENEW, LEASEHOLD_GRACE, LEASEHOLD_WAIT, LEASEHOLD_NAME parse
-                 and fit together (renew <= ttl/2, grace < ttl - renew)
+export const DOCTOR_SPEC = defineCommand({
+  name: 'doctor',
+  summary: 'Store reachable, schema current, clock skew, configuration, setpriv.',
+  about: `Checks, each reported ok / warn / fail:
+  config         LEASEHOLD_TTL, LEASEHOLD_RENEW, LEASEHOLD_GRACE, LEASEHOLD_WAIT, LEASEHOLD_NAME
+                 parse and fit together (renew <= ttl/2, grace < ttl - renew)
   default-store  the embedded default's directory is writable
   setpriv        util-linux setpriv is installed (without it a SIGKILLed runner leaves its
                  command running)
   store          the store URL is valid and the store answers (with its round-trip latency)
   schema         the store's schema is the version this leasehold needs (else: leasehold migrate)
   clock-skew     the store's clock against this host's; expiry is judged by the store's clock
-                 alone, so skew misleads humans reading timestamps, not the lease (warn > 1s)
+                 alone, so skew misleads humans reading timestamps, not the lease (warn > 1s)`,
+  flags: {
+    ...STORE_FLAGS,
+    json: {
+      type: 'boolean',
+      help: 'one object on stdout: { ok, exitCode, store, checks: [{ check, status, detail, ... }] }, for every outcome but a usage error',
+    },
+    ...LOG_FLAGS,
+  },
+  footer: `Exit 0 if nothing failed, 1 if a check failed, 2 if the store URL is invalid, 3 if the store
+is unreachable.`,
+});
 
-Exit 0 if nothing failed, 1 if a check failed, 2 if the store URL is invalid, 3 if the store
-is unreachable.`;
+export const DOCTOR_USAGE = helpText(DOCTOR_SPEC);
 
 type Status = 'ok' | 'warn' | 'fail' | 'skip';
 interface Check {
@@ -33,16 +44,12 @@ interface Check {
 const SKEW_WARN_MS = 1000;
 
 export async function doctorCommand(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    options: { ...STORE_OPTIONS, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
-    strict: true,
-    allowPositionals: true,
-  });
+  const { values, positionals } = parseCommand(DOCTOR_SPEC, argv);
   if (values.help === true) {
     out(DOCTOR_USAGE);
     return EXIT.OK;
   }
+  setLogContext({ format: logFormatOption(values['log-format']) });
   if (positionals.length > 0) {
     throw usageError(`doctor takes no arguments, got ${JSON.stringify(positionals[0])}; use --store URL`);
   }
@@ -55,7 +62,7 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   let store: LeaseStore | undefined;
   let description = '';
   try {
-    const url = storeUrl(values.store);
+    const url = storeUrl(values);
     description = url.replace(/:[^:@/]*@/, ':***@');
     ({ store } = await openStoreFromFlags(values));
     description = store.description;

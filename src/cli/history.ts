@@ -1,28 +1,36 @@
-import { parseArgs } from 'node:util';
 import { validateLeaseName } from '../core/config.js';
-import { EXIT, STORE_OPTIONS, openStoreFromFlags, out, requireCurrentSchema, table, toJson, usageError } from './common.js';
+import { EXIT, logFormatOption, openStoreFromFlags, out, requireCurrentSchema, setLogContext, table, toJson, usageError } from './common.js';
+import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 
-export const HISTORY_USAGE = `Usage: leasehold history [NAME] [--store URL] [--json] [--limit N]
-
-Every change of holder, oldest first, stamped with the store's clock: acquired (the lease was
+export const HISTORY_SPEC = defineCommand({
+  name: 'history',
+  operands: '[NAME]',
+  summary: 'Changes of holder (acquired, takeover, released, revoked) with the store\'s time.',
+  about: `Every change of holder, oldest first, stamped with the store's clock: acquired (the lease was
 free), takeover (the previous term had expired), released (by its holder), revoked (by an
-operator, with the reason).
+operator, with the reason).`,
+  flags: {
+    ...STORE_FLAGS,
+    limit: { type: 'string', value: 'N', help: 'the most recent N entries, 1 to 100000', default: '50' },
+    json: {
+      type: 'boolean',
+      help: 'an array of { id, name, event, holder, previousHolder, token, atMs, at, detail } on stdout; id and token are strings',
+    },
+    ...LOG_FLAGS,
+  },
+  footer: `Exit 0 with the entries (possibly none); 2 usage; 3 store unreachable or schema missing.
+On an error stdout stays empty and one line on stderr says what went wrong.`,
+});
 
-  --limit N   the most recent N entries (default 50)
-  --json      an array of { id, name, event, holder, previousHolder, token, atMs, at, detail };
-              id and token are strings`;
+export const HISTORY_USAGE = helpText(HISTORY_SPEC);
 
 export async function historyCommand(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    options: { ...STORE_OPTIONS, json: { type: 'boolean' }, limit: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
-    strict: true,
-    allowPositionals: true,
-  });
+  const { values, positionals } = parseCommand(HISTORY_SPEC, argv);
   if (values.help === true) {
     out(HISTORY_USAGE);
     return EXIT.OK;
   }
+  setLogContext({ format: logFormatOption(values['log-format']) });
   if (positionals.length > 1) throw usageError(`history takes at most one lease name, got ${positionals.length}; see \`leasehold history --help\``);
   const name = positionals[0] === undefined ? undefined : validateLeaseName(positionals[0]);
   let limit = 50;

@@ -13,42 +13,96 @@
  *   76   `run` lost the lease while the command was running; the command was killed
  */
 import { readFileSync } from 'node:fs';
-import { EXIT, err, errorLine, exitCodeFor, out } from './common.js';
+import { EXIT, err, exitCodeFor, out, reportError, setLogContext, sniffLogFormat } from './common.js';
+import { envNames, fill, synopsis, wrapText, WIDTH, type CommandSpec } from './flags.js';
 
-export const USAGE = `leasehold: leases with fencing tokens for singleton work
+type Command = (argv: string[]) => Promise<number>;
+
+interface Entry {
+  /** Lazy: `leasehold status` need not load the runner, nor the demo. */
+  load: () => Promise<Command>;
+  /** Its flags (flags.ts). Loaded for `leasehold --help` only. */
+  spec?: () => Promise<CommandSpec>;
+  /** A command that still declares its own options: its usage-line pieces, summary and variables, by hand. */
+  legacy?: { parts: string[]; summary: string; env: string[] };
+}
+
+/**
+ * Every command. A command with a `spec` gets its usage line, summary and variables in
+ * `leasehold --help` from it, and its README line checked by test/cli/flags-readme.test.ts.
+ */
+const COMMANDS: Record<string, Entry> = {
+  run: {
+    load: async () => (await import('./run.js')).runCommand,
+    legacy: {
+      parts: ['--name NAME', '[--store URL]', '[--schema NAME]', '[--ttl D]', '[--renew D]', '[--wait D | --no-wait]', '[--grace D]', '[--marker PATH]', '[--progress-timeout D]', '[--quiet]', '-- COMMAND [ARGS...]'],
+      summary:
+        'Contend for lease NAME; while leader, run COMMAND in its own process group with LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_HOLDER, ' +
+        'LEASEHOLD_STORE and LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:TOKEN) in its environment. If the lease is lost, the group gets ' +
+        'SIGTERM, then SIGKILL after --grace, so it is dead before the store hands the lease on. SIGTERM/SIGINT/SIGHUP are forwarded; ' +
+        'the lease is released after COMMAND exits.',
+      env: ['LEASEHOLD_STORE', 'LEASEHOLD_STORE_FILE', 'LEASEHOLD_SCHEMA', 'LEASEHOLD_NAME', 'LEASEHOLD_TTL', 'LEASEHOLD_RENEW', 'LEASEHOLD_GRACE', 'LEASEHOLD_WAIT', 'LEASEHOLD_MARKER', 'LEASEHOLD_PROGRESS_TIMEOUT'],
+    },
+  },
+  status: { load: async () => (await import('./status.js')).statusCommand, spec: async () => (await import('./status.js')).STATUS_SPEC },
+  history: { load: async () => (await import('./history.js')).historyCommand, spec: async () => (await import('./history.js')).HISTORY_SPEC },
+  release: { load: async () => (await import('./release.js')).releaseCommand, spec: async () => (await import('./release.js')).RELEASE_SPEC },
+  migrate: {
+    load: async () => (await import('./migrate.js')).migrateCommand,
+    legacy: { parts: ['[--store URL]', '[--schema NAME]'], summary: 'Create or upgrade the schema (PostgreSQL needs it; SQLite does it on open).', env: ['LEASEHOLD_STORE', 'LEASEHOLD_STORE_FILE', 'LEASEHOLD_SCHEMA'] },
+  },
+  doctor: { load: async () => (await import('./doctor.js')).doctorCommand, spec: async () => (await import('./doctor.js')).DOCTOR_SPEC },
+  demo: { load: async () => (await import('./demo.js')).demoCommand, spec: async () => (await import('./demo.js')).DEMO_SPEC },
+};
+
+export interface CommandInfo {
+  name: string;
+  spec?: CommandSpec;
+  legacy?: { parts: string[]; summary: string; env: string[] };
+}
+
+/** Every command, in order, with its spec when it has one (for the drift test). */
+export async function commandIndex(): Promise<CommandInfo[]> {
+  const all: CommandInfo[] = [];
+  for (const [name, e] of Object.entries(COMMANDS)) {
+    all.push({ name, ...(e.spec === undefined ? {} : { spec: await e.spec() }), ...(e.legacy === undefined ? {} : { legacy: e.legacy }) });
+  }
+  return all;
+}
+
+/** `leasehold --help`: generated from the specs, so it lists what the commands accept. */
+export async function usage(): Promise<string> {
+  const lines: string[] = [];
+  const summaries: string[] = [];
+  const env: string[] = [];
+  for (const { name, spec, legacy } of await commandIndex()) {
+    if (spec !== undefined) {
+      lines.push(synopsis(spec, WIDTH, '  leasehold '));
+      summaries.push(wrapText(spec.summary, WIDTH, name.padEnd(9), ' '.repeat(10)));
+      env.push(...envNames(spec));
+    } else if (legacy !== undefined) {
+      const head = `  leasehold ${name}`;
+      lines.push(fill(head, legacy.parts, WIDTH, ' '.repeat(head.length + 1)));
+      summaries.push(wrapText(legacy.summary, WIDTH, name.padEnd(9), ' '.repeat(10)));
+      env.push(...legacy.env);
+    }
+  }
+  return `leasehold: leases with fencing tokens for singleton work
 
 Usage:
-  leasehold run --name NAME [--store URL] [--ttl D] [--renew D] [--wait D | --no-wait]
-                [--grace D] [--quiet] -- COMMAND [ARGS...]
-  leasehold status [NAME] [--store URL] [--json]
-  leasehold history [NAME] [--store URL] [--json] [--limit N]
-  leasehold release NAME --force --reason TEXT [--store URL]
-  leasehold migrate [--store URL] [--schema NAME]
-  leasehold doctor [--store URL] [--json]
-  leasehold demo
+${lines.join('\n')}
   leasehold help [COMMAND] | --help | --version
 
-Every command that talks to a store also takes --schema NAME (PostgreSQL).
+${summaries.join('\n')}
 
-run       Contend for lease NAME; while leader, run COMMAND in its own process group with
-          LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_HOLDER, LEASEHOLD_STORE and
-          LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:TOKEN) in its environment. If the lease
-          is lost, the group gets SIGTERM, then SIGKILL after --grace, so it is dead before
-          the store hands the lease on. SIGTERM/SIGINT/SIGHUP are forwarded; the lease is
-          released after COMMAND exits.
-status    Every lease: state, holder, token, time to expiry by the store's clock.
-history   Changes of holder (acquired, takeover, released, revoked) with the store's time.
-release   Operator revocation: the holder stands down at its next renewal.
-migrate   Create or upgrade the schema (PostgreSQL needs it; SQLite does it on open).
-doctor    Store reachable, schema current, clock skew, configuration, setpriv.
-demo      Watch a frozen leader's stale write get fenced, on the embedded default store.
-
-Durations: 30s, 500ms, 2m, 1h, or whole milliseconds.
-Store: --store > LEASEHOLD_STORE > sqlite:$XDG_STATE_HOME/leasehold/leasehold.db
-       (~/.local/state/leasehold/ without XDG_STATE_HOME). postgres://user@host/db[?schema=S],
-       sqlite:/path/file.db, redis://host:6379, etcd://host:2379.
-Flags override environment: LEASEHOLD_STORE, LEASEHOLD_SCHEMA, LEASEHOLD_NAME, LEASEHOLD_TTL,
-       LEASEHOLD_RENEW, LEASEHOLD_GRACE, LEASEHOLD_WAIT (a duration, or "forever"/"no").
+Durations: 30s, 500ms, 2m, 1h, 1d, 1m30s, or whole milliseconds.
+Store: --store, else --store-file, else LEASEHOLD_STORE_FILE or LEASEHOLD_STORE (both set: they
+       must agree), else sqlite:$XDG_STATE_HOME/leasehold/leasehold.db (~/.local/state/leasehold/
+       without XDG_STATE_HOME). postgres://user@host/db[?schema=S], sqlite:/path/file.db,
+       redis://host:6379, etcd://host:2379. A password in --store is visible to every user in
+       ps: put the URL in a file (--store-file, chmod 600) or in LEASEHOLD_STORE instead.
+${wrapText([...new Set(env)].join(', '), WIDTH, 'Flags override environment:', '       ')}
+Diagnostics: --log-format json (or LEASEHOLD_LOG_FORMAT=json): one JSON object per line on stderr.
 
 Exit codes:
   0    success; for run, COMMAND's own status (128+N if killed by signal N)
@@ -58,6 +112,7 @@ Exit codes:
   75   run: never became leader (--no-wait, or --wait ran out)
   76   run: lost the lease while COMMAND was running (COMMAND was killed)
 `;
+}
 
 export function version(): string {
   try {
@@ -69,24 +124,11 @@ export function version(): string {
   }
 }
 
-type Command = (argv: string[]) => Promise<number>;
-
-/** Lazy imports: `leasehold status` need not load the runner, nor the demo. */
-const COMMANDS: Record<string, () => Promise<Command>> = {
-  run: async () => (await import('./run.js')).runCommand,
-  status: async () => (await import('./status.js')).statusCommand,
-  history: async () => (await import('./history.js')).historyCommand,
-  release: async () => (await import('./release.js')).releaseCommand,
-  migrate: async () => (await import('./migrate.js')).migrateCommand,
-  doctor: async () => (await import('./doctor.js')).doctorCommand,
-  demo: async () => (await import('./demo.js')).demoCommand,
-};
-
 /** Runs the CLI and resolves with the exit code. Never throws, never exits the process. */
 export async function main(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
   if (first === undefined || first === '--help' || first === '-h') {
-    (first === undefined ? err : out)(USAGE.trimEnd());
+    (first === undefined ? err : out)((await usage()).trimEnd());
     return first === undefined ? EXIT.USAGE : EXIT.OK;
   }
   if (first === '--version' || first === '-V' || first === 'version') {
@@ -96,20 +138,22 @@ export async function main(argv: string[]): Promise<number> {
   if (first === 'help') {
     const sub = rest[0];
     if (sub !== undefined && COMMANDS[sub] !== undefined) return main([sub, '--help']);
-    out(USAGE.trimEnd());
+    out((await usage()).trimEnd());
     return EXIT.OK;
   }
-  const load = COMMANDS[first];
-  if (load === undefined) {
-    const hint = first.startsWith('-') ? 'put the command first' : 'the commands are run, status, history, release, migrate, doctor, demo';
+  const entry = COMMANDS[first];
+  if (entry === undefined) {
+    const hint = first.startsWith('-') ? 'put the command first' : `the commands are ${Object.keys(COMMANDS).join(', ')}`;
     err(`leasehold: unknown command ${JSON.stringify(first)}; ${hint} (see \`leasehold --help\`)`);
     return EXIT.USAGE;
   }
+  // Before parsing, so that a bad flag is reported in the format that was asked for.
+  setLogContext({ command: first, format: sniffLogFormat(rest) });
   try {
-    const command = await load();
+    const command = await entry.load();
     return await command(rest);
   } catch (e) {
-    err(errorLine(e, first));
+    reportError(e, first);
     if (process.env['LEASEHOLD_DEBUG'] === '1' && e instanceof Error && e.stack !== undefined) err(e.stack);
     return exitCodeFor(e);
   }
