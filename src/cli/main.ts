@@ -32,18 +32,7 @@ interface Entry {
  * `leasehold --help` from it, and its README line checked by test/cli/flags-readme.test.ts.
  */
 const COMMANDS: Record<string, Entry> = {
-  run: {
-    load: async () => (await import('./run.js')).runCommand,
-    legacy: {
-      parts: ['--name NAME', '[--store URL]', '[--schema NAME]', '[--ttl D]', '[--renew D]', '[--wait D | --no-wait]', '[--grace D]', '[--marker PATH]', '[--progress-timeout D]', '[--quiet]', '-- COMMAND [ARGS...]'],
-      summary:
-        'Contend for lease NAME; while leader, run COMMAND in its own process group with LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_HOLDER, ' +
-        'LEASEHOLD_STORE and LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:TOKEN) in its environment. If the lease is lost, the group gets ' +
-        'SIGTERM, then SIGKILL after --grace, so it is dead before the store hands the lease on. SIGTERM/SIGINT/SIGHUP are forwarded; ' +
-        'the lease is released after COMMAND exits.',
-      env: ['LEASEHOLD_STORE', 'LEASEHOLD_STORE_FILE', 'LEASEHOLD_SCHEMA', 'LEASEHOLD_NAME', 'LEASEHOLD_TTL', 'LEASEHOLD_RENEW', 'LEASEHOLD_GRACE', 'LEASEHOLD_WAIT', 'LEASEHOLD_MARKER', 'LEASEHOLD_PROGRESS_TIMEOUT'],
-    },
-  },
+  run: { load: async () => (await import('./run.js')).runCommand, spec: async () => (await import('./run.js')).RUN_SPEC },
   status: { load: async () => (await import('./status.js')).statusCommand, spec: async () => (await import('./status.js')).STATUS_SPEC },
   history: { load: async () => (await import('./history.js')).historyCommand, spec: async () => (await import('./history.js')).HISTORY_SPEC },
   release: { load: async () => (await import('./release.js')).releaseCommand, spec: async () => (await import('./release.js')).RELEASE_SPEC },

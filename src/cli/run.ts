@@ -46,7 +46,6 @@ import { redactUrl } from '../stores/url.js';
 import {
   CliError,
   EXIT,
-  STORE_OPTIONS,
   durationOption,
   err,
   errorLine,
@@ -59,51 +58,82 @@ import {
   requireCurrentSchema,
   usageError,
 } from './common.js';
+import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, optionsOf } from './flags.js';
 
-export const RUN_USAGE = `Usage: leasehold run --name NAME [--store URL] [--ttl D] [--renew D] [--wait D | --no-wait]
-                     [--grace D] [--busy-exit N] [--marker PATH] [--progress-timeout D]
-                     [--quiet] [--json | --log-format text|json] -- COMMAND [ARGS...]
-
-Contends for lease NAME. While leader, runs COMMAND in its own process group with these in its
+export const RUN_SPEC = defineCommand({
+  name: 'run',
+  summary:
+    'Contend for lease NAME; while leader, run COMMAND in its own process group with LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_HOLDER, ' +
+    'LEASEHOLD_STORE (password masked) and LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:TOKEN) in its environment. If the lease is lost, ' +
+    'the group gets SIGTERM, then SIGKILL after --grace, so it is dead before the store hands the lease on. SIGTERM/SIGINT/SIGHUP are ' +
+    'forwarded; the lease is released after COMMAND exits.',
+  trailing: '-- COMMAND [ARGS...]',
+  about: `Contends for lease NAME. While leader, runs COMMAND in its own process group with these in its
 environment: LEASEHOLD_NAME, LEASEHOLD_TOKEN (the fencing token, decimal), LEASEHOLD_HOLDER,
 LEASEHOLD_STORE (its password masked as ***) and LEASEHOLD_IDEMPOTENCY_KEY
 (leasehold:NAME:TOKEN). Pass the token with every write to a fenced resource; use the
 idempotency key for side effects a fence cannot cover.
 
 COMMAND is looked up (PATH, or the path given) before contending: if it is not there, exit 127,
-if it cannot be executed, exit 126, and no lease is taken.
-
-  --name NAME    the lease (env LEASEHOLD_NAME)
-  --store URL    env LEASEHOLD_STORE; default: the embedded SQLite file
-  --ttl D        how long each renewal is granted for (env LEASEHOLD_TTL; default 30s)
-  --renew D      how often to renew (env LEASEHOLD_RENEW; default ttl/3, at most ttl/2)
-  --wait D       give up (exit 75) if not leader within D (env LEASEHOLD_WAIT; default: forever)
-  --no-wait      one attempt: exit 75 at once if another process holds the lease
-  --grace D      after SIGTERM, how long COMMAND gets before SIGKILL when the lease is lost
-                 (env LEASEHOLD_GRACE; default 5s, ttl/6 for ttls under 30s; must be < ttl - renew)
-  --busy-exit N  exit N (0-255) instead of 75 when another process holds the lease (--no-wait,
-                 or a --wait that ran out), like flock -E: with 0, cron and systemd do not count
-                 "another replica ran it" as a failure. A store outage is still 3.
-                 (env LEASEHOLD_BUSY_EXIT)
-  --marker PATH  a file written (name, holder, token) while leader and deleted on standing down;
-                 any marker already there is deleted, unread, before contending: it was
-                 inherited from a fork, a snapshot or a crash (env LEASEHOLD_MARKER)
-  --progress-timeout D
-                 COMMAND must touch the file named in LEASEHOLD_PROGRESS_FILE at least every D;
-                 if it does not, the lease is released so another replica can lead, and the
-                 command is killed (env LEASEHOLD_PROGRESS_TIMEOUT)
-  --quiet        no progress lines on stderr (errors still print; "not leader" does not)
-  --json         every line the runner writes on stderr is one JSON object: {ts, level, event,
-                 name, token (a string), holder, ..., msg}. Events: waiting, acquired,
-                 recovered (a renewal landed after a failure), lost (reason, signal, pgid),
-                 grace-over, signal-forwarded, command-exited (code), command-killed (signal),
-                 released (handedOver), not-acquired (exit), stopped, exit; library warnings
-                 are event "log", fatal errors event "error" (exit). Same as --log-format json.
-  --log-format text|json
-                 the format of everything the runner writes on stderr (env LEASEHOLD_LOG_FORMAT;
-                 default text). Usage errors (exit 2) are always one line of text.
-
-When the lease is lost (expired, revoked, superseded, this process suspended), the process
+if it cannot be executed, exit 126, and no lease is taken.`,
+  flags: {
+    name: { type: 'string', value: 'NAME', env: 'LEASEHOLD_NAME', required: true, help: 'the lease that makes COMMAND a singleton' },
+    ...STORE_FLAGS,
+    ttl: { type: 'string', value: 'D', env: 'LEASEHOLD_TTL', default: '30s', help: 'how long each renewal is granted for, by the store\'s clock' },
+    renew: { type: 'string', value: 'D', env: 'LEASEHOLD_RENEW', default: 'ttl/3', help: 'how often to renew; at most ttl/2' },
+    wait: {
+      type: 'string',
+      value: 'D',
+      env: 'LEASEHOLD_WAIT',
+      or: 'no-wait',
+      default: 'forever',
+      help: 'give up (exit 75) if not leader within D; the variable also takes "forever" or "no"',
+    },
+    'no-wait': { type: 'boolean', help: 'one attempt: exit 75 at once if another process holds the lease' },
+    grace: {
+      type: 'string',
+      value: 'D',
+      env: 'LEASEHOLD_GRACE',
+      default: '5s, ttl/6 for ttls under 30s',
+      help: 'after SIGTERM, how long COMMAND gets before SIGKILL when the lease is lost; must be < ttl - renew',
+    },
+    'busy-exit': {
+      type: 'string',
+      value: 'N',
+      env: 'LEASEHOLD_BUSY_EXIT',
+      default: '75',
+      help:
+        'exit N (0-255) instead of 75 when another process holds the lease (--no-wait, or a --wait that ran out), like flock -E: ' +
+        'with 0, cron and systemd do not count "another replica ran it" as a failure. A store outage is still 3',
+    },
+    marker: {
+      type: 'string',
+      value: 'PATH',
+      env: 'LEASEHOLD_MARKER',
+      help:
+        'a file written (name, holder, token) while leader and deleted on standing down; any marker already there is deleted, ' +
+        'unread, before contending: it was inherited from a fork, a snapshot or a crash',
+    },
+    'progress-timeout': {
+      type: 'string',
+      value: 'D',
+      env: 'LEASEHOLD_PROGRESS_TIMEOUT',
+      help:
+        'COMMAND must touch the file named in LEASEHOLD_PROGRESS_FILE at least every D; if it does not, the lease is released so ' +
+        'another replica can lead, and the command is killed',
+    },
+    quiet: { type: 'boolean', help: 'no progress lines on stderr (errors still print; "not leader" does not)' },
+    json: {
+      type: 'boolean',
+      help:
+        'every line the runner writes on stderr is one JSON object: {ts, level, event, name, token (a string), holder, ..., msg}. ' +
+        'Events: waiting, acquired, recovered (a renewal landed after a failure), lost (reason, signal, pgid), grace-over, ' +
+        'signal-forwarded, command-exited (code), command-killed (signal), released (handedOver), not-acquired (exit), stopped, ' +
+        'exit; library warnings are event "log", fatal errors event "error" (exit). Same as --log-format json',
+    },
+    ...LOG_FLAGS,
+  },
+  footer: `When the lease is lost (expired, revoked, superseded, this process suspended), the process
 group gets SIGTERM and, after --grace, SIGKILL, so it is dead before the store-side expiry. If
 less than the grace is left (the runner was paused, another holder already has the lease), it
 gets SIGKILL at once. An operator's \`leasehold release --force\` gives SIGTERM and the grace:
@@ -119,25 +149,13 @@ killed on its own before the runner; only the fence stops those.
 
 Exit: COMMAND's status (128+N if killed by signal N); 2 usage; 3 store unreachable or schema
 missing; 75 (or --busy-exit) never became leader; 76 lost the lease while COMMAND was running;
-126 COMMAND not executable; 127 COMMAND not found.`;
+126 COMMAND not executable; 127 COMMAND not found.`,
+});
 
-/** Every flag `run` takes (also what a flags registry would import). */
-export const RUN_OPTIONS = {
-  ...STORE_OPTIONS,
-  name: { type: 'string' },
-  ttl: { type: 'string' },
-  renew: { type: 'string' },
-  wait: { type: 'string' },
-  'no-wait': { type: 'boolean' },
-  grace: { type: 'string' },
-  'busy-exit': { type: 'string' },
-  marker: { type: 'string' },
-  'progress-timeout': { type: 'string' },
-  quiet: { type: 'boolean' },
-  json: { type: 'boolean' },
-  'log-format': { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
-} as const;
+export const RUN_USAGE = helpText(RUN_SPEC);
+
+/** Every flag `run` takes, as parseArgs options (from RUN_SPEC). */
+export const RUN_OPTIONS = optionsOf(RUN_SPEC);
 
 const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
 
@@ -151,6 +169,7 @@ export interface RunSettings {
   wait: boolean | number;
   quiet: boolean;
   store: string | undefined;
+  storeFile: string | undefined;
   schema: string | undefined;
   marker: string | undefined;
   progressTimeoutMs: number | undefined;
@@ -220,6 +239,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     wait,
     quiet: values.quiet === true,
     store: values.store,
+    storeFile: values['store-file'],
     schema: flagOrEnv(values.schema, 'LEASEHOLD_SCHEMA', env)?.value,
     marker: flagOrEnv(values.marker, 'LEASEHOLD_MARKER', env)?.value,
     progressTimeoutMs: progressTimeout(values['progress-timeout'], env),
@@ -434,7 +454,7 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
   };
   for (const s of FORWARDED) process.on(s, onSignal);
   try {
-    const { store, url } = await openStoreFromFlags({ store: settings.store, schema: settings.schema });
+    const { store, url } = await openStoreFromFlags({ store: settings.store, storeFile: settings.storeFile, schema: settings.schema });
     const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
     try {
       // Fail fast (exit 3) on an unreachable store or a missing schema instead of retrying for ever.
