@@ -1,5 +1,5 @@
 import { redactUrl } from '../url.js';
-import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -56,7 +56,11 @@ export interface PostgresStoreOptions {
 
 // Connection-level failures: the outcome of the call is unknown, try again later.
 const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|40001|40P01|55P03)/;
-const NODE_NET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN']);
+const NODE_NET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ECONNABORTED']);
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+// What the pg driver (and pg-pool) say when the connection failed, dropped or timed out.
+const PG_CLIENT_UNAVAILABLE =
+  /Connection terminated|connection timeout|timeout exceeded when trying to connect|Query read timeout|not queryable|Client was closed|ECONN|EPIPE|ETIMEDOUT|socket hang up|read ECONNRESET/i;
 
 export class PostgresStore implements LeaseStore {
   readonly kind = 'postgres';
@@ -417,20 +421,39 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
 }
 
 
+/**
+ * Maps a `pg` error to leasehold's taxonomy. Only what is known to be a connection problem, a
+ * timeout, a shutdown or lock contention is retryable (`StoreUnavailableError`): anything else
+ * (an SQL error, a constraint, an error nobody anticipated) is a `StoreError`, which the engine
+ * reports instead of retrying in silence for ever.
+ */
 export function mapPgError(err: unknown, schema: string): Error {
   if (err instanceof LeaseholdError) return err;
   const e = err as { code?: string; message?: string };
   const code = typeof e.code === 'string' ? e.code : '';
   const msg = e.message ?? String(err);
-  if (code === '3F000' || code === '42P01' || code === '42883') {
-    return new SchemaError(`leasehold's tables are missing in schema "${schema}" (${msg}); run \`leasehold migrate --store <url>\``, {
+  // 42703: a column this leasehold expects is missing (tables from an older or foreign layout).
+  if (code === '3F000' || code === '42P01' || code === '42883' || code === '42703') {
+    return new SchemaError(`leasehold's tables are missing or out of date in schema "${schema}" (${msg}); run \`leasehold migrate --store <url>\``, {
       cause: err,
     });
   }
   if (code === '3D000') return new ConfigError(`database does not exist (${msg}); check the store URL`, { cause: err });
   if (code.startsWith('28')) return new ConfigError(`PostgreSQL refused the login (${msg}); check the user and password in the store URL`, { cause: err });
-  if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code) || /timeout|terminated|Connection|ECONN|closed/i.test(msg)) {
+  if (code === '42501') {
+    return new ConfigError(`PostgreSQL refused a statement (${msg}); grant the store's user access to schema "${schema}"`, { cause: err });
+  }
+  if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code)) {
     return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });
   }
-  return new StoreUnavailableError(`PostgreSQL call failed (${msg})`, { cause: err });
+  // A server error always carries a five-character SQLSTATE: one not matched above is an answer,
+  // not an outage. Without one, only the driver's own connection and timeout messages count.
+  if (!SQLSTATE.test(code) && PG_CLIENT_UNAVAILABLE.test(msg)) {
+    return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });
+  }
+  return new StoreError(
+    `PostgreSQL refused leasehold's statement (${code === '' ? '' : `SQLSTATE ${code}: `}${msg}); this is not retried: ` +
+      'check the schema with `leasehold doctor`, and report it if it persists',
+    { cause: err },
+  );
 }

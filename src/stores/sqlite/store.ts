@@ -1,7 +1,7 @@
 import { mkdirSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { createRequire } from 'node:module';
-import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -445,19 +445,26 @@ function openDatabase(path: string): SqliteDatabaseLike {
   }
 }
 
+/**
+ * Only lock contention and I/O errors are retryable: a busy file clears, and an I/O error leaves
+ * the outcome unknown. Anything else (an SQL error, a corrupt file) is a `StoreError`.
+ */
 export function mapSqliteError(err: unknown): Error {
   if (err instanceof LeaseholdError) return err;
   const e = err as { code?: string; message?: string };
   const code = e.code ?? '';
   const msg = e.message ?? String(err);
-  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED') || code === 'SQLITE_IOERR') {
+  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED') || code.startsWith('SQLITE_IOERR') || code === 'SQLITE_PROTOCOL') {
     return new StoreUnavailableError(`SQLite database is busy or unreadable (${msg}); this is retryable`, { cause: err });
   }
-  if (/no such table/.test(msg)) {
-    return new SchemaError(`leasehold's tables are missing (${msg}); run \`leasehold migrate --store sqlite:PATH\``, { cause: err });
+  if (/no such table|no such column/.test(msg)) {
+    return new SchemaError(`leasehold's tables are missing or out of date (${msg}); run \`leasehold migrate --store sqlite:PATH\``, { cause: err });
   }
-  if (code === 'SQLITE_READONLY' || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_NOTADB') {
+  if (code.startsWith('SQLITE_READONLY') || code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_NOTADB' || code === 'SQLITE_PERM' || code === 'SQLITE_AUTH') {
     return new ConfigError(`SQLite database cannot be used (${msg}); check the path and its permissions`, { cause: err });
   }
-  return new StoreUnavailableError(`SQLite call failed (${msg})`, { cause: err });
+  if (code === 'SQLITE_FULL') return new StoreError(`SQLite database cannot grow (${msg}); free disk space`, { cause: err });
+  return new StoreError(`SQLite refused leasehold's statement (${code === '' ? '' : `${code}: `}${msg}); this is not retried: report it if it persists`, {
+    cause: err,
+  });
 }
