@@ -9,11 +9,14 @@ import type {
   LeaseInfo,
   LeaseStore,
   LostReason,
+  MigrateOptions,
+  MigrateResult,
   ReleaseRequest,
   RevokeResult,
   SchemaStatus,
 } from '../store.js';
 import { SCHEMA_VERSION, channelFor, migrations, validateSchemaName } from './schema.js';
+import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 
 /** The subset of a `pg` query result leasehold reads. */
 export interface PgResultLike {
@@ -113,8 +116,9 @@ export class PostgresStore implements LeaseStore {
     }
   }
 
-  async migrate(options?: CallOptions): Promise<SchemaStatus> {
+  async migrate(options?: MigrateOptions): Promise<MigrateResult> {
     options?.signal?.throwIfAborted();
+    const minToken = options?.minToken === undefined ? undefined : validateMinToken(options.minToken, MAX_SQL_FLOOR, 'PostgreSQL');
     let client;
     try {
       client = await this.pool.connect();
@@ -137,14 +141,73 @@ export class PostgresStore implements LeaseStore {
       for (; current < SCHEMA_VERSION; current++) await client.query(all[current]!);
       await client.query(`DELETE FROM ${this.s}.schema_version`);
       await client.query(`INSERT INTO ${this.s}.schema_version (version) VALUES ($1)`, [current]);
+      const tokenFloor = minToken === undefined ? undefined : await this.raiseFloor(client, minToken);
       await client.query('COMMIT');
-      return { current, expected: SCHEMA_VERSION };
+      return tokenFloor === undefined ? { current, expected: SCHEMA_VERSION } : { current, expected: SCHEMA_VERSION, tokenFloor };
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});
       throw mapPgError(err, this.schema);
     } finally {
       client.release();
     }
+  }
+
+  /**
+   * The floor is the token column's default: the claim function inserts a never-seen name with
+   * the default and bumps it, so a new name's first token is floor + 1, with no change to the
+   * claim statement. Existing rows below the floor are raised; a live term among them is ended
+   * as revoked (its holder hears it through NOTIFY and stands down) rather than left to renew a
+   * token that no longer exists. Runs inside migrate's transaction and advisory lock.
+   */
+  private async raiseFloor(client: PgQueryableLike, minToken: bigint): Promise<NonNullable<MigrateResult['tokenFloor']>> {
+    const before = await this.floorOf(client);
+    const floor = before > minToken ? before : minToken;
+    if (floor > before) await client.query(`ALTER TABLE ${this.s}.leases ALTER COLUMN token SET DEFAULT ${floor.toString()}`);
+    const ended = await client.query(
+      `WITH old AS (SELECT name, holder, token FROM ${this.s}.leases WHERE token <= $1 AND holder IS NOT NULL FOR UPDATE),
+       upd AS (
+         UPDATE ${this.s}.leases l SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'revoked'
+           FROM old WHERE l.name = old.name
+         RETURNING l.name, l.token, old.holder AS previous_holder)
+       INSERT INTO ${this.s}.history (name, event, holder, previous_holder, token, at, detail)
+       SELECT name, 'revoked', NULL, previous_holder, token, now(), $2 FROM upd RETURNING name`,
+      [floor.toString(), `leasehold migrate --min-token ${minToken}: the token floor is now ${floor}`],
+    );
+    await client.query(`UPDATE ${this.s}.leases SET token = $1 WHERE token < $1`, [floor.toString()]);
+    return { floor, raised: floor > before, endedTerms: ended.rows.length };
+  }
+
+  private async floorOf(db: PgQueryableLike): Promise<bigint> {
+    const r = await db.query(
+      `SELECT pg_get_expr(d.adbin, d.adrelid) AS def FROM pg_attrdef d
+         JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+        WHERE d.adrelid = to_regclass($1) AND a.attname = 'token'`,
+      [`${this.s}.leases`],
+    );
+    // The default reads back as '0', '5000' or '''5000''::bigint' depending on how it was set.
+    const m = /\d+/.exec(String(r.rows[0]?.['def'] ?? '0'));
+    return m === null ? 0n : BigInt(m[0]);
+  }
+
+  async nextToken(options?: CallOptions & { name?: string }): Promise<bigint> {
+    options?.signal?.throwIfAborted();
+    let floor: bigint;
+    try {
+      floor = await this.floorOf(this.pool);
+    } catch (err) {
+      throw mapPgError(err, this.schema);
+    }
+    if (options?.name === undefined) return floor + 1n;
+    const r = await this.q(`SELECT token FROM ${this.s}.leases WHERE name = $1`, [options.name], options);
+    const token = r.rows[0] === undefined ? floor : BigInt(r.rows[0]['token'] as string);
+    return (token > floor ? token : floor) + 1n;
+  }
+
+  async fenceHighWater(options?: CallOptions & { limit?: number }): Promise<{ resource: string; token: bigint }[]> {
+    const r = await this.q(`SELECT to_regclass($1) AS t`, [`${this.s}.fences`], options);
+    if (r.rows[0]?.['t'] == null) return [];
+    const rows = await this.q(`SELECT resource, token FROM ${this.s}.fences ORDER BY token DESC, resource LIMIT $1`, [options?.limit ?? 5], options);
+    return rows.rows.map((row) => ({ resource: row['resource'] as string, token: BigInt(row['token'] as string) }));
   }
 
   async schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
