@@ -23,8 +23,8 @@ Usage:
   leasehold status [NAME] [--store URL] [--json]
   leasehold history [NAME] [--store URL] [--json] [--limit N]
   leasehold release NAME --force --reason TEXT [--store URL]
-  leasehold migrate [--store URL] [--schema NAME]
-  leasehold doctor [--store URL] [--json]
+  leasehold migrate [--store URL] [--schema NAME] [--min-token N] [--json]
+  leasehold doctor [--store URL] [--json] [--fence-high-water N [--fence-lease NAME]]
   leasehold demo
   leasehold help [COMMAND] | --help | --version
 

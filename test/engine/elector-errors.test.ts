@@ -12,6 +12,7 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import { NotAcquiredError, SchemaError, StoreError, StoreUnavailableError } from '../../src/core/errors.js';
 import { openStore } from '../../src/stores/index.js';
 import type { Term } from '../../src/core/lease.js';
+import type { SqliteStore } from '../../src/stores/sqlite/store.js';
 import { downUrl, makeTestStore, selectedStores, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
 
 const uniq = (p: string): string => `${p}-${randomBytes(4).toString('hex')}`;
@@ -99,8 +100,7 @@ for (const kind of stores.filter((k) => k === 'postgres' || k === 'sqlite')) {
         await c.query(`ALTER TABLE "${s}".leases ADD CONSTRAINT no_forbidden CHECK (name <> '${name}')`);
         await c.end();
       } else {
-        const { SqliteStore } = await import('../../src/stores/sqlite/store.js');
-        (t.store as InstanceType<typeof SqliteStore>).database.exec(
+        (t.store as SqliteStore).database.exec(
           `CREATE TRIGGER no_forbidden BEFORE INSERT ON leasehold_leases WHEN NEW.name = '${name}' BEGIN SELECT RAISE(ABORT, 'forbidden name'); END`,
         );
       }
