@@ -18,13 +18,25 @@ export const DOCTOR_SPEC = defineCommand({
   store          the store URL is valid and the store answers (with its round-trip latency)
   schema         the store's schema is the version this leasehold needs (else: leasehold migrate)
   clock-skew     the store's clock against this host's; expiry is judged by the store's clock
-                 alone, so skew misleads humans reading timestamps, not the lease (warn > 1s)`,
+                 alone, so skew misleads humans reading timestamps, not the lease (warn > 1s)
+  token-floor    a fenced resource's high-water mark (--fence-high-water N, and the fence table
+                 beside the leases on PostgreSQL and SQLite) against the store's next token: a
+                 mark at or above it means the store lost its history and every new term's
+                 writes will be fenced (fail; remedy: leasehold migrate --min-token N).
+                 --fence-lease NAME compares with that lease's next token instead of the
+                 highest any lease would get`,
   flags: {
     ...STORE_FLAGS,
     json: {
       type: 'boolean',
       help: 'one object on stdout: { ok, exitCode, store, checks: [{ check, status, detail, ... }] }, for every outcome but a usage error',
     },
+    'fence-high-water': {
+      type: 'string',
+      value: 'N',
+      help: "a fenced resource's high-water mark: fail if the store's next token is not above it (remedy: leasehold migrate --min-token N)",
+    },
+    'fence-lease': { type: 'string', value: 'NAME', help: 'with --fence-high-water: compare with this lease\'s next token, not the highest any lease would get' },
     ...LOG_FLAGS,
   },
   footer: `Exit 0 if nothing failed, 1 if a check failed, 2 if the store URL is invalid, 3 if the store
@@ -53,6 +65,7 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   if (positionals.length > 0) {
     throw usageError(`doctor takes no arguments, got ${JSON.stringify(positionals[0])}; use --store URL`);
   }
+  const highWater = parseHighWater(values['fence-high-water'], values['fence-lease']);
   const checks: Check[] = [];
   let exitCode: number = EXIT.OK;
   checks.push(configCheck());
@@ -73,6 +86,10 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   if (store !== undefined) {
     try {
       exitCode = await storeChecks(store, checks);
+      if (exitCode === EXIT.OK) {
+        const c = await tokenFloorCheck(store, highWater, values['fence-lease']);
+        if (c !== undefined) checks.push(c);
+      }
     } finally {
       await store.close();
     }
@@ -156,6 +173,59 @@ async function storeChecks(store: LeaseStore, checks: Check[]): Promise<number> 
     });
   }
   return EXIT.OK;
+}
+
+function parseHighWater(raw: string | undefined, lease: string | undefined): bigint | undefined {
+  if (lease !== undefined && raw === undefined) throw usageError('--fence-lease needs --fence-high-water N (the mark to compare with that lease\'s next token)');
+  if (raw === undefined) return undefined;
+  if (!/^\d{1,20}$/.test(raw.trim())) {
+    throw usageError(`--fence-high-water must be a whole number (a fenced resource's highest accepted token), got ${JSON.stringify(raw)}`);
+  }
+  return BigInt(raw.trim());
+}
+
+/**
+ * A fence only ever accepts tokens the store issued, so a high-water mark at or above the
+ * store's next token means the store lost its history (a wiped etcd, a Redis restored from an
+ * old dump): safe, since the fence refuses everything, but no term will get a write through.
+ * Skipped when there is nothing to compare (no --fence-high-water, no fence rows).
+ */
+async function tokenFloorCheck(store: LeaseStore, given: bigint | undefined, lease: string | undefined): Promise<Check | undefined> {
+  if (store.nextToken === undefined) {
+    return given === undefined ? undefined : { check: 'token-floor', status: 'skip', detail: `the ${store.kind} store cannot say what its next token is` };
+  }
+  try {
+    const marks: { source: string; token: bigint }[] = [];
+    if (given !== undefined) marks.push({ source: '--fence-high-water', token: given });
+    for (const m of (await store.fenceHighWater?.({ limit: 1 })) ?? []) marks.push({ source: `fence "${m.resource}"`, token: m.token });
+    if (marks.length === 0) return undefined;
+    let next: bigint;
+    let of: string;
+    if (lease !== undefined) {
+      next = await store.nextToken({ name: lease });
+      of = `lease "${lease}"`;
+    } else {
+      // The highest token any lease would get next: a mark above even that was never issued here.
+      next = await store.nextToken();
+      for (const l of await store.list()) if (l.token + 1n > next) next = l.token + 1n;
+      of = 'any lease';
+    }
+    const top = marks.reduce((a, b) => (b.token > a.token ? b : a));
+    const extra = { highWater: top.token.toString(), nextToken: next.toString() };
+    if (top.token >= next) {
+      return {
+        check: 'token-floor',
+        status: 'fail',
+        detail:
+          `${top.source} has accepted token ${top.token}, but the next token for ${of} is only ${next}: every write of a new term ` +
+          `will be fenced (the store lost its history). Run \`leasehold migrate --min-token ${top.token}\` with the same --store`,
+        ...extra,
+      };
+    }
+    return { check: 'token-floor', status: 'ok', detail: `highest mark ${top.token} (${top.source}) is below the next token for ${of} (${next})`, ...extra };
+  } catch (e) {
+    return { check: 'token-floor', status: 'fail', detail: errorMessage(e) };
+  }
 }
 
 /** The LEASEHOLD_* variables `run` would read, checked the way `run` checks them. */

@@ -14,7 +14,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { EXIT, err, exitCodeFor, out, reportError, setLogContext, sniffLogFormat } from './common.js';
-import { envNames, fill, synopsis, wrapText, WIDTH, type CommandSpec } from './flags.js';
+import { envNames, synopsis, wrapText, WIDTH, type CommandSpec } from './flags.js';
 
 type Command = (argv: string[]) => Promise<number>;
 
@@ -22,40 +22,32 @@ interface Entry {
   /** Lazy: `leasehold status` need not load the runner, nor the demo. */
   load: () => Promise<Command>;
   /** Its flags (flags.ts). Loaded for `leasehold --help` only. */
-  spec?: () => Promise<CommandSpec>;
-  /** A command that still declares its own options: its usage-line pieces, summary and variables, by hand. */
-  legacy?: { parts: string[]; summary: string; env: string[] };
+  spec: () => Promise<CommandSpec>;
 }
 
 /**
- * Every command. A command with a `spec` gets its usage line, summary and variables in
- * `leasehold --help` from it, and its README line checked by test/cli/flags-readme.test.ts.
+ * Every command. Its `spec` gives its usage line, summary and variables in `leasehold --help`,
+ * and its README line is checked against the same spec by test/cli/flags-readme.test.ts.
  */
 const COMMANDS: Record<string, Entry> = {
   run: { load: async () => (await import('./run.js')).runCommand, spec: async () => (await import('./run.js')).RUN_SPEC },
   status: { load: async () => (await import('./status.js')).statusCommand, spec: async () => (await import('./status.js')).STATUS_SPEC },
   history: { load: async () => (await import('./history.js')).historyCommand, spec: async () => (await import('./history.js')).HISTORY_SPEC },
   release: { load: async () => (await import('./release.js')).releaseCommand, spec: async () => (await import('./release.js')).RELEASE_SPEC },
-  migrate: {
-    load: async () => (await import('./migrate.js')).migrateCommand,
-    legacy: { parts: ['[--store URL]', '[--schema NAME]'], summary: 'Create or upgrade the schema (PostgreSQL needs it; SQLite does it on open).', env: ['LEASEHOLD_STORE', 'LEASEHOLD_STORE_FILE', 'LEASEHOLD_SCHEMA'] },
-  },
+  migrate: { load: async () => (await import('./migrate.js')).migrateCommand, spec: async () => (await import('./migrate.js')).MIGRATE_SPEC },
   doctor: { load: async () => (await import('./doctor.js')).doctorCommand, spec: async () => (await import('./doctor.js')).DOCTOR_SPEC },
   demo: { load: async () => (await import('./demo.js')).demoCommand, spec: async () => (await import('./demo.js')).DEMO_SPEC },
 };
 
 export interface CommandInfo {
   name: string;
-  spec?: CommandSpec;
-  legacy?: { parts: string[]; summary: string; env: string[] };
+  spec: CommandSpec;
 }
 
-/** Every command, in order, with its spec when it has one (for the drift test). */
+/** Every command, in order, with its spec (for `--help` and the drift test). */
 export async function commandIndex(): Promise<CommandInfo[]> {
   const all: CommandInfo[] = [];
-  for (const [name, e] of Object.entries(COMMANDS)) {
-    all.push({ name, ...(e.spec === undefined ? {} : { spec: await e.spec() }), ...(e.legacy === undefined ? {} : { legacy: e.legacy }) });
-  }
+  for (const [name, e] of Object.entries(COMMANDS)) all.push({ name, spec: await e.spec() });
   return all;
 }
 
@@ -64,17 +56,10 @@ export async function usage(): Promise<string> {
   const lines: string[] = [];
   const summaries: string[] = [];
   const env: string[] = [];
-  for (const { name, spec, legacy } of await commandIndex()) {
-    if (spec !== undefined) {
-      lines.push(synopsis(spec, WIDTH, '  leasehold '));
-      summaries.push(wrapText(spec.summary, WIDTH, name.padEnd(9), ' '.repeat(10)));
-      env.push(...envNames(spec));
-    } else if (legacy !== undefined) {
-      const head = `  leasehold ${name}`;
-      lines.push(fill(head, legacy.parts, WIDTH, ' '.repeat(head.length + 1)));
-      summaries.push(wrapText(legacy.summary, WIDTH, name.padEnd(9), ' '.repeat(10)));
-      env.push(...legacy.env);
-    }
+  for (const { name, spec } of await commandIndex()) {
+    lines.push(synopsis(spec, WIDTH, '  leasehold '));
+    summaries.push(wrapText(spec.summary, WIDTH, name.padEnd(9), ' '.repeat(10)));
+    env.push(...envNames(spec));
   }
   return `leasehold: leases with fencing tokens for singleton work
 

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { AbortedError, errorMessage, type LeaseLostError } from './errors.js';
+import { AbortedError, LeaseholdError, errorMessage, type LeaseLostError } from './errors.js';
 import type { Lease, Term } from './lease.js';
 import type { LoggerLike } from './logger.js';
 
@@ -13,7 +13,13 @@ export interface ElectorHandlers {
 export interface ElectorEvents {
   /** A handler threw. After `onElected` throws, the term is released so another replica can lead. */
   'handler-error': [error: unknown, handler: 'onElected' | 'onRevoked'];
-  /** Contending failed (store down, schema missing, bad credentials); the elector retries with backoff. */
+  /**
+   * Contending failed with an error that waiting alone will not fix (schema missing, bad
+   * credentials, an SQL error: `SchemaError`, `ConfigError`, `StoreError`); the elector retries
+   * with backoff. With no listener for this event, the first such error (and each new kind of
+   * error after it) is also emitted as a process warning, printed on stderr by default. A store
+   * that is merely down is retried inside `lease.acquire()`: see `elector.lease`'s `store-error`.
+   */
   'contend-error': [error: unknown, retryInMs: number];
 }
 
@@ -21,8 +27,12 @@ export interface ElectorEvents {
  * Contends for one lease for ever: wins a term, hands it to `onElected`, waits for it to end,
  * calls `onRevoked`, contends again. Built on Lease directly (acquire + renew + CAS), not on a
  * watch-based election, because that is where multi-leader bugs live. It never stops on its
- * own: errors are reported (`contend-error`, the logger) and retried with backoff, so an
- * elector started before `leasehold migrate` recovers once the schema exists.
+ * own, so an elector started before `leasehold migrate` recovers once the schema exists; but it
+ * never fails in silence either: an error that stops it contending is emitted (`contend-error`),
+ * logged (the logger, if given), kept in `lastError`, and, when nobody listens for
+ * `contend-error`, raised as a process warning (`process.emitWarning`, code
+ * LEASEHOLD_CANNOT_CONTEND: Node prints it on stderr unless run with --no-warnings). Not an
+ * 'error' event: unlistened, that would crash the process, and the elector is meant to recover.
  */
 export class Elector extends EventEmitter<ElectorEvents> {
   readonly lease: Lease;
@@ -32,6 +42,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private readonly external: AbortSignal | undefined;
   private readonly onExternalAbort = (): void => void this.stop();
   private loop: Promise<void> | undefined;
+  private _lastError: unknown;
+  /** Error codes already raised as process warnings since the last term won. */
+  private readonly warned = new Set<string>();
 
   constructor(lease: Lease, handlers: ElectorHandlers, logger: LoggerLike, signal?: AbortSignal) {
     super();
@@ -55,6 +68,11 @@ export class Elector extends EventEmitter<ElectorEvents> {
     return this.lease.isLeader;
   }
 
+  /** Why the last attempt to contend failed; undefined once a term has been won (or before any failure). */
+  get lastError(): unknown {
+    return this._lastError;
+  }
+
   private async run(): Promise<void> {
     const stop = this.stopController.signal;
     let failures = 0;
@@ -63,12 +81,16 @@ export class Elector extends EventEmitter<ElectorEvents> {
       try {
         term = await this.lease.acquire({ wait: true, signal: stop });
         failures = 0;
+        this._lastError = undefined;
+        this.warned.clear();
       } catch (err) {
         if (stop.aborted || err instanceof AbortedError || this.lease.state === 'closed') break;
         failures++;
+        this._lastError = err;
         const retryInMs = Math.min(30_000, 500 * 2 ** Math.min(failures, 6)) * (0.5 + Math.random() / 2);
         this.logger.error({ lease: this.lease.name, err: errorMessage(err), retryInMs: Math.round(retryInMs) }, 'leasehold: elector could not contend; retrying');
-        this.emit('contend-error', err, retryInMs);
+        if (this.listenerCount('contend-error') > 0) this.emit('contend-error', err, retryInMs);
+        else this.warn(err, retryInMs);
         await sleep(retryInMs, stop);
         continue;
       }
@@ -88,6 +110,21 @@ export class Elector extends EventEmitter<ElectorEvents> {
       const reason = (term.signal.reason as LeaseLostError | undefined)?.reason;
       if (!started || reason === 'suspended' || reason === 'stalled') await sleep(this.lease.timing.renewMs, stop);
     }
+  }
+
+  /**
+   * Nobody listens and the logger may be silent: say it where a human will see it. Once per kind
+   * of error until a term is won, so a long outage is one line, not one per retry.
+   */
+  private warn(err: unknown, retryInMs: number): void {
+    const code = err instanceof LeaseholdError ? err.code : err instanceof Error ? err.name : 'UNKNOWN';
+    if (this.warned.has(code)) return;
+    this.warned.add(code);
+    process.emitWarning(
+      `leasehold: the elector for lease "${this.lease.name}" cannot contend: ${errorMessage(err)} ` +
+        `(retrying in ${Math.round(retryInMs)}ms, backing off to 30s; listen for 'contend-error' to handle it yourself)`,
+      { type: 'LeaseholdWarning', code: 'LEASEHOLD_CANNOT_CONTEND' },
+    );
   }
 
   private async call(which: 'onElected' | 'onRevoked', fn: () => void | Promise<void>): Promise<boolean> {

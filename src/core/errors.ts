@@ -8,6 +8,7 @@ export type ErrorCode =
   | 'CONFIG' // bad option, bad duration, bad name, bad URL
   | 'STORE_UNAVAILABLE' // could not reach the store, or it did not answer in time
   | 'SCHEMA' // schema missing or older than this version of leasehold
+  | 'STORE' // the store answered with an error that waiting will not fix (an SQL error, an unknown failure)
   | 'LEASE_LOST' // a term ended (reason says why)
   | 'NOT_LEADER' // asked for a token while not holding the lease (or in jeopardy)
   | 'NOT_ACQUIRED' // acquire({ wait: false }) or a wait that ran out
@@ -52,6 +53,17 @@ export class StoreUnavailableError extends LeaseholdError {
 export class SchemaError extends LeaseholdError {
   constructor(message: string, options: LeaseholdErrorOptions = {}) {
     super('SCHEMA', message, { ...options, retryable: false });
+  }
+}
+
+/**
+ * The store answered, with an error that is neither a connection problem nor a missing schema
+ * (an SQL error, a script error, anything a store does not recognise). Not retryable: the
+ * engine does not retry it in silence, because trying again will most likely fail the same way.
+ */
+export class StoreError extends LeaseholdError {
+  constructor(message: string, options: LeaseholdErrorOptions = {}) {
+    super('STORE', message, { ...options, retryable: false });
   }
 }
 

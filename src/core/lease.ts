@@ -626,6 +626,16 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /**
+   * @internal the store says this lease may have been freed: renew at once rather than at the
+   * scheduled time. The answer (revoked, superseded, renewed) is applied like any renewal's.
+   */
+  checkNow(): void {
+    if (this.term === undefined) return;
+    this.confirmWaiters.push({ resolve: () => {} });
+    this.host.requestRenewal(this);
+  }
+
+  /**
    * One renewal round trip, now. Resolves with the token only if this process still holds the
    * same term after the store answered. Use it right before a side effect the fence cannot
    * cover (an email, a payment API), together with an idempotency key.

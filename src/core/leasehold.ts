@@ -157,6 +157,9 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
 
   enroll(lease: Lease): void {
     this.enrolled.add(lease);
+    // A holder listens for its own lease being freed: an operator's revocation then reaches it
+    // in milliseconds instead of at the next scheduled renewal (see wake()).
+    this.ensureFreedWatch();
     this.startWallWatchdog();
     this.updateKeepAlive();
     this.scheduleTick();
@@ -388,6 +391,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
         () => {
           // Notifications sent while the channel was down are gone: everyone re-checks.
           for (const n of [...this.freedWaiters.keys()]) this.wake(n);
+          for (const l of this.enrolled) l.checkNow();
         },
       )
       .catch((err: unknown) => {
@@ -399,6 +403,10 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   }
 
   private wake(name: string): void {
+    // A lease this process holds was freed (revoked, or released by a clone): renew it now. The
+    // notification only triggers the check; the store's answer decides, and it never counts
+    // as a renewal, so a forged or stale notification can cost a round trip, never extend a term.
+    for (const l of this.enrolled) if (l.name === name) l.checkNow();
     const set = this.freedWaiters.get(name);
     if (set === undefined) return;
     for (const w of [...set]) w();

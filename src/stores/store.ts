@@ -131,6 +131,23 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+export interface MigrateOptions extends CallOptions {
+  /**
+   * A token floor: every token issued after this call, for any lease name (including names never
+   * seen), is larger than `minToken`. For a store that lost its history (a wiped etcd, a Redis
+   * restored from an old dump) while fenced resources kept their high-water marks. Never lowers
+   * anything: a floor or a token already higher stays. Where stored tokens are rewritten
+   * (PostgreSQL, SQLite, etcd), live terms at or below the floor are ended and their holders stand
+   * down at once; Redis tokens are time-based, and a live term there keeps its token.
+   */
+  minToken?: bigint;
+}
+
+export interface MigrateResult extends SchemaStatus {
+  /** With `minToken`: the floor now in force (at least minToken) and how many live terms it ended. */
+  tokenFloor?: { floor: bigint; raised: boolean; endedTerms: number };
+}
+
 /** Called with a lease name when the store says it may have become free. */
 export type FreedListener = (name: string) => void;
 
@@ -141,7 +158,7 @@ export interface LeaseStore {
   readonly description: string;
 
   /** Creates or upgrades the schema. Idempotent; safe to run from many processes at once. */
-  migrate(options?: CallOptions): Promise<SchemaStatus>;
+  migrate(options?: MigrateOptions): Promise<MigrateResult>;
   schemaStatus(options?: CallOptions): Promise<SchemaStatus>;
 
   /** Acquire or renew many leases in one round trip. Results come back in request order. */
@@ -155,6 +172,19 @@ export interface LeaseStore {
   history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]>;
   /** The store's clock, in milliseconds since the epoch. */
   now(options?: CallOptions): Promise<number>;
+
+  /**
+   * Optional: a lower bound of the token the next acquisition of `name` would get (without a
+   * name: of a name never held). `leasehold doctor --fence-high-water` compares it with a
+   * fenced resource's high-water mark.
+   */
+  nextToken?(options?: CallOptions & { name?: string }): Promise<bigint>;
+
+  /**
+   * Optional: the highest high-water marks in the fence table that lives beside the leases
+   * (PostgreSQL `schema.fences`, SQLite `leasehold_fences`), highest first; empty when none.
+   */
+  fenceHighWater?(options?: CallOptions & { limit?: number }): Promise<{ resource: string; token: bigint }[]>;
 
   /**
    * Optional: a push channel for "this lease may be free" (LISTEN/NOTIFY, pub/sub, watch).

@@ -41,64 +41,44 @@ void describe('flags: one declaration per command; help, usage and README agree'
   const commands = await commandIndex();
   const section = readmeCliSection();
   const lines = readmeLines(section);
-  const unconverted = commands.filter((c) => c.spec === undefined).map((c) => c.name);
 
   void it('the README lists every command, and only those', () => {
     assert.deepEqual([...lines.keys()].sort(), commands.map((c) => c.name).sort());
   });
 
-  for (const { name, spec, legacy } of commands) {
-    if (spec !== undefined) {
-      void it(`${name}: its README line is the one generated from its flags`, () => {
-        const want = synopsis(spec, Infinity);
-        assert.equal(lines.get(name), want, `README.md's CLI block should read, for ${name}:\n${want}`);
-      });
-      void it(`${name}: --help describes every flag and its variable, within ${WIDTH} columns`, async (t) => {
-        const sb = new Sandbox('flags');
-        t.after(() => sb.cleanup());
-        const r = await sb.run([name, '--help']);
-        assert.equal(r.code, 0, r.stderr);
-        assert.equal(r.stdout.trimEnd(), helpText(spec).trimEnd());
-        for (const flag of flagNames(spec)) assert.match(r.stdout, new RegExp(`^\\s+(-\\w, )?${flag}\\b`, 'm'), `${name} --help lists ${flag}`);
-        for (const v of envNames(spec)) assert.ok(r.stdout.includes(v), `${name} --help names ${v}`);
-        const long = r.stdout.split('\n').filter((l) => l.length > WIDTH);
-        assert.deepEqual(long, [], `lines wider than ${WIDTH} columns`);
-      });
-    } else {
-      assert.ok(legacy !== undefined, `${name} has neither a spec nor a hand-written usage line in main.ts`);
-      void it(`${name}: no flag spec registered yet, so its README line is checked against main.ts's hand-written one`, async (t) => {
-        t.diagnostic(`${name} declares its own options; register its spec in main.ts to check its --help and README line exactly`);
-        assert.equal(lines.get(name), `leasehold ${name} ${legacy.parts.join(' ')}`);
-        const sb = new Sandbox('flags');
-        t.after(() => sb.cleanup());
-        const help = await sb.run([name, '--help']);
-        assert.equal(help.code, 0, help.stderr);
-        for (const flag of flagsIn(help.stdout)) assert.ok(flagsIn(lines.get(name)!).includes(flag), `${name} --help names ${flag}; the README line does not`);
-      });
-    }
+  for (const { name, spec } of commands) {
+    void it(`${name}: its README line is the one generated from its flags`, () => {
+      const want = synopsis(spec, Infinity);
+      assert.equal(lines.get(name), want, `README.md's CLI block should read, for ${name}:\n${want}`);
+    });
+    void it(`${name}: --help describes every flag and its variable, within ${WIDTH} columns`, async (t) => {
+      const sb = new Sandbox('flags');
+      t.after(() => sb.cleanup());
+      const r = await sb.run([name, '--help']);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stdout.trimEnd(), helpText(spec).trimEnd());
+      for (const flag of flagNames(spec)) assert.match(r.stdout, new RegExp(`^\\s+(-\\w, )?${flag}\\b`, 'm'), `${name} --help lists ${flag}`);
+      for (const v of envNames(spec)) assert.ok(r.stdout.includes(v), `${name} --help names ${v}`);
+      const long = r.stdout.split('\n').filter((l) => l.length > WIDTH);
+      assert.deepEqual(long, [], `lines wider than ${WIDTH} columns`);
+    });
   }
 
   void it('the README names no flag that no command has, and every variable a flag reads', () => {
     // --pdeathsig is setpriv's, named where the README explains how a runner's child dies with it.
     const known = new Set(['--help', '--version', '--pdeathsig']);
     for (const c of commands) {
-      for (const f of c.spec !== undefined ? flagNames(c.spec) : flagsIn(c.legacy!.parts.join(' '))) known.add(f);
+      for (const f of flagNames(c.spec)) known.add(f);
     }
     const unknown = flagsIn(section).filter((f) => !known.has(f));
     assert.deepEqual(unknown, [], 'flags in the README that no command declares');
-    const vars = new Set(commands.flatMap((c) => (c.spec !== undefined ? envNames(c.spec) : c.legacy!.env)));
+    const vars = new Set(commands.flatMap((c) => envNames(c.spec)));
     for (const v of vars) assert.ok(section.includes(v), `the README's CLI section names ${v}`);
   });
 
   void it('`leasehold --help` has every command\'s generated usage line and fits in the width', async () => {
     const top = await usage();
-    for (const { spec } of commands) if (spec !== undefined) assert.ok(top.includes(synopsis(spec, WIDTH, '  leasehold ')), `leasehold --help shows ${spec.name}'s synopsis`);
+    for (const { spec } of commands) assert.ok(top.includes(synopsis(spec, WIDTH, '  leasehold ')), `leasehold --help shows ${spec.name}'s synopsis`);
     assert.deepEqual(top.split('\n').filter((l) => l.length > WIDTH), [], `lines wider than ${WIDTH} columns`);
   });
-
-  if (unconverted.length > 0) {
-    void it(`not yet declared with flags.ts: ${unconverted.join(', ')} (checked against their hand-written usage above)`, () => {
-      assert.ok(unconverted.every((n) => lines.has(n)));
-    });
-  }
 });

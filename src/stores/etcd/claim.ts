@@ -87,7 +87,7 @@ export interface ClaimContext {
 
 /** A live term two clones renew: the round after the reads ends it (see above). */
 interface ConflictTarget {
-  /** The term key's create revision: the term's token. */
+  /** The term key's create revision (the term's token less the floor). */
   token: string;
   /** The nonce the other clone stored. */
   nonce: string;
@@ -270,7 +270,7 @@ function planConflict(
   const T = k.term(req.name);
   const state: StateValue = {
     holder: req.holder,
-    token: c.token,
+    token: k.token(c.token).toString(),
     startedAtMs: c.startedAtMs ?? atMs,
     endedBy: 'conflict',
     endedAtMs: atMs,
@@ -281,7 +281,7 @@ function planConflict(
     event: 'conflict',
     holder: null,
     previousHolder: req.holder,
-    token: c.token,
+    token: k.token(c.token).toString(),
     atMs,
     detail: CONFLICT_DETAIL,
     seq,
@@ -305,7 +305,7 @@ function planConflict(
 function ended(ctx: ClaimContext, p: Plan, c: ConflictTarget, revision: string, storeNowMs: number): Decided {
   ctx.seen.set(p.req.name, { rev: revision, holder: p.req.holder, ended: true });
   return {
-    result: { name: p.req.name, outcome: 'lost', reason: 'cloned', holder: null, token: BigInt(c.token), expiresAtMs: p.atMs, storeNowMs },
+    result: { name: p.req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(c.token), expiresAtMs: p.atMs, storeNowMs },
   };
 }
 
@@ -362,10 +362,10 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
     if (req.expect === null) {
       // Acquired: the term key was created by this transaction, at its revision.
       ctx.seen.set(req.name, { rev: revision, holder: req.holder, ended: false });
-      return mine(BigInt(revision), 'acquired');
+      return mine(ctx.keys.token(revision), 'acquired');
     }
     if (l.prevTerm === undefined) throw new StoreUnavailableError(`etcd renewed "${req.name}" without returning the previous term`);
-    return mine(BigInt(l.prevTerm.create_revision), 'renewed');
+    return mine(ctx.keys.token(l.prevTerm.create_revision!), 'renewed');
   }
 
   const term = parseTerm(l.term);
@@ -379,7 +379,7 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
   ctx.seen.set(req.name, seen);
 
   if (l.term !== undefined) {
-    const token = BigInt(l.term.create_revision);
+    const token = ctx.keys.token(l.term.create_revision!);
     if (term === null) {
       // Not a value leasehold writes: someone else's key under our prefix. Never take it over.
       const result: ClaimResult =
@@ -407,7 +407,7 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
 
   // No live term: free (never held, released, revoked) or its etcd lease ran out.
   if (req.expect === null) return { retry: seen };
-  const token = l.state !== undefined && stateVal !== null ? stateToken(l.state, stateVal) : null;
+  const token = l.state !== undefined && stateVal !== null ? stateToken(l.state, stateVal, ctx.keys) : null;
   let reason: LostReason;
   let holder: string | null = null;
   let lostExpiry: number | null = null;

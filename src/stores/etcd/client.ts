@@ -1,6 +1,6 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { MAX_DURATION_MS } from '../../core/config.js';
-import { ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, LeaseholdError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import { checkQueryParameters } from '../url.js';
 
 /**
@@ -339,8 +339,9 @@ export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<Etcd3Lik
 }
 
 /**
- * Maps an etcd3/gRPC error to leasehold's taxonomy. Anything that is not clearly a
- * configuration problem is `StoreUnavailableError`: the outcome of the call is unknown.
+ * Maps an etcd3/gRPC error to leasehold's taxonomy. Only the transient gRPC failures (the
+ * outcome of the call is unknown) are `StoreUnavailableError`; anything not recognised is a
+ * `StoreError`, reported rather than retried in silence.
  */
 export function mapEtcdError(err: unknown, where: string): Error {
   if (err instanceof LeaseholdError) return err;
@@ -368,10 +369,14 @@ export function mapEtcdError(err: unknown, where: string): Error {
     });
   }
   if (name === 'ClientClosedError') return new LeaseholdError('CONFIG', `the etcd client is closed (${where})`, { cause: err });
-  if (isTransient(err) || /UNAVAILABLE|DEADLINE|ECONNREFUSED|No connection|timed out|timeout/i.test(msg)) {
+  // "requested lease not found": the batch's etcd lease ran out between its grant and the Txn
+  // (a stalled cluster); the next attempt grants a fresh one.
+  if (isTransient(err) || /UNAVAILABLE|DEADLINE|ECONNREFUSED|No connection|timed out|timeout|requested lease not found/i.test(msg)) {
     return new StoreUnavailableError(`etcd is unavailable during ${where} (${msg}); this is retryable, check the etcd cluster`, {
       cause: err,
     });
   }
-  return new StoreUnavailableError(`etcd call failed during ${where} (${msg})`, { cause: err });
+  return new StoreError(`etcd refused ${where} (${name === '' ? '' : `${name}: `}${msg}); this is not retried: check the etcd cluster and the store URL, and report it if it persists`, {
+    cause: err,
+  });
 }

@@ -17,6 +17,9 @@ import type { HistoryEvent } from '../store.js';
  *   {p}/renew/{name}            no lease: the last renewal's nonce and times (rewritten blind on
  *                               every renewal, so the renewal transaction needs no read).
  *   {p}/history/{name}/{id}     one key per change of holder, written in the same transaction.
+ *   {p}/token-floor             optional (migrate --min-token): added to every create revision,
+ *                               so tokens are revision + floor. Every transaction compares its
+ *                               mod revision, so no process issues a token under an old floor.
  */
 
 /** Bump when the layout changes incompatibly. `leasehold doctor` compares it. */
@@ -29,6 +32,11 @@ export class EtcdKeys {
   readonly statePrefix: string;
   readonly renewPrefix: string;
   readonly historyPrefix: string;
+  readonly floorKey: Buffer;
+  /** The token floor this process last read, and the floor key's mod revision then ('0': absent). */
+  floor = 0n;
+  floorRev = '0';
+  floorLoaded = false;
 
   constructor(prefix: string) {
     this.prefix = prefix;
@@ -37,6 +45,19 @@ export class EtcdKeys {
     this.statePrefix = `${prefix}/state/`;
     this.renewPrefix = `${prefix}/renew/`;
     this.historyPrefix = `${prefix}/history/`;
+    this.floorKey = Buffer.from(`${prefix}/token-floor`);
+  }
+
+  /** A term's fencing token: its key's create revision plus the floor. */
+  token(revision: string | number | bigint): bigint {
+    return BigInt(revision) + this.floor;
+  }
+
+  /** Adopts the floor key as read (undefined: absent). */
+  setFloor(kv: EtcdKeyValue | undefined): void {
+    this.floor = kv === undefined ? 0n : BigInt(kv.value.toString());
+    this.floorRev = kv === undefined ? '0' : String(kv.mod_revision);
+    this.floorLoaded = true;
   }
 
   term(name: string): Buffer {
@@ -122,9 +143,9 @@ export function parseState(kv: EtcdKeyValue | undefined): StateValue | null {
   }
 }
 
-/** The last token issued for a name, from its state key. */
-export function stateToken(kv: EtcdKeyValue, state: StateValue): bigint {
-  return BigInt(state.token ?? kv.mod_revision);
+/** The last token issued for a name, from its state key (a revision, or a token written whole). */
+export function stateToken(kv: EtcdKeyValue, state: StateValue, keys: EtcdKeys): bigint {
+  return state.token !== undefined ? BigInt(state.token) : keys.token(kv.mod_revision!);
 }
 
 export interface RenewValue {

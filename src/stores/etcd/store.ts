@@ -1,5 +1,6 @@
 import { ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
 import { newNonce } from '../../core/identity.js';
+import { validateMinToken } from '../min-token.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -11,6 +12,8 @@ import type {
   ReleaseRequest,
   RevokeResult,
   SchemaStatus,
+  MigrateOptions,
+  MigrateResult,
 } from '../store.js';
 import { claimBatch, estimateExpiry, leaseRemaining, type Grant, type SeenState } from './claim.js';
 import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnResponse } from './client.js';
@@ -21,6 +24,7 @@ import {
   parseRenew,
   parseState,
   parseTerm,
+  prefixEnd,
   stateToken,
   type HistoryValue,
   type StateValue,
@@ -116,8 +120,66 @@ export class EtcdStore implements LeaseStore {
     }
   }
 
+  /** Reads the token floor once per store instance; after that, every Txn compares it. */
+  private async loadFloor(deadline: number): Promise<void> {
+    if (this.keys.floorLoaded) return;
+    let kv;
+    try {
+      kv = (await this.client.kv.range({ key: this.keys.floorKey }, { deadline })).kvs[0];
+    } catch (err) {
+      throw mapEtcdError(err, 'token floor');
+    }
+    this.keys.setFloor(kv);
+  }
+
+  /**
+   * Raises `{p}/token-floor` (never lowers it). A term's token is its key's create revision plus
+   * the floor, so a raised floor would change a live term's token under its holder: every live
+   * term key is deleted in the same Txn (its holder's next renewal finds it gone and stands
+   * down; followers are woken by the deletes).
+   */
+  private async raiseFloor(minToken: bigint, deadline: number): Promise<NonNullable<MigrateResult['tokenFloor']>> {
+    for (let attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++) {
+      this.keys.floorLoaded = false;
+      await this.loadFloor(deadline);
+      const before = this.keys.floor;
+      if (minToken <= before) return { floor: before, raised: false, endedTerms: 0 };
+      const r = await this.txn(
+        {
+          compare: [{ key: this.keys.floorKey, target: 'Mod', result: 'Equal', mod_revision: this.keys.floorRev }],
+          success: [
+            { request_put: { key: this.keys.floorKey, value: Buffer.from(minToken.toString()) } },
+            { request_delete_range: { key: Buffer.from(this.keys.termPrefix), range_end: prefixEnd(Buffer.from(this.keys.termPrefix)) } },
+          ],
+          failure: [],
+        },
+        deadline,
+        'migrate --min-token',
+      );
+      if (!r.succeeded) continue;
+      this.keys.floor = minToken;
+      this.keys.floorRev = String(r.header?.revision ?? '0');
+      return { floor: minToken, raised: true, endedTerms: Number(r.responses[1]?.response_delete_range?.deleted ?? 0) };
+    }
+    throw new StoreUnavailableError(`etcd: the token floor under "${this.keys.prefix}/" kept changing; try again`);
+  }
+
+  async nextToken(options?: CallOptions & { name?: string }): Promise<bigint> {
+    const deadline = this.begin(options);
+    let r;
+    try {
+      // Revisions are cluster-wide: whatever the name, its next term key is created above this.
+      r = await this.client.kv.range({ key: this.keys.floorKey }, { deadline });
+    } catch (err) {
+      throw mapEtcdError(err, 'next token');
+    }
+    this.keys.setFloor(r.kvs[0]);
+    return this.keys.token(BigInt(r.header?.revision ?? 0) + 1n);
+  }
+
   /** Creates the version key. Idempotent, and safe from many processes: one create-if-absent. */
-  async migrate(options?: CallOptions): Promise<SchemaStatus> {
+  async migrate(options?: MigrateOptions): Promise<MigrateResult> {
+    const minToken = options?.minToken === undefined ? undefined : validateMinToken(options.minToken, 2n ** 62n, 'etcd');
     const deadline = this.begin(options);
     const r = await this.txn(
       {
@@ -132,7 +194,8 @@ export class EtcdStore implements LeaseStore {
       const found = Number(first(r.responses[0])?.value.toString());
       if (found !== SCHEMA_VERSION) throw schemaError(this.keys, found);
     }
-    return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION };
+    if (minToken === undefined) return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION };
+    return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION, tokenFloor: await this.raiseFloor(minToken, deadline) };
   }
 
   async schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
@@ -149,6 +212,7 @@ export class EtcdStore implements LeaseStore {
 
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     const deadline = this.begin(options);
+    await this.loadFloor(deadline);
     if (requests.length === 0) return [];
     try {
       return await claimBatch(
@@ -228,6 +292,7 @@ export class EtcdStore implements LeaseStore {
     options: CallOptions | undefined,
   ): Promise<{ ended: boolean; previousHolder: string | null; token: bigint | null }> {
     const deadline = this.begin(options);
+    await this.loadFloor(deadline);
     const k = this.keys;
     const T = k.term(name);
     const S = k.state(name);
@@ -245,10 +310,10 @@ export class EtcdStore implements LeaseStore {
         return {
           ended: done,
           previousHolder: done ? (state?.holder ?? null) : null,
-          token: stateKv !== undefined && state !== null ? stateToken(stateKv, state) : termKv === undefined ? null : BigInt(termKv.create_revision),
+          token: stateKv !== undefined && state !== null ? stateToken(stateKv, state, k) : termKv === undefined ? null : k.token(termKv.create_revision!),
         };
       }
-      const token = BigInt(termKv.create_revision);
+      const token = k.token(termKv.create_revision!);
       const atMs = Date.now();
       const ended: StateValue = {
         holder: term.holder,
@@ -287,6 +352,7 @@ export class EtcdStore implements LeaseStore {
 
   async list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]> {
     const deadline = this.begin(options);
+    await this.loadFloor(deadline);
     const k = this.keys;
     const one = options?.name;
     const ops =
@@ -319,12 +385,12 @@ export class EtcdStore implements LeaseStore {
         const remaining = ttl.get(t.kv.lease);
         const recorded = renew !== null && renew.nonce === t.v?.nonce ? renew.expiresAtMs : null;
         const expiresAtMs = remaining === undefined ? recorded : estimateExpiry(remaining, recorded);
-        out.push({ ...base, holder: t.v?.holder ?? null, token: BigInt(t.kv.create_revision), state: 'held', expiresAtMs, storeNowMs });
+        out.push({ ...base, holder: t.v?.holder ?? null, token: k.token(t.kv.create_revision!), state: 'held', expiresAtMs, storeNowMs });
       } else if (s.v.endedBy !== undefined) {
-        out.push({ ...base, holder: null, token: stateToken(s.kv, s.v), state: 'free', expiresAtMs: s.v.endedAtMs ?? null, storeNowMs });
+        out.push({ ...base, holder: null, token: stateToken(s.kv, s.v, k), state: 'free', expiresAtMs: s.v.endedAtMs ?? null, storeNowMs });
       } else {
         // etcd deleted the term key when its lease ran out; nobody has claimed the name since.
-        out.push({ ...base, holder: s.v.holder, token: stateToken(s.kv, s.v), state: 'expired', expiresAtMs: renew?.expiresAtMs ?? null, storeNowMs });
+        out.push({ ...base, holder: s.v.holder, token: stateToken(s.kv, s.v, k), state: 'expired', expiresAtMs: renew?.expiresAtMs ?? null, storeNowMs });
       }
     }
     return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
@@ -332,6 +398,7 @@ export class EtcdStore implements LeaseStore {
 
   async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
     const deadline = this.begin(options);
+    await this.loadFloor(deadline);
     const limit = options?.limit ?? 1000;
     if (!Number.isInteger(limit) || limit <= 0) throw new ConfigError(`history limit must be a positive whole number, got ${limit}`);
     const r = await this.txn(
@@ -355,7 +422,7 @@ export class EtcdStore implements LeaseStore {
         event: v.event,
         holder: v.holder ?? null,
         previousHolder: v.previousHolder ?? null,
-        token: v.token === undefined ? rev : BigInt(v.token),
+        token: v.token === undefined ? this.keys.token(rev) : BigInt(v.token),
         atMs: v.atMs,
         detail: v.detail ?? null,
       });

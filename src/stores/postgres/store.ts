@@ -1,5 +1,5 @@
 import { checkQueryParameters, checkUrlParts, redactUrl } from '../url.js';
-import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -9,11 +9,14 @@ import type {
   LeaseInfo,
   LeaseStore,
   LostReason,
+  MigrateOptions,
+  MigrateResult,
   ReleaseRequest,
   RevokeResult,
   SchemaStatus,
 } from '../store.js';
 import { SCHEMA_VERSION, channelFor, migrations, validateSchemaName } from './schema.js';
+import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 
 /** The subset of a `pg` query result leasehold reads. */
 export interface PgResultLike {
@@ -56,7 +59,11 @@ export interface PostgresStoreOptions {
 
 // Connection-level failures: the outcome of the call is unknown, try again later.
 const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|40001|40P01|55P03)/;
-const NODE_NET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN']);
+const NODE_NET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ECONNABORTED']);
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+// What the pg driver (and pg-pool) say when the connection failed, dropped or timed out.
+const PG_CLIENT_UNAVAILABLE =
+  /Connection terminated|connection timeout|timeout exceeded when trying to connect|Query read timeout|not queryable|Client was closed|ECONN|EPIPE|ETIMEDOUT|socket hang up|read ECONNRESET/i;
 
 export class PostgresStore implements LeaseStore {
   readonly kind = 'postgres';
@@ -109,8 +116,9 @@ export class PostgresStore implements LeaseStore {
     }
   }
 
-  async migrate(options?: CallOptions): Promise<SchemaStatus> {
+  async migrate(options?: MigrateOptions): Promise<MigrateResult> {
     options?.signal?.throwIfAborted();
+    const minToken = options?.minToken === undefined ? undefined : validateMinToken(options.minToken, MAX_SQL_FLOOR, 'PostgreSQL');
     let client;
     try {
       client = await this.pool.connect();
@@ -133,14 +141,73 @@ export class PostgresStore implements LeaseStore {
       for (; current < SCHEMA_VERSION; current++) await client.query(all[current]!);
       await client.query(`DELETE FROM ${this.s}.schema_version`);
       await client.query(`INSERT INTO ${this.s}.schema_version (version) VALUES ($1)`, [current]);
+      const tokenFloor = minToken === undefined ? undefined : await this.raiseFloor(client, minToken);
       await client.query('COMMIT');
-      return { current, expected: SCHEMA_VERSION };
+      return tokenFloor === undefined ? { current, expected: SCHEMA_VERSION } : { current, expected: SCHEMA_VERSION, tokenFloor };
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});
       throw mapPgError(err, this.schema);
     } finally {
       client.release();
     }
+  }
+
+  /**
+   * The floor is the token column's default: the claim function inserts a never-seen name with
+   * the default and bumps it, so a new name's first token is floor + 1, with no change to the
+   * claim statement. Existing rows below the floor are raised; a live term among them is ended
+   * as revoked (its holder hears it through NOTIFY and stands down) rather than left to renew a
+   * token that no longer exists. Runs inside migrate's transaction and advisory lock.
+   */
+  private async raiseFloor(client: PgQueryableLike, minToken: bigint): Promise<NonNullable<MigrateResult['tokenFloor']>> {
+    const before = await this.floorOf(client);
+    const floor = before > minToken ? before : minToken;
+    if (floor > before) await client.query(`ALTER TABLE ${this.s}.leases ALTER COLUMN token SET DEFAULT ${floor.toString()}`);
+    const ended = await client.query(
+      `WITH old AS (SELECT name, holder, token FROM ${this.s}.leases WHERE token <= $1 AND holder IS NOT NULL FOR UPDATE),
+       upd AS (
+         UPDATE ${this.s}.leases l SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'revoked'
+           FROM old WHERE l.name = old.name
+         RETURNING l.name, l.token, old.holder AS previous_holder)
+       INSERT INTO ${this.s}.history (name, event, holder, previous_holder, token, at, detail)
+       SELECT name, 'revoked', NULL, previous_holder, token, now(), $2 FROM upd RETURNING name`,
+      [floor.toString(), `leasehold migrate --min-token ${minToken}: the token floor is now ${floor}`],
+    );
+    await client.query(`UPDATE ${this.s}.leases SET token = $1 WHERE token < $1`, [floor.toString()]);
+    return { floor, raised: floor > before, endedTerms: ended.rows.length };
+  }
+
+  private async floorOf(db: PgQueryableLike): Promise<bigint> {
+    const r = await db.query(
+      `SELECT pg_get_expr(d.adbin, d.adrelid) AS def FROM pg_attrdef d
+         JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+        WHERE d.adrelid = to_regclass($1) AND a.attname = 'token'`,
+      [`${this.s}.leases`],
+    );
+    // The default reads back as '0', '5000' or '''5000''::bigint' depending on how it was set.
+    const m = /\d+/.exec(String(r.rows[0]?.['def'] ?? '0'));
+    return m === null ? 0n : BigInt(m[0]);
+  }
+
+  async nextToken(options?: CallOptions & { name?: string }): Promise<bigint> {
+    options?.signal?.throwIfAborted();
+    let floor: bigint;
+    try {
+      floor = await this.floorOf(this.pool);
+    } catch (err) {
+      throw mapPgError(err, this.schema);
+    }
+    if (options?.name === undefined) return floor + 1n;
+    const r = await this.q(`SELECT token FROM ${this.s}.leases WHERE name = $1`, [options.name], options);
+    const token = r.rows[0] === undefined ? floor : BigInt(r.rows[0]['token'] as string);
+    return (token > floor ? token : floor) + 1n;
+  }
+
+  async fenceHighWater(options?: CallOptions & { limit?: number }): Promise<{ resource: string; token: bigint }[]> {
+    const r = await this.q(`SELECT to_regclass($1) AS t`, [`${this.s}.fences`], options);
+    if (r.rows[0]?.['t'] == null) return [];
+    const rows = await this.q(`SELECT resource, token FROM ${this.s}.fences ORDER BY token DESC, resource LIMIT $1`, [options?.limit ?? 5], options);
+    return rows.rows.map((row) => ({ resource: row['resource'] as string, token: BigInt(row['token'] as string) }));
   }
 
   async schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
@@ -447,20 +514,39 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
 }
 
 
+/**
+ * Maps a `pg` error to leasehold's taxonomy. Only what is known to be a connection problem, a
+ * timeout, a shutdown or lock contention is retryable (`StoreUnavailableError`): anything else
+ * (an SQL error, a constraint, an error nobody anticipated) is a `StoreError`, which the engine
+ * reports instead of retrying in silence for ever.
+ */
 export function mapPgError(err: unknown, schema: string): Error {
   if (err instanceof LeaseholdError) return err;
   const e = err as { code?: string; message?: string };
   const code = typeof e.code === 'string' ? e.code : '';
   const msg = e.message ?? String(err);
-  if (code === '3F000' || code === '42P01' || code === '42883') {
-    return new SchemaError(`leasehold's tables are missing in schema "${schema}" (${msg}); run \`leasehold migrate --store <url>\``, {
+  // 42703: a column this leasehold expects is missing (tables from an older or foreign layout).
+  if (code === '3F000' || code === '42P01' || code === '42883' || code === '42703') {
+    return new SchemaError(`leasehold's tables are missing or out of date in schema "${schema}" (${msg}); run \`leasehold migrate --store <url>\``, {
       cause: err,
     });
   }
   if (code === '3D000') return new ConfigError(`database does not exist (${msg}); check the store URL`, { cause: err });
   if (code.startsWith('28')) return new ConfigError(`PostgreSQL refused the login (${msg}); check the user and password in the store URL`, { cause: err });
-  if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code) || /timeout|terminated|Connection|ECONN|closed/i.test(msg)) {
+  if (code === '42501') {
+    return new ConfigError(`PostgreSQL refused a statement (${msg}); grant the store's user access to schema "${schema}"`, { cause: err });
+  }
+  if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code)) {
     return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });
   }
-  return new StoreUnavailableError(`PostgreSQL call failed (${msg})`, { cause: err });
+  // A server error always carries a five-character SQLSTATE: one not matched above is an answer,
+  // not an outage. Without one, only the driver's own connection and timeout messages count.
+  if (!SQLSTATE.test(code) && PG_CLIENT_UNAVAILABLE.test(msg)) {
+    return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });
+  }
+  return new StoreError(
+    `PostgreSQL refused leasehold's statement (${code === '' ? '' : `SQLSTATE ${code}: `}${msg}); this is not retried: ` +
+      'check the schema with `leasehold doctor`, and report it if it persists',
+    { cause: err },
+  );
 }

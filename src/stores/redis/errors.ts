@@ -1,4 +1,4 @@
-import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import { LAYOUT_ERROR } from './scripts.js';
 
 // Node socket errors and the two clients' own connection errors: the outcome is unknown.
@@ -29,7 +29,8 @@ export interface ErrorContext {
 const NOT_CONNECTED = /max retries per request|client is offline|Stream isn't writeable|Connection is closed|client is closed/i;
 
 /**
- * Maps anything a Redis client throws to leasehold's taxonomy. Server errors carry their code as
+ * Maps anything a Redis client throws to leasehold's taxonomy. Only known connection, timeout
+ * and busy errors are retryable; an unknown error is a `StoreError`. Server errors carry their code as
  * the first word of the message (`READONLY You can't write against a read only replica.`).
  */
 export function mapRedisError(err: unknown, ctx: ErrorContext): Error {
@@ -99,7 +100,11 @@ export function mapRedisError(err: unknown, ctx: ErrorContext): Error {
       { cause: err },
     );
   }
-  return new StoreUnavailableError(`Redis call failed at ${at} (${msg})`, { cause: err });
+  // Anything else (a script error, ERR from a proxy that lacks a command, an error nobody
+  // anticipated) is an answer, not an outage: reported, not retried in silence.
+  return new StoreError(`Redis at ${at} refused leasehold's command (${msg}); this is not retried: check the server and the store URL, and report it if it persists`, {
+    cause: err,
+  });
 }
 
 // AggregateError (both address families refused) and wrapped socket errors carry the code inside.

@@ -13,6 +13,8 @@ export interface RedisKeys {
   readonly names: string;
   /** The key layout version written by migrate(). */
   readonly layout: string;
+  /** The token floor written by migrate({ minToken }): every token issued is above it. */
+  readonly floor: string;
   /** Pub/sub channel on which releases, revocations and clone conflicts publish the lease name. */
   readonly channel: string;
 }
@@ -25,6 +27,7 @@ export function keysFor(prefix: string): RedisKeys {
     history: `${tag}:events`,
     names: `${tag}:names`,
     layout: `${tag}:layout`,
+    floor: `${tag}:floor`,
     channel: `${prefix}:freed`,
   };
 }

@@ -56,7 +56,7 @@ end
  * store's `claim` function, row for row).
  *
  * KEYS: [1] global history stream, [2] name index (zset), [3] layout version key, then per
- *   request i: [2+2i] the lease hash, [3+2i] the lease's history stream.
+ *   request i: [2+2i] the lease hash, [3+2i] the lease's history stream; last, the token floor.
  * ARGV: [1] retain ms, [2] global history cap, [3] per-lease history cap, [4] layout version,
  *   [5] the freed channel, then per request 6 values: name, holder, expected nonces
  *   (comma-joined; nonces are base64url), next nonce, ttl ms, contend (1/0).
@@ -68,9 +68,10 @@ end
  * the name published like a release) and answers lost/cloned; the other clone's next renewal
  * finds no holder and `ended = conflict` and is answered lost/cloned as well.
  *
- * Tokens: max(last stored token + 1, TIME in microseconds). The second term is what keeps
- * tokens increasing when the hash is gone (Redis restarted empty, a replica that missed the
- * last writes was promoted, or the record outlived its retention): see README.md.
+ * Tokens: max(last stored token + 1, TIME in microseconds, floor + 1). The second term is what
+ * keeps tokens increasing when the hash is gone (Redis restarted empty, a replica that missed the
+ * last writes was promoted, or the record outlived its retention): see README.md. The third is
+ * the operator's floor (`leasehold migrate --min-token`), for when the clock cannot be trusted.
  */
 export const CLAIM = lua(
   'claim',
@@ -82,6 +83,7 @@ if version and tonumber(version) and tonumber(version) > tonumber(ARGV[4]) then
 end
 local retain = tonumber(ARGV[1])
 local n = (#ARGV - 5) / 6
+local floor = tonumber(redis.call('GET', KEYS[4 + 2 * n]) or '0') or 0
 local plan = {}
 -- Pass 1 reads and decides; nothing is written until every decision is known to be writable,
 -- because a Lua error halfway through would leave half a batch applied.
@@ -107,6 +109,7 @@ for i = 1, n do
     local last = (p.ct and tonumber(p.ct)) or 0
     local tok = last + 1
     if now_us > tok then tok = now_us end
+    if floor + 1 > tok then tok = floor + 1 end
     if tok >= 9007199254740992 then
       return redis.error_reply('ERR leasehold: the next token for ' .. p.name .. ' would pass 2^53; the stored token is ' .. tostring(p.ct))
     end
@@ -319,6 +322,38 @@ if v and tonumber(v) and tonumber(v) > tonumber(ARGV[1]) then return { v } end
 redis.call('SET', KEYS[1], ARGV[1])
 return { ARGV[1] }
 `,
+);
+
+/**
+ * Raises the token floor, never lowers it. KEYS: [1] floor key. ARGV: [1] the floor wanted
+ * (decimal, below 2^53). Reply: [floor now in force, '1' if raised else '0'].
+ */
+export const RAISE_FLOOR = lua(
+  'raise-floor',
+  `local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local want = tonumber(ARGV[1])
+if want > cur then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return { ARGV[1], '1' }
+end
+return { string.format('%.0f', cur), '0' }`,
+);
+
+/**
+ * A lower bound of the next token: what the claim script would compute now.
+ * KEYS: [1] floor key, [2] a lease hash (optional). Reply: [token].
+ */
+export const NEXT_TOKEN = lua(
+  'next-token',
+  `${PRELUDE}
+local floor = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local tok = now_us
+if floor + 1 > tok then tok = floor + 1 end
+if KEYS[2] then
+  local last = tonumber(redis.call('HGET', KEYS[2], 'token') or '0') or 0
+  if last + 1 > tok then tok = last + 1 end
+end
+return { fmt(tok) }`,
 );
 
 /** KEYS: [1] layout key. Reply: [stored version or '']. */

@@ -1,4 +1,5 @@
 import { ConfigError, SchemaError } from '../../core/errors.js';
+import { validateMinToken } from '../min-token.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -11,6 +12,8 @@ import type {
   ReleaseRequest,
   RevokeResult,
   SchemaStatus,
+  MigrateOptions,
+  MigrateResult,
 } from '../store.js';
 import { DEFAULT_PREFIX, createOwnedDriver, parseRedisUrl, validatePrefix } from './connect.js';
 import { driverFor, type RedisClientLike, type RedisDriver, type SubscriberHandle } from './driver.js';
@@ -18,6 +21,8 @@ import { keysFor, type RedisKeys } from './keys.js';
 import { ScriptRunner } from './runner.js';
 import {
   CLAIM,
+  NEXT_TOKEN,
+  RAISE_FLOOR,
   LAYOUT_STATUS,
   LAYOUT_VERSION,
   LIST_NAMES,
@@ -138,7 +143,9 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
    *
    * @throws {SchemaError} when the layout is newer than this build understands.
    */
-  async migrate(options?: CallOptions): Promise<SchemaStatus> {
+  async migrate(options?: MigrateOptions): Promise<MigrateResult> {
+    // Lua numbers are doubles: the floor and the token above it must stay below 2^53.
+    const minToken = options?.minToken === undefined ? undefined : validateMinToken(options.minToken, 2n ** 53n - 2n, 'Redis');
     const [v] = await this.run(MIGRATE, [this.keys.layout], [String(LAYOUT_VERSION)], options);
     const current = Number(v);
     if (current > LAYOUT_VERSION) {
@@ -146,7 +153,17 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
         `keys under prefix "${this.prefix}" use layout ${current}, newer than this leasehold (${LAYOUT_VERSION}); upgrade leasehold`,
       );
     }
-    return { current, expected: LAYOUT_VERSION };
+    if (minToken === undefined) return { current, expected: LAYOUT_VERSION };
+    // Live terms keep their tokens here: they are time-based, so a term below the floor is one
+    // acquired before it, which the resource's fence already refuses once a newer term wrote.
+    const [floor, raised] = await this.run(RAISE_FLOOR, [this.keys.floor], [minToken.toString()], options);
+    return { current, expected: LAYOUT_VERSION, tokenFloor: { floor: BigInt(floor!), raised: raised === '1', endedTerms: 0 } };
+  }
+
+  async nextToken(options?: CallOptions & { name?: string }): Promise<bigint> {
+    const keys = options?.name === undefined ? [this.keys.floor] : [this.keys.floor, this.keys.lease(options.name)];
+    const [tok] = await this.run(NEXT_TOKEN, keys, [], options);
+    return BigInt(tok!);
   }
 
   /** A missing layout key reads as current: there is nothing to migrate before the first claim. */
@@ -180,6 +197,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
       keys.push(this.keys.lease(r.name), this.keys.leaseHistory(r.name));
       args.push(r.name, r.holder, r.expect === null ? '' : r.expect.join(','), r.nextNonce, String(ttlMs), r.expect === null ? '1' : '0');
     }
+    keys.push(this.keys.floor);
     const out = await this.run(CLAIM, keys, args, options);
     const storeNowMs = Number(out[0]);
     const results: ClaimResult[] = [];

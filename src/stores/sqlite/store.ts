@@ -1,7 +1,7 @@
 import { mkdirSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { createRequire } from 'node:module';
-import { ConfigError, LeaseholdError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -11,10 +11,13 @@ import type {
   LeaseInfo,
   LeaseStore,
   LostReason,
+  MigrateOptions,
+  MigrateResult,
   ReleaseRequest,
   RevokeResult,
   SchemaStatus,
 } from '../store.js';
+import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 
 export const SQLITE_SCHEMA_VERSION = 1;
 
@@ -90,6 +93,13 @@ CREATE TABLE ${T.fences} (
 );
 `,
 ];
+
+/**
+ * The token floor (`migrate({ minToken })`) lives in the leases table as the row named '': no
+ * lease can have that name (names are non-empty), so the claim reads it with the same statement
+ * it reads a lease with, and older files need no new table.
+ */
+const FLOOR_ROW = '';
 
 interface LeaseRow {
   name: string;
@@ -185,8 +195,69 @@ export class SqliteStore implements LeaseStore {
     }
   }
 
-  migrate(options?: CallOptions): Promise<SchemaStatus> {
-    return this.guard(() => this.migrateSync(), options);
+  migrate(options?: MigrateOptions): Promise<MigrateResult> {
+    return this.guard(() => {
+      const minToken = options?.minToken === undefined ? undefined : validateMinToken(options.minToken, MAX_SQL_FLOOR, 'SQLite');
+      const status = this.migrateSync();
+      if (minToken === undefined) return status;
+      return { ...status, tokenFloor: immediate(this.db, () => this.raiseFloor(minToken)) };
+    }, options);
+  }
+
+  /**
+   * Raises the floor row, and every lease below it; a live term among them is ended as revoked
+   * (its holder hears it through the file watch and stands down) instead of being left to renew
+   * a token that no longer exists.
+   */
+  private raiseFloor(minToken: bigint): NonNullable<MigrateResult['tokenFloor']> {
+    const before = this.floorSync();
+    const floor = before > minToken ? before : minToken;
+    if (floor > before) {
+      this.db.prepare(`INSERT INTO ${T.leases} (name, token) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET token = excluded.token`).run(FLOOR_ROW, floor);
+    }
+    const now = Date.now();
+    const live = this.db
+      .prepare(`SELECT name, holder, token FROM ${T.leases} WHERE name <> ? AND token <= ? AND holder IS NOT NULL`)
+      .safeIntegers(true)
+      .all(FLOOR_ROW, floor) as { name: string; holder: string; token: bigint }[];
+    const end = this.db.prepare(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = 'revoked' WHERE name = ?`);
+    const hist = this.db.prepare(
+      `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, 'revoked', NULL, ?, ?, ?, ?)`,
+    );
+    for (const row of live) {
+      end.run(now, row.name);
+      hist.run(row.name, row.holder, row.token, now, `leasehold migrate --min-token ${minToken}: the token floor is now ${floor}`);
+    }
+    this.db.prepare(`UPDATE ${T.leases} SET token = ? WHERE name <> ? AND token < ?`).run(floor, FLOOR_ROW, floor);
+    return { floor, raised: floor > before, endedTerms: live.length };
+  }
+
+  private floorSync(): bigint {
+    const row = this.db.prepare(`SELECT token FROM ${T.leases} WHERE name = ?`).safeIntegers(true).get(FLOOR_ROW) as { token: bigint } | undefined;
+    return row?.token ?? 0n;
+  }
+
+  nextToken(options?: CallOptions & { name?: string }): Promise<bigint> {
+    return this.guard(() => {
+      const floor = this.floorSync();
+      const row =
+        options?.name === undefined
+          ? undefined
+          : (this.db.prepare(`SELECT token FROM ${T.leases} WHERE name = ?`).safeIntegers(true).get(options.name) as { token: bigint } | undefined);
+      const token = row === undefined || row.token < floor ? floor : row.token;
+      return token + 1n;
+    }, options);
+  }
+
+  fenceHighWater(options?: CallOptions & { limit?: number }): Promise<{ resource: string; token: bigint }[]> {
+    return this.guard(() => {
+      const t = this.db.prepare(`SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?`).get(T.fences);
+      if (t === undefined) return [];
+      return this.db
+        .prepare(`SELECT resource, token FROM ${T.fences} ORDER BY token DESC, resource LIMIT ?`)
+        .safeIntegers(true)
+        .all(options?.limit ?? 5) as { resource: string; token: bigint }[];
+    }, options);
   }
 
   schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
@@ -203,14 +274,15 @@ export class SqliteStore implements LeaseStore {
       const seen = new Set<string>();
       for (const r of requests) {
         if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
+        if (r.name === FLOOR_ROW) throw new ConfigError('a lease name must be non-empty');
         seen.add(r.name);
       }
       const get = this.db.prepare(`SELECT * FROM ${T.leases} WHERE name = ?`).safeIntegers(true);
       const insert = this.db.prepare(
-        `INSERT INTO ${T.leases} (name, holder, nonce, token, expires_at, term_started_at, renewed_at) VALUES (?, ?, ?, 1, ?, ?, ?)`,
+        `INSERT INTO ${T.leases} (name, holder, nonce, token, expires_at, term_started_at, renewed_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
       );
       const acquire = this.db.prepare(
-        `UPDATE ${T.leases} SET holder = ?, nonce = ?, token = token + 1, expires_at = ?, term_started_at = ?, renewed_at = ?, ended_by = NULL WHERE name = ?`,
+        `UPDATE ${T.leases} SET holder = ?, nonce = ?, token = ?, expires_at = ?, term_started_at = ?, renewed_at = ?, ended_by = NULL WHERE name = ?`,
       );
       const renew = this.db.prepare(`UPDATE ${T.leases} SET nonce = ?, expires_at = ?, renewed_at = ? WHERE name = ?`);
       const conflict = this.db.prepare(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = 'conflict' WHERE name = ?`);
@@ -222,6 +294,8 @@ export class SqliteStore implements LeaseStore {
       );
       return immediate(this.db, () => {
         const now = Date.now();
+        // Read inside the write transaction: a floor raised by another process applies at once.
+        const floor = this.floorSync();
         return requests.map((req): ClaimResult => {
           const row = get.get(req.name) as LeaseRow | undefined;
           const expires = now + Math.round(req.ttlMs);
@@ -252,11 +326,11 @@ export class SqliteStore implements LeaseStore {
           }
           let token: bigint;
           if (row === undefined) {
-            insert.run(req.name, req.holder, req.nextNonce, expires, now, now);
-            token = 1n;
+            token = floor + 1n;
+            insert.run(req.name, req.holder, req.nextNonce, token, expires, now, now);
           } else {
-            acquire.run(req.holder, req.nextNonce, expires, now, now, req.name);
-            token = row.token + 1n;
+            token = (row.token > floor ? row.token : floor) + 1n;
+            acquire.run(req.holder, req.nextNonce, token, expires, now, now, req.name);
           }
           const event = row === undefined || row.holder === null ? 'acquired' : 'takeover';
           hist.run(req.name, event, req.holder, row?.holder ?? null, token, now);
@@ -295,9 +369,9 @@ export class SqliteStore implements LeaseStore {
     return this.guard(() => {
       const now = Date.now();
       const rows = this.db
-        .prepare(`SELECT * FROM ${T.leases} WHERE token > 0 AND (? IS NULL OR name = ?) ORDER BY name`)
+        .prepare(`SELECT * FROM ${T.leases} WHERE token > 0 AND name <> ? AND (? IS NULL OR name = ?) ORDER BY name`)
         .safeIntegers(true)
-        .all(options?.name ?? null, options?.name ?? null) as LeaseRow[];
+        .all(FLOOR_ROW, options?.name ?? null, options?.name ?? null) as LeaseRow[];
       return rows.map((row) => {
         const expiresAtMs = row.expires_at === null ? null : Number(row.expires_at);
         return {
@@ -463,19 +537,26 @@ function openDatabase(path: string): SqliteDatabaseLike {
   }
 }
 
+/**
+ * Only lock contention and I/O errors are retryable: a busy file clears, and an I/O error leaves
+ * the outcome unknown. Anything else (an SQL error, a corrupt file) is a `StoreError`.
+ */
 export function mapSqliteError(err: unknown): Error {
   if (err instanceof LeaseholdError) return err;
   const e = err as { code?: string; message?: string };
   const code = e.code ?? '';
   const msg = e.message ?? String(err);
-  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED') || code === 'SQLITE_IOERR') {
+  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED') || code.startsWith('SQLITE_IOERR') || code === 'SQLITE_PROTOCOL') {
     return new StoreUnavailableError(`SQLite database is busy or unreadable (${msg}); this is retryable`, { cause: err });
   }
-  if (/no such table/.test(msg)) {
-    return new SchemaError(`leasehold's tables are missing (${msg}); run \`leasehold migrate --store sqlite:PATH\``, { cause: err });
+  if (/no such table|no such column/.test(msg)) {
+    return new SchemaError(`leasehold's tables are missing or out of date (${msg}); run \`leasehold migrate --store sqlite:PATH\``, { cause: err });
   }
-  if (code === 'SQLITE_READONLY' || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_NOTADB') {
+  if (code.startsWith('SQLITE_READONLY') || code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_NOTADB' || code === 'SQLITE_PERM' || code === 'SQLITE_AUTH') {
     return new ConfigError(`SQLite database cannot be used (${msg}); check the path and its permissions`, { cause: err });
   }
-  return new StoreUnavailableError(`SQLite call failed (${msg})`, { cause: err });
+  if (code === 'SQLITE_FULL') return new StoreError(`SQLite database cannot grow (${msg}); free disk space`, { cause: err });
+  return new StoreError(`SQLite refused leasehold's statement (${code === '' ? '' : `${code}: `}${msg}); this is not retried: report it if it persists`, {
+    cause: err,
+  });
 }
