@@ -16,7 +16,7 @@ import type {
   SchemaStatus,
 } from '../store.js';
 
-export const SQLITE_SCHEMA_VERSION = 1;
+export const SQLITE_SCHEMA_VERSION = 2;
 
 /** The subset of a better-sqlite3 `Database` leasehold needs. */
 export interface SqliteDatabaseLike {
@@ -88,6 +88,12 @@ CREATE TABLE ${T.fences} (
   token      INTEGER NOT NULL,
   updated_at INTEGER NOT NULL
 );
+`,
+  // Same-database fenced writes (src/fence with `term`, see ./term-fence.ts): the token of the
+  // term that last committed one and the fence nonce it set, apart from the renewal nonce.
+  `
+ALTER TABLE ${T.leases} ADD COLUMN fence_token INTEGER;
+ALTER TABLE ${T.leases} ADD COLUMN fence_nonce TEXT;
 `,
 ];
 
