@@ -16,7 +16,7 @@ export type PgFenceOptions = {
   | {
       /** The token of the term doing this write. */
       token: bigint;
-      term?: undefined;
+      term?: Term;
     }
   | {
       /**

@@ -13,7 +13,7 @@ export type SqliteFenceOptions = {
   | {
       /** The token of the term doing this write. */
       token: bigint;
-      term?: undefined;
+      term?: Term;
     }
   | {
       /**
