@@ -112,7 +112,7 @@ for (const kind of stores) {
     let dir: string;
     // Long enough that both bursts run well inside the first renew interval after the restore:
     // what stops the second clone here is the fence, not the renewal's clone rule.
-    const ttl = 3000;
+    const ttl = 6000;
 
     before(async () => {
       t = await makeTestStore(kind);
