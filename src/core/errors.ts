@@ -81,7 +81,9 @@ export type LeaseLostReason =
   /** A detector decided this process was suspended, restored or cloned. */
   | 'suspended'
   /** The work stopped reporting progress (see `progress()`). */
-  | 'stalled';
+  | 'stalled'
+  /** A same-database fenced write found that another process (a restored snapshot, a fork) wrote with this term. */
+  | 'cloned';
 
 export class LeaseLostError extends LeaseholdError {
   readonly reason: LeaseLostReason;

@@ -15,7 +15,7 @@ import {
 import { newNonce } from './identity.js';
 import { revokeMarker, writeMarker } from './marker.js';
 import type { LoggerLike } from './logger.js';
-import type { ClaimRequest, ClaimResult, GrantedClaim, LeaseStore } from '../stores/store.js';
+import type { ClaimRequest, ClaimResult, GrantedClaim, LeaseStore, LostReason } from '../stores/store.js';
 
 /**
  * One continuous tenure of a lease by one process: from an acquisition to the moment this
@@ -63,6 +63,9 @@ export interface LeaseSnapshot {
   unconfirmed: string[];
   acquiredAtMs: number;
   lastStoreNowMs: number;
+  /** Same-database fenced writes (see TermFenceState); absent in snapshots taken before any. */
+  fenceNonces?: string[];
+  fenceFirst?: boolean;
 }
 
 export interface AcquireOptions {
@@ -116,6 +119,7 @@ interface TermState extends Term {
   /** When the renewal that produced lastStoreNowMs was sent. */
   lastSentAt: number;
   inFlight: boolean;
+  fence: TermFenceState;
 }
 
 /**
@@ -227,6 +231,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
       unconfirmed: [...t.unconfirmed],
       acquiredAtMs: t.acquiredAtMs,
       lastStoreNowMs: t.lastStoreNowMs,
+      fenceNonces: [...t.fence.known],
+      fenceFirst: t.fence.first,
     };
   }
 
@@ -256,6 +262,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
       lastStoreNowMs: snap.lastStoreNowMs,
       lastSentAt: now,
       inFlight: false,
+      fence: { known: [...(snap.fenceNonces ?? [])], first: snap.fenceFirst ?? true, tail: Promise.resolve() },
     };
     this.beginTerm(term);
     return term;
@@ -433,6 +440,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
       lastStoreNowMs: result.storeNowMs,
       lastSentAt: sentAt,
       inFlight: false,
+      fence: { known: [], first: true, tail: Promise.resolve() },
     };
     this.beginTerm(term);
     return term;
@@ -441,6 +449,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private beginTerm(term: TermState): void {
     if (this._state === 'closed') throw new LeaseholdError('CONFIG', `lease "${this.name}" is closed`);
     this.term = term;
+    leaseOfTerm.set(term, this);
     this._state = 'leading';
     this.armDeadline(term);
     this.armProgress(term);
@@ -678,9 +687,150 @@ export class Lease extends EventEmitter<LeaseEvents> {
     void this.endAndRelease('suspended', detail);
   }
 
+  // ---- same-database fenced writes (src/fence with `term`) --------------------------------------
+
+  /** @internal fence: the store this lease lives in, so a fence can tell whether it shares the database. */
+  get fenceStore(): LeaseStore {
+    return this.host.store;
+  }
+
+  /** The term if it is still this process's current one; else its loss (or NotLeaderError). */
+  private fenceTerm(term: Term): TermState {
+    const t = this.term;
+    if (t !== undefined && t === term && monoNow() >= t.deadline) this.passDeadline(t);
+    if (term.signal.aborted) throw term.signal.reason as Error;
+    if (this.term === undefined || this.term !== term) throw new NotLeaderError(`term ${term.token} of lease "${this.name}" is not this process's current term`);
+    return this.term;
+  }
+
+  /**
+   * @internal fence: begins one fenced write that checks and rotates the term's fence nonce in
+   * the lease's own database. Fenced writes of one term go one at a time from here to `settle`
+   * (the UPDATE and the COMMIT, not the user's work): then the lease row moves through this
+   * process's nonces in the order they were issued, and a write never finds the row holding a
+   * nonce of this process that it did not know about. Renewals do not take part: they swap a
+   * different column.
+   * @throws {LeaseLostError} the term ended (also while waiting for the previous write).
+   */
+  async fenceWrite(term: Term): Promise<TermFenceWrite> {
+    let t = this.fenceTerm(term);
+    const previous = t.fence.tail;
+    let release!: () => void;
+    t.fence.tail = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let onAbort: (() => void) | undefined;
+    try {
+      await Promise.race([
+        previous,
+        new Promise<never>((_, reject) => {
+          onAbort = () => reject(term.signal.reason as Error);
+          if (term.signal.aborted) onAbort();
+          else term.signal.addEventListener('abort', onAbort, { once: true });
+        }),
+      ]);
+      t = this.fenceTerm(term);
+    } catch (err) {
+      release();
+      throw err;
+    } finally {
+      if (onAbort !== undefined) term.signal.removeEventListener('abort', onAbort);
+    }
+    return this.fenceIssue(t, release);
+  }
+
+  /**
+   * @internal fence: the synchronous form of {@link fenceWrite} for SQLite, where the UPDATE and
+   * the COMMIT run to completion before any other JavaScript (so nothing can interleave).
+   */
+  fenceWriteSync(term: Term): TermFenceWrite {
+    return this.fenceIssue(this.fenceTerm(term), () => {});
+  }
+
+  private fenceIssue(t: TermState, release: () => void): TermFenceWrite {
+    const f = t.fence;
+    const next = newNonce();
+    let settled = false;
+    return {
+      name: this.name,
+      holder: t.holder,
+      token: t.token,
+      expect: [...f.known],
+      first: f.first,
+      next,
+      settle: (outcome) => {
+        if (settled) return;
+        settled = true;
+        if (outcome === 'written') {
+          f.known = [next];
+          f.first = false;
+        } else if (outcome === 'unknown') {
+          // The COMMIT's answer was lost: the row may hold `next` or what it held before.
+          // Past MAX_UNCONFIRMED the oldest goes: at worst a later write calls this a clone.
+          f.known = [...f.known, next].slice(-MAX_UNCONFIRMED);
+        }
+        release();
+      },
+    };
+  }
+
+  /** @internal fence: the nonces a fenced write may find, right now (for telling a clone from a race). */
+  fenceExpected(term: Term): { expect: string[]; first: boolean } {
+    const t = this.term === term ? this.term : undefined;
+    return t === undefined ? { expect: [], first: false } : { expect: [...t.fence.known], first: t.fence.first };
+  }
+
+  /**
+   * @internal fence: a fenced write found the term over in the store. Ends it here too, as a
+   * renewal with that answer would; a clone gets reason 'cloned'.
+   */
+  fenceLost(term: Term, reason: LostReason, detail: string): void {
+    if (this.term !== term) return;
+    const local: Record<LostReason, LeaseLostReason> = { expired: 'expired', superseded: 'superseded', cloned: 'cloned', revoked: 'revoked', released: 'superseded' };
+    if (reason !== 'revoked') this.host.regenerateIdentity(`fenced write: term ended: ${reason}`);
+    this.lose(local[reason], detail);
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+/**
+ * What a same-database fence keeps per term, apart from the renewal nonces: the lease row's
+ * fence nonce (set by fenced writes only) and which values of it this process may have set.
+ * Two processes restored from one snapshot share this state; the first fenced write after the
+ * restore sets a nonce from fresh kernel randomness that the other has never seen.
+ */
+interface TermFenceState {
+  /** Fence nonces this process set, or may have set (a COMMIT whose answer was lost). */
+  known: string[];
+  /** No fenced write of this term may have committed yet (the row's fence columns are an older term's). */
+  first: boolean;
+  /** The previous fenced write's turn; the next one waits for it. */
+  tail: Promise<void>;
+}
+
+/** @internal fence: one fenced write's view of its term; see Lease.fenceWrite. */
+export interface TermFenceWrite {
+  readonly name: string;
+  readonly holder: string;
+  readonly token: bigint;
+  /** The fence nonces the row may hold if no other process wrote with this term. */
+  readonly expect: readonly string[];
+  /** The row may still carry an older term's fence columns (no write of this term committed yet). */
+  readonly first: boolean;
+  /** The nonce to set: fresh kernel randomness, drawn after any snapshot of this process. */
+  readonly next: string;
+  /** The write's outcome, once known; lets the next fenced write of the term go. */
+  settle(outcome: 'written' | 'not-written' | 'unknown'): void;
+}
+
+const leaseOfTerm = new WeakMap<Term, Lease>();
+
+/** @internal fence: the Lease (of this process) a term belongs to. */
+export function leaseOf(term: Term): Lease | undefined {
+  return leaseOfTerm.get(term);
 }
 
 /** Races a promise against a caller's signal without leaving listeners behind. */

@@ -2,6 +2,13 @@
  * Resource-side fences. The leader can be wrong about being the leader (that is the premise);
  * the resource cannot be wrong about which token it last accepted.
  *
+ * Two processes restored from one snapshot share one term, and so one token, until the store
+ * ends it at the next renewal. A token fence accepts both (`>=`). When the resource is in the
+ * lease store's own PostgreSQL database or SQLite file, pass `term` to `fencedTransaction` /
+ * `fencedWriteSync`: the write then also checks the lease row in the same transaction, and of
+ * two processes holding one term only one can ever commit. Resources elsewhere (Redis, etcd,
+ * another database, an API) get the token fence only: there, pair it with an idempotency key.
+ *
  * What fencing cannot cover: a side effect outside a store that checks tokens, such as an
  * email, a webhook, or a payment API. There, derive an idempotency key from the lease name and
  * token ({@link idempotencyKey}) so the receiver drops the duplicate, and call
@@ -9,8 +16,15 @@
  */
 export { fencedTransaction, createPgFenceTable, type PgFenceOptions, type PgFenceTarget } from './postgres.js';
 export { fencedWriteSync, createSqliteFenceTable, type SqliteFenceOptions } from './sqlite.js';
-export { fencedSet, fencedHSet } from './redis.js';
-export { FencedError } from '../core/errors.js';
+export { fencedSet, fencedHSet, type RedisFenceTarget, type RedisFenceClient } from './redis.js';
+export { FencedError, LeaseLostError, type LeaseLostReason } from '../core/errors.js';
+// Every type a fence's parameters and results mention, so callers can name them.
+export type { Term } from '../core/lease.js';
+export type { CallOptions } from '../stores/store.js';
+export type { PgQueryableLike, PgPoolLike, PgResultLike, PgListenClientLike } from '../stores/postgres/store.js';
+export type { SqliteDatabaseLike, SqliteStatementLike } from '../stores/sqlite/store.js';
+export type { RedisClientLike, IoredisLike, NodeRedisLike } from '../stores/redis/driver.js';
+export type { RedisStore } from '../stores/redis/store.js';
 
 /**
  * A key that is the same for every retry within one term and different in every other term:

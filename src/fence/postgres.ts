@@ -1,17 +1,36 @@
-import { ConfigError, FencedError, SchemaError } from '../core/errors.js';
-import { mapPgError, type PgPoolLike, type PgQueryableLike } from '../stores/postgres/store.js';
+import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../core/errors.js';
+import { leaseOf, type Lease, type Term } from '../core/lease.js';
+import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike } from '../stores/postgres/store.js';
+import { classifyFenceFailure, rotateFenceNonce } from '../stores/postgres/term-fence.js';
 
-export interface PgFenceOptions {
+export type PgFenceOptions = {
   /** What is being protected: one high-water mark per resource ("invoices", "tenant:42"). */
   resource: string;
-  /** The token of the term doing this write. */
-  token: bigint;
   /**
    * The high-water-mark table, `schema.table`. Default `leasehold.fences`, created by
-   * `leasehold migrate` in the store's schema: with a store URL `?schema=x`, pass `x.fences`.
+   * `leasehold migrate` in the store's schema: with a store URL `?schema=x`, pass `x.fences`
+   * (with `term`, the default is the lease store's own schema).
    */
   table?: string;
-}
+} & (
+  | {
+      /** The token of the term doing this write. */
+      token: bigint;
+      term?: Term;
+    }
+  | {
+      /**
+       * The term doing this write, when the resource lives in the lease store's own PostgreSQL
+       * database. The transaction then also checks, under the lease row's lock, that the term is
+       * live in the store and that no other process has written with it (a snapshot restored
+       * twice): of two processes holding one term, only one can ever commit. The other is
+       * rolled back with `LeaseLostError` reason 'cloned' and its term ends.
+       */
+      term: Term;
+      /** Optional with `term`; if given, it must be the term's. */
+      token?: bigint;
+    }
+);
 
 /** A pool to check a connection out of, or a client you already hold (not inside a transaction). */
 export type PgFenceTarget = PgPoolLike | PgQueryableLike;
@@ -44,12 +63,31 @@ export async function createPgFenceTable(db: PgQueryableLike, table = 'leasehold
   );
 }
 
+/** The lease a `term` option belongs to, and the schema its row lives in. */
+function sameDatabase(term: Term): { lease: Lease; schema: string } {
+  const lease = leaseOf(term);
+  if (lease === undefined) throw new ConfigError('`term` must be a term this process acquired (from acquire(), onElected or runExclusive)');
+  const store = lease.fenceStore;
+  if (!(store instanceof PostgresStore)) {
+    throw new ConfigError(
+      `lease "${lease.name}" lives in a ${store.kind} store, not PostgreSQL: \`term\` checks the lease in the transaction's own database. ` +
+        'For a resource outside the lease store, pass `token` only (and use idempotency keys).',
+    );
+  }
+  return { lease, schema: store.schema };
+}
+
 /**
  * Runs `fn` inside one transaction that first advances the resource's high-water mark to
  * `token`, refusing if the mark is already higher. The mark's row stays locked until commit,
  * so an older term's transaction waits and then fails; it never interleaves with a newer one.
  *
+ * With `term` (the resource is in the lease store's database), the transaction's last step,
+ * after `fn`, checks the lease row and swaps its fence nonce (see stores/postgres/term-fence.ts).
+ *
  * @throws {FencedError} a newer term has written: the transaction was rolled back, zero rows changed.
+ * @throws {LeaseLostError} (with `term`) the term is over, in this process or in the store; reason
+ *   'cloned' when another process wrote with the same term. Rolled back; the term's signal aborts.
  * @throws {SchemaError} the fence table is missing.
  */
 export async function fencedTransaction<T>(
@@ -57,8 +95,14 @@ export async function fencedTransaction<T>(
   options: PgFenceOptions,
   fn: (tx: PgQueryableLike) => Promise<T>,
 ): Promise<T> {
-  if (typeof options.token !== 'bigint') throw new ConfigError('fence token must be a bigint (the lease token)');
-  const table = fenceTableName(options.table);
+  const term = options.term;
+  const token = options.token ?? term?.token;
+  if (typeof token !== 'bigint') throw new ConfigError('fence token must be a bigint (the lease token), or pass the term');
+  if (term !== undefined && token !== term.token) throw new ConfigError(`token ${token} is not the token of the term passed with it (${term.token})`);
+  const same = term === undefined ? undefined : sameDatabase(term);
+  if (term?.signal.aborted) throw term.signal.reason as Error;
+  const tableOption = options.table ?? (same === undefined ? undefined : `${same.schema}.fences`);
+  const table = fenceTableName(tableOption);
   const pooled = isPool(target);
   const client: PgQueryableLike = pooled ? await target.connect().catch((err: unknown) => Promise.reject(mapPgError(err, 'fence'))) : target;
   let broken: Error | undefined;
@@ -70,8 +114,10 @@ export async function fencedTransaction<T>(
   };
   const emitter = pooled ? (client as unknown as { on?(e: 'error', l: (err: Error) => void): unknown; off?(e: 'error', l: (err: Error) => void): unknown }) : undefined;
   emitter?.on?.('error', onError);
+  let open = false;
   try {
     await client.query('BEGIN');
+    open = true;
     let advanced;
     try {
       advanced = await client.query(
@@ -79,12 +125,12 @@ export async function fencedTransaction<T>(
          ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
           WHERE f.token <= EXCLUDED.token
          RETURNING token`,
-        [options.resource, options.token.toString()],
+        [options.resource, token.toString()],
       );
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (code === '42P01' || code === '3F000') {
-        throw new SchemaError(`fence table ${options.table ?? 'leasehold.fences'} does not exist; run \`leasehold migrate\` or createPgFenceTable()`, {
+        throw new SchemaError(`fence table ${tableOption ?? 'leasehold.fences'} does not exist; run \`leasehold migrate\` or createPgFenceTable()`, {
           cause: err,
         });
       }
@@ -92,15 +138,22 @@ export async function fencedTransaction<T>(
     }
     if (advanced.rows.length === 0) {
       const hw = await client.query(`SELECT token FROM ${table} WHERE resource = $1`, [options.resource]);
+      open = false;
       await client.query('ROLLBACK');
       const mark = hw.rows[0]?.['token'];
-      throw new FencedError(options.resource, options.token, mark == null ? null : BigInt(mark as string));
+      throw new FencedError(options.resource, token, mark == null ? null : BigInt(mark as string));
     }
     const result = await fn(client);
-    await client.query('COMMIT');
+    if (same !== undefined && term !== undefined) {
+      await commitAsTerm(client, same, term, () => {
+        open = false;
+      });
+    } else {
+      await client.query('COMMIT');
+    }
     return result;
   } catch (err) {
-    if (!(err instanceof FencedError)) {
+    if (open) {
       await client.query('ROLLBACK').catch((e: unknown) => {
         broken = e as Error;
       });
@@ -111,5 +164,48 @@ export async function fencedTransaction<T>(
       emitter?.off?.('error', onError);
       (client as unknown as { release(err?: Error): void }).release(broken);
     }
+  }
+}
+
+/**
+ * The last step of a fenced transaction with `term`: swap the lease row's fence nonce, then
+ * COMMIT. The swap waits for this process's previous fenced write of the term to settle, so
+ * this process's nonces reach the row in the order it issued them.
+ */
+async function commitAsTerm(client: PgQueryableLike, same: { lease: Lease; schema: string }, term: Term, closed: () => void): Promise<void> {
+  const w = await same.lease.fenceWrite(term);
+  try {
+    if (!(await rotateFenceNonce(client, same.schema, w).catch((err: unknown) => Promise.reject(mapPgError(err, same.schema))))) {
+      await client.query('ROLLBACK');
+      closed();
+      w.settle('not-written');
+      const now = same.lease.fenceExpected(term);
+      const why = await classifyFenceFailure(client, same.schema, { ...w, expect: now.expect, first: now.first }).catch((err: unknown) =>
+        Promise.reject(mapPgError(err, same.schema)),
+      );
+      if (why.kind === 'missing') {
+        throw new ConfigError(
+          `lease "${w.name}" has no row in schema "${same.schema}" of the database this transaction ran in; pass \`term\` only when the resource is in the lease store's own database`,
+        );
+      }
+      if (why.kind === 'ours') {
+        throw new StoreUnavailableError(`the fenced transaction for lease "${w.name}" was rolled back because the lease row moved under it; retry it`);
+      }
+      const detail =
+        why.reason === 'cloned'
+          ? 'another process holding this term (a restored snapshot or a fork) committed a fenced write with it; this transaction was rolled back'
+          : `a fenced write found the term over in the store (${why.reason}); the transaction was rolled back`;
+      same.lease.fenceLost(term, why.reason, detail);
+      throw term.signal.aborted ? (term.signal.reason as Error) : new LeaseLostError(w.name, w.token, why.reason === 'released' ? 'superseded' : why.reason, detail);
+    }
+    try {
+      await client.query('COMMIT');
+    } catch (err) {
+      w.settle('unknown');
+      throw err;
+    }
+    w.settle('written');
+  } finally {
+    w.settle('not-written'); // no-op once settled: an error before the COMMIT left nothing written
   }
 }

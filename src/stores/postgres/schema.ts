@@ -1,7 +1,7 @@
 import { ConfigError } from '../../core/errors.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 export function validateSchemaName(schema: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
@@ -154,6 +154,12 @@ $fn$;
 CREATE TRIGGER leases_freed AFTER UPDATE OF holder ON ${s}.leases
   FOR EACH ROW WHEN (OLD.holder IS NOT NULL AND NEW.holder IS NULL)
   EXECUTE FUNCTION ${s}.notify_freed();
+`,
+    `
+-- Same-database fenced writes (src/fence with \`term\`, see ./term-fence.ts): the token of the
+-- term that last committed one, and the fence nonce it set. Apart from \`nonce\` so that a
+-- fenced write never races this process's own renewal's compare-and-swap.
+ALTER TABLE ${s}.leases ADD COLUMN fence_token bigint, ADD COLUMN fence_nonce text;
 `,
   ];
 }

@@ -18,15 +18,20 @@ import type {
 import { SCHEMA_VERSION, channelFor, migrations, validateSchemaName } from './schema.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 
-/** The subset of a `pg` query result leasehold reads. */
-export interface PgResultLike {
-  rows: Record<string, unknown>[];
+/** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
+export interface PgResultLike<R = Record<string, unknown>> {
+  rows: R[];
   rowCount: number | null;
 }
 
-/** Anything with `query(text, values)`: a `pg.Pool`, a `pg.Client`, or a pool from another library. */
+/**
+ * Anything with `query(text, values)`: a `pg.Pool`, a `pg.Client`, or a pool from another
+ * library. Generic like pg's own, so `tx.query<{ id: number }>('SELECT id ...')` types its rows.
+ */
 export interface PgQueryableLike {
-  query(text: string, values?: unknown[]): Promise<PgResultLike>;
+  // `any` as in pg's own QueryResultRow: an interface type (no index signature) must fit `R`.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  query<R extends Record<string, any> = Record<string, unknown>>(text: string, values?: unknown[]): Promise<PgResultLike<R>>;
 }
 
 /** A client checked out of a pool (or a standalone client) that can LISTEN. */

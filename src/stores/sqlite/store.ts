@@ -19,7 +19,7 @@ import type {
 } from '../store.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 
-export const SQLITE_SCHEMA_VERSION = 1;
+export const SQLITE_SCHEMA_VERSION = 2;
 
 /** The subset of a better-sqlite3 `Database` leasehold needs. */
 export interface SqliteDatabaseLike {
@@ -91,6 +91,12 @@ CREATE TABLE ${T.fences} (
   token      INTEGER NOT NULL,
   updated_at INTEGER NOT NULL
 );
+`,
+  // Same-database fenced writes (src/fence with `term`, see ./term-fence.ts): the token of the
+  // term that last committed one and the fence nonce it set, apart from the renewal nonce.
+  `
+ALTER TABLE ${T.leases} ADD COLUMN fence_token INTEGER;
+ALTER TABLE ${T.leases} ADD COLUMN fence_nonce TEXT;
 `,
 ];
 

@@ -1,0 +1,101 @@
+/**
+ * The lease-row half of a same-database fenced write (src/fence/postgres.ts with `term`).
+ *
+ * Why two clones of one term cannot both commit: the last statement of every such transaction
+ * is the UPDATE below, which sets the row's fence nonce to fresh randomness only if the row
+ * still holds a fence nonce the writing process set itself. The UPDATE takes the lease row's
+ * lock, so two transactions serialise on it: the second waits for the first to commit, then
+ * re-reads the row (READ COMMITTED) and finds a nonce it never issued, so it changes nothing
+ * and is rolled back with all of the user's writes. (Under REPEATABLE READ or SERIALIZABLE it
+ * fails with a serialization error instead: also no commit.)
+ */
+import type { LostReason } from '../store.js';
+import { validateSchemaName } from './schema.js';
+import type { PgQueryableLike } from './store.js';
+
+export interface TermFenceRequest {
+  name: string;
+  holder: string;
+  token: bigint;
+  /** The fence nonces this process may have set for this term. */
+  expect: readonly string[];
+  /** No fenced write of this term may have committed yet. */
+  first: boolean;
+}
+
+/** What the row says after a fenced write's UPDATE changed nothing. */
+export type TermFenceFailure = { kind: 'lost'; reason: LostReason } | { kind: 'missing' } | { kind: 'ours' };
+
+const CONFLICT_DETAIL = 'two processes wrote with one term (a restored snapshot or a clone), seen by a fenced write';
+
+/** Inside the caller's transaction. True when the row was ours and now holds `next`. */
+export async function rotateFenceNonce(tx: PgQueryableLike, schema: string, req: TermFenceRequest & { next: string }): Promise<boolean> {
+  const s = `"${validateSchemaName(schema)}"`;
+  const r = await tx.query(
+    `UPDATE ${s}.leases SET fence_token = $3, fence_nonce = $4
+      WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now()
+        AND CASE WHEN fence_token IS NULL OR fence_token < $3 THEN $5::boolean
+                 ELSE coalesce(fence_nonce = ANY ($6::text[]), false) END
+     RETURNING 1`,
+    [req.name, req.holder, req.token.toString(), req.next, req.first, [...req.expect]],
+  );
+  return r.rows.length === 1;
+}
+
+/**
+ * After the rollback, in a statement of its own: why the row was not ours. A live term of this
+ * holder and token whose fence nonce this process never set is the clone rule (store contract
+ * 4b): the term is ended on the spot with a 'conflict' history event, so neither clone keeps it.
+ */
+export async function classifyFenceFailure(db: PgQueryableLike, schema: string, req: TermFenceRequest): Promise<TermFenceFailure> {
+  const s = `"${validateSchemaName(schema)}"`;
+  const r = await db.query(
+    `WITH cur AS (
+       SELECT name, holder, token, ended_by, expires_at > now() AS live,
+              CASE WHEN fence_token IS NULL OR fence_token < token THEN $5::boolean
+                   ELSE coalesce(fence_nonce = ANY ($4::text[]), false) END AS ours
+         FROM ${s}.leases WHERE name = $1 FOR UPDATE),
+     ended AS (
+       UPDATE ${s}.leases l SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'conflict'
+         FROM cur WHERE l.name = cur.name AND cur.holder = $2 AND cur.token = $3 AND cur.live AND NOT cur.ours
+       RETURNING l.name, l.token),
+     hist AS (
+       INSERT INTO ${s}.history (name, event, holder, previous_holder, token, at, detail)
+       SELECT name, 'conflict', NULL, $2, token, now(), $6 FROM ended)
+     SELECT cur.holder, cur.token, cur.ended_by, cur.live, cur.ours, EXISTS (SELECT 1 FROM ended) AS conflict FROM cur`,
+    [req.name, req.holder, req.token.toString(), [...req.expect], req.first, CONFLICT_DETAIL],
+  );
+  const row = r.rows[0];
+  if (row === undefined) return { kind: 'missing' };
+  return judge(
+    {
+      holder: (row['holder'] as string | null) ?? null,
+      token: BigInt(row['token'] as string),
+      endedBy: (row['ended_by'] as string | null) ?? null,
+      live: row['live'] === true,
+      ours: row['ours'] === true,
+      conflict: row['conflict'] === true,
+    },
+    req,
+  );
+}
+
+/** Shared by the PostgreSQL and SQLite fences: the same rule as a renewal's 'lost' reasons. */
+export function judge(
+  row: { holder: string | null; token: bigint; endedBy: string | null; live: boolean; ours: boolean; conflict: boolean },
+  req: { holder: string; token: bigint },
+): TermFenceFailure {
+  if (row.conflict) return { kind: 'lost', reason: 'cloned' };
+  if (row.holder === req.holder && row.token === req.token) {
+    // Ours and live: the row moved under a write of this process, which the one-at-a-time rule
+    // prevents; refuse this one write (retryable) rather than call anyone a clone.
+    return row.live && row.ours ? { kind: 'ours' } : { kind: 'lost', reason: 'expired' };
+  }
+  if (row.holder === null && row.token === req.token) {
+    if (row.endedBy === 'conflict') return { kind: 'lost', reason: 'cloned' };
+    if (row.endedBy === 'revoked') return { kind: 'lost', reason: 'revoked' };
+    if (row.endedBy === 'released') return { kind: 'lost', reason: 'released' };
+    return { kind: 'lost', reason: 'expired' };
+  }
+  return { kind: 'lost', reason: 'superseded' };
+}
