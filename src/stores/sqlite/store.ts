@@ -132,6 +132,9 @@ export class SqliteStore implements LeaseStore {
   private readonly busyOn: SqliteStatementLike;
 
   constructor(options: SqliteStoreOptions) {
+    const busy = options.busyTimeoutMs ?? 2000;
+    if (!Number.isInteger(busy) || busy < 0) throw new ConfigError(`busyTimeoutMs must be a whole number of milliseconds >= 0, got ${busy}`);
+    this.busyTimeoutMs = busy;
     let path = options.path;
     if (options.database === undefined && path === undefined) {
       if (options.url === undefined) throw new ConfigError('SqliteStore needs a url (sqlite:PATH), a path or a database');
@@ -160,9 +163,6 @@ export class SqliteStore implements LeaseStore {
       this.ownsDb = true;
     }
     this.description = `sqlite ${this.path}`;
-    const busy = options.busyTimeoutMs ?? 2000;
-    if (!Number.isInteger(busy) || busy < 0) throw new ConfigError(`busyTimeoutMs must be a whole number of milliseconds >= 0, got ${busy}`);
-    this.busyTimeoutMs = busy;
     try {
       // The open itself (WAL switch, migration) may wait, blocking, for the busy timeout: it
       // happens once, before this store can hold a lease.
@@ -506,7 +506,8 @@ function pause(ms: number, signal: AbortSignal | undefined, lastError: unknown):
       signal?.removeEventListener('abort', onAbort);
       resolve();
     }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
+    if (signal?.aborted === true) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
 
