@@ -1,6 +1,9 @@
 import { performance } from 'node:perf_hooks';
+import { resolve } from 'node:path';
 import { ConfigError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
 import { defaultStoreUrl } from '../stores/index.js';
+import { quickCheck, storeFileModes } from '../stores/sqlite/files.js';
+import { parseSqliteUrl } from '../stores/sqlite/store.js';
 import type { LeaseStore } from '../stores/store.js';
 import { EXIT, canCreate, cliMessage, findSetpriv, formatMs, logFormatOption, openStoreFromFlags, out, setLogContext, storeUrl, toJson, usageError } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
@@ -19,6 +22,10 @@ export const DOCTOR_SPEC = defineCommand({
   schema         the store's schema is the version this leasehold needs (else: leasehold migrate)
   clock-skew     the store's clock against this host's; expiry is judged by the store's clock
                  alone, so skew misleads humans reading timestamps, not the lease (warn > 1s)
+  sqlite-files   SQLite: the store's directory, file, -wal and -shm are not writable by group or
+                 others (whoever can replace the file can reset the tokens)
+  quick-check    SQLite: PRAGMA quick_check finds the file sound (a damaged file fails, and
+                 the store is then not opened)
   token-floor    a fenced resource's high-water mark (--fence-high-water N, and the fence table
                  beside the leases on PostgreSQL and SQLite) against the store's next token: a
                  mark at or above it means the store lost its history and every new term's
@@ -77,8 +84,12 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   try {
     const url = storeUrl(values);
     description = url.replace(/:[^:@/]*@/, ':***@');
-    ({ store } = await openStoreFromFlags(values));
-    description = store.description;
+    if (sqliteFileChecks(url, checks) === 'damaged') {
+      checks.push({ check: 'store', status: 'skip', detail: 'not opened: the SQLite file failed its integrity check (opening it writes to it)' });
+    } else {
+      ({ store } = await openStoreFromFlags(values));
+      description = store.description;
+    }
   } catch (e) {
     checks.push({ check: 'store', status: 'fail', detail: errorMessage(e) });
     exitCode = e instanceof ConfigError || (e as { exitCode?: number }).exitCode === EXIT.USAGE ? EXIT.USAGE : EXIT.STORE;
@@ -271,4 +282,68 @@ function setprivCheck(): Check {
         detail: 'setpriv not found: a runner killed with SIGKILL would leave its command running; install util-linux (apt-get install util-linux)',
       }
     : { check: 'setpriv', status: 'ok', detail: `${p} (the command dies with its runner)`, path: p };
+}
+
+/**
+ * SQLite only, on the file itself before the store opens it (the open migrates, which writes):
+ * its modes and SQLite's quick_check. Says 'damaged' when quick_check found damage, so the
+ * caller does not open the store on it.
+ */
+function sqliteFileChecks(url: string, checks: Check[]): 'damaged' | 'checked' {
+  if (!/^sqlite:/i.test(url)) return 'checked';
+  const path = parseSqliteUrl(url);
+  if (path === ':memory:') return 'checked';
+  const file = resolve(path);
+  checks.push(sqliteFilesCheck(file));
+  const integrity = sqliteIntegrityCheck(file);
+  checks.push(integrity);
+  return integrity.status === 'fail' && Array.isArray(integrity['findings']) ? 'damaged' : 'checked';
+}
+
+function sqliteFilesCheck(file: string): Check {
+  const modes = storeFileModes(file);
+  const shown = modes.map((m) => ({ path: m.path, kind: m.kind, mode: m.mode.toString(8).padStart(4, '0') }));
+  if (!modes.some((m) => m.kind === 'database')) {
+    return { check: 'sqlite-files', status: 'ok', detail: `${file} does not exist yet; it will be created 0600 in a 0700 directory`, files: shown };
+  }
+  const open = modes.filter((m) => m.writableByOthers);
+  if (open.length === 0) {
+    return { check: 'sqlite-files', status: 'ok', detail: `${file} and its directory are writable by their owner only`, files: shown };
+  }
+  const list = open.map((m) => `${m.kind === 'directory' ? 'directory ' : ''}${m.path} (${m.mode.toString(8).padStart(4, '0')}${m.sticky ? ', sticky' : ''})`);
+  const dir = open.find((m) => m.kind === 'directory');
+  const fix = [dir === undefined ? undefined : `chmod 700 ${dir.path}`, open.some((m) => m.kind !== 'directory') ? `chmod 600 ${file}*` : undefined]
+    .filter((x) => x !== undefined)
+    .join(' and ');
+  return {
+    check: 'sqlite-files',
+    status: 'warn',
+    detail:
+      `writable by group or others: ${list.join(', ')}; another local user could replace or rewrite the file and reset the tokens. ` +
+      `Unless the group is shared on purpose, ${fix}${dir !== undefined ? ' (or move the store to a private directory)' : ''}`,
+    files: shown,
+  };
+}
+
+function sqliteIntegrityCheck(file: string): Check {
+  if (!storeFileModes(file).some((m) => m.kind === 'database')) {
+    return { check: 'quick-check', status: 'skip', detail: 'no file yet' };
+  }
+  let findings: string[];
+  try {
+    findings = quickCheck(file);
+  } catch (e) {
+    // A missing driver or an unreadable file: the store's own open reports it, with its exit code.
+    return { check: 'quick-check', status: e instanceof ConfigError ? 'skip' : 'fail', detail: errorMessage(e) };
+  }
+  if (findings.length === 1 && findings[0] === 'ok') return { check: 'quick-check', status: 'ok', detail: 'quick_check found no damage' };
+  const shown = findings.slice(0, 3).map((f) => f.replace(/\s*\n\s*/g, ' ')).join('; ');
+  return {
+    check: 'quick-check',
+    status: 'fail',
+    detail:
+      `quick_check: ${shown}${findings.length > 3 ? ` (and ${findings.length - 3} more)` : ''}. The file is damaged: stop the processes using it and ` +
+      'restore it from a backup (a new empty file would restart tokens at 1, below what fenced resources have accepted)',
+    findings,
+  };
 }

@@ -1,5 +1,6 @@
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { createSqliteFenceTable } from '../fence/sqlite.js';
+import { loadSqliteDriver } from '../stores/sqlite/driver.js';
 import { DEMO_TABLE, DEMO_TABLE_DDL, type WriteRow } from './protocol.js';
 
 /**
@@ -9,7 +10,8 @@ import { DEMO_TABLE, DEMO_TABLE_DDL, type WriteRow } from './protocol.js';
  * fence lives with the resource, not with the lease.
  */
 export function openResource(path: string): Database.Database {
-  const db = new Database(path);
+  // Loaded when used, not imported: better-sqlite3 is optional, and a missing one gets one line.
+  const db = new (loadSqliteDriver() as unknown as typeof Database)(path);
   db.pragma('journal_mode = WAL');
   // Three writers and a reader share the file; waiting beats failing a unit of work.
   db.pragma('busy_timeout = 5000');

@@ -1,6 +1,6 @@
-import { mkdirSync, watch, type FSWatcher } from 'node:fs';
+import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
-import { createRequire } from 'node:module';
+import { performance } from 'node:perf_hooks';
 import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
@@ -18,6 +18,8 @@ import type {
   SchemaStatus,
 } from '../store.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
+import { loadSqliteDriver } from './driver.js';
+import { createPrivately } from './files.js';
 
 export const SQLITE_SCHEMA_VERSION = 2;
 
@@ -49,7 +51,12 @@ export interface SqliteStoreOptions {
   path?: string;
   /** Your own better-sqlite3 Database (leasehold will not close it). */
   database?: SqliteDatabaseLike;
-  /** How long to wait for another process's write lock before failing (retryable). Default 2s. */
+  /**
+   * How long a store call waits for another process's write lock before failing (retryable).
+   * Default 2s. The wait is asynchronous (short retries on timers): the event loop is never
+   * blocked by it. It is also the connection's own busy timeout, which synchronous users of
+   * {@link SqliteStore.database} (such as `fencedWriteSync`) wait with, blocking.
+   */
   busyTimeoutMs?: number;
   /** Create or upgrade the tables on open. Default true: the embedded store needs no setup step. */
   migrate?: boolean;
@@ -136,8 +143,14 @@ export class SqliteStore implements LeaseStore {
   private readonly ownsDb: boolean;
   private closed = false;
   private watchers = new Set<() => Promise<void>>();
+  private readonly busyTimeoutMs: number;
+  private readonly busyOff: SqliteStatementLike;
+  private readonly busyOn: SqliteStatementLike;
 
   constructor(options: SqliteStoreOptions) {
+    const busy = options.busyTimeoutMs ?? 2000;
+    if (!Number.isInteger(busy) || busy < 0) throw new ConfigError(`busyTimeoutMs must be a whole number of milliseconds >= 0, got ${busy}`);
+    this.busyTimeoutMs = busy;
     let path = options.path;
     if (options.database === undefined && path === undefined) {
       if (options.url === undefined) throw new ConfigError('SqliteStore needs a url (sqlite:PATH), a path or a database');
@@ -149,20 +162,30 @@ export class SqliteStore implements LeaseStore {
       this.path = options.database.name;
     } else {
       this.path = path === ':memory:' ? path : resolve(path!);
+      // Before anything touches the file: a missing driver is the first thing to report.
+      const Database = loadSqliteDriver();
       if (this.path !== ':memory:') {
         try {
-          mkdirSync(dirname(this.path), { recursive: true });
+          createPrivately(this.path);
         } catch (err) {
-          throw new ConfigError(`cannot create the directory for ${this.path}: ${(err as Error).message}; choose a writable path`, { cause: err });
+          throw new ConfigError(`cannot create ${this.path}: ${(err as Error).message}; choose a writable path`, { cause: err });
         }
       }
-      this.db = openDatabase(this.path);
+      try {
+        this.db = new Database(this.path);
+      } catch (err) {
+        throw new ConfigError(`cannot open SQLite database ${this.path}: ${(err as Error).message}; check the path and its permissions`, { cause: err });
+      }
       this.ownsDb = true;
     }
     this.description = `sqlite ${this.path}`;
     try {
+      // The open itself (WAL switch, migration) may wait, blocking, for the busy timeout: it
+      // happens once, before this store can hold a lease.
+      this.db.pragma(`busy_timeout = ${busy}`);
       this.db.pragma('journal_mode = WAL');
-      this.db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 2000}`);
+      this.busyOff = this.db.prepare('PRAGMA busy_timeout = 0');
+      this.busyOn = this.db.prepare(`PRAGMA busy_timeout = ${busy}`);
       // FULL, not NORMAL: in WAL mode NORMAL can lose the last commits on power loss, and a
       // lost token bump would hand the next term a token that was already used.
       this.db.pragma('synchronous = FULL');
@@ -172,13 +195,50 @@ export class SqliteStore implements LeaseStore {
     if (options.migrate !== false) this.migrateSync();
   }
 
-  private guard<R>(fn: () => R, options?: CallOptions): Promise<R> {
-    if (this.closed) return Promise.reject(new LeaseholdError('CONFIG', 'this SqliteStore is closed'));
+  /**
+   * Runs one store call. better-sqlite3 is synchronous, so SQLite's own busy wait would block
+   * the event loop for up to the busy timeout whenever another process holds the write lock (a
+   * long fenced write on this file, say): every timer in this process, including the renewal
+   * deadlines of leases on other stores, would stall with it. Instead each attempt runs with
+   * the busy timeout at 0 and a locked database is retried on a timer with a short backoff,
+   * until the budget is spent or the caller's signal aborts (the engine aborts a renewal
+   * after one renew interval and retries it in jeopardy). So the loop blocks only for one
+   * attempt, and a claim that never got the lock is a retryable StoreUnavailableError: an
+   * unknown outcome, never a crash and never a "yes".
+   */
+  private async guard<R>(fn: () => R, options?: CallOptions): Promise<R> {
+    const signal = options?.signal;
+    const started = performance.now();
+    for (let attempt = 0; ; attempt++) {
+      if (this.closed) throw new LeaseholdError('CONFIG', 'this SqliteStore is closed');
+      try {
+        signal?.throwIfAborted();
+        return this.withoutBusyWait(fn);
+      } catch (err) {
+        if (!isBusy(err)) throw mapSqliteError(err);
+        const left = this.busyTimeoutMs - (performance.now() - started);
+        if (left <= 0) {
+          throw new StoreUnavailableError(
+            `SQLite database ${this.path} stayed locked by another process for ${this.busyTimeoutMs}ms (${(err as Error).message}); this is retryable`,
+            { cause: err },
+          );
+        }
+        // 1, 2, 4 ... 25ms with jitter: a lock held for a few ms (another claim) costs a few
+        // ms; one held for seconds costs ~40 attempts a second, each a failed lock attempt.
+        const backoff = Math.min(25, 2 ** attempt) * (0.5 + Math.random() / 2);
+        await pause(Math.min(backoff, left), signal, err);
+      }
+    }
+  }
+
+  /** Runs `fn` with SQLite's blocking busy wait turned off for this connection. */
+  private withoutBusyWait<R>(fn: () => R): R {
+    if (this.busyTimeoutMs === 0) return fn();
+    this.busyOff.get();
     try {
-      options?.signal?.throwIfAborted();
-      return Promise.resolve(fn());
-    } catch (err) {
-      return Promise.reject(mapSqliteError(err));
+      return fn();
+    } finally {
+      if (this.db.open) this.busyOn.get();
     }
   }
 
@@ -448,8 +508,7 @@ export class SqliteStore implements LeaseStore {
         pending = undefined;
         if (this.closed) return;
         try {
-          const rows = poll.all(cursor) as { id: bigint; name: string }[];
-          const top = (maxId.get() as { id: bigint }).id;
+          const [rows, top] = this.withoutBusyWait(() => [poll.all(cursor) as { id: bigint; name: string }[], (maxId.get() as { id: bigint }).id] as const);
           for (const r of rows) listener(r.name);
           cursor = top > cursor ? top : cursor;
         } catch {
@@ -528,19 +587,26 @@ export function parseSqliteUrl(url: string): string {
   return path;
 }
 
-function openDatabase(path: string): SqliteDatabaseLike {
-  let Database: new (path: string, options?: Record<string, unknown>) => SqliteDatabaseLike;
-  try {
-    // better-sqlite3 is CommonJS and a regular dependency: the embedded default needs no install step.
-    Database = createRequire(import.meta.url)('better-sqlite3') as typeof Database;
-  } catch (err) {
-    throw new ConfigError('the SQLite store needs better-sqlite3 (version 12 on Node 20): npm install better-sqlite3@12', { cause: err });
-  }
-  try {
-    return new Database(path);
-  } catch (err) {
-    throw new ConfigError(`cannot open SQLite database ${path}: ${(err as Error).message}; check the path and its permissions`, { cause: err });
-  }
+function isBusy(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'));
+}
+
+/** Sleeps `ms`, or rejects (retryable) when `signal` aborts first. */
+function pause(ms: number, signal: AbortSignal | undefined, lastError: unknown): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(new StoreUnavailableError('gave up waiting for the SQLite write lock (the call was aborted); this is retryable', { cause: lastError }));
+    };
+    // Not unref'd: a CLI command waiting for the lock must not exit as if it had finished.
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    if (signal?.aborted === true) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 /**
