@@ -14,7 +14,7 @@ import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { Leasehold } from '../src/core/leasehold.js';
 import { newNonce } from '../src/core/identity.js';
-import type { LeaseStore } from '../src/stores/store.js';
+import type { LeaseStore } from '../src/backends/store.js';
 import { countingStore, makeTestStore, type StoreKind } from '../test/helpers/stores.js';
 
 const { values } = parseArgs({

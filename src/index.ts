@@ -30,9 +30,9 @@ export { parseDuration, validateLeaseName, resolveTiming, type Duration, type Ti
 export { newHolderId } from './core/identity.js';
 export type { LoggerLike } from './core/logger.js';
 export * from './core/errors.js';
-export type * from './stores/store.js';
-export { openStore, resolveStoreUrl, defaultStoreUrl } from './stores/index.js';
-export { PostgresStore, type PostgresStoreOptions, type PgPoolLike, type PgQueryableLike } from './stores/postgres/store.js';
-export { SqliteStore, type SqliteStoreOptions, type SqliteDatabaseLike } from './stores/sqlite/store.js';
-export { RedisStore, createRedisStore, type RedisStoreOptions, type IoredisLike, type NodeRedisLike } from './stores/redis/index.js';
-export { EtcdStore, createEtcdStore, type EtcdStoreOptions } from './stores/etcd/index.js';
+export type * from './backends/store.js';
+export { openStore, resolveStoreUrl, defaultStoreUrl } from './backends/index.js';
+export { PostgresStore, type PostgresStoreOptions, type PgPoolLike, type PgQueryableLike } from './backends/postgres/store.js';
+export { SqliteStore, type SqliteStoreOptions, type SqliteDatabaseLike } from './backends/sqlite/store.js';
+export { RedisStore, createRedisStore, type RedisStoreOptions, type IoredisLike, type NodeRedisLike } from './backends/redis/index.js';
+export { EtcdStore, createEtcdStore, type EtcdStoreOptions } from './backends/etcd/index.js';

@@ -8,8 +8,8 @@ import { delimiter, dirname, join } from 'node:path';
 import type { ParseArgsConfig } from 'node:util';
 import { parseDuration } from '../core/config.js';
 import { ConfigError, LeaseholdError, NotAcquiredError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
-import { openStore, resolveStoreUrl } from '../stores/index.js';
-import type { LeaseStore } from '../stores/store.js';
+import { openStore, resolveStoreUrl } from '../backends/index.js';
+import type { LeaseStore } from '../backends/store.js';
 
 /** Exit codes. Keep in step with the table in `leasehold --help` (main.ts) and the README. */
 export const EXIT = {

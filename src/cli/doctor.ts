@@ -1,10 +1,10 @@
 import { performance } from 'node:perf_hooks';
 import { resolve } from 'node:path';
 import { ConfigError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
-import { defaultStoreUrl } from '../stores/index.js';
-import { quickCheck, storeFileModes } from '../stores/sqlite/files.js';
-import { parseSqliteUrl } from '../stores/sqlite/store.js';
-import type { LeaseStore } from '../stores/store.js';
+import { defaultStoreUrl } from '../backends/index.js';
+import { quickCheck, storeFileModes } from '../backends/sqlite/files.js';
+import { parseSqliteUrl } from '../backends/sqlite/store.js';
+import type { LeaseStore } from '../backends/store.js';
 import { EXIT, canCreate, cliMessage, findSetpriv, formatMs, logFormatOption, openStoreFromFlags, out, setLogContext, storeUrl, toJson, usageError } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { parseRunArgs } from './run.js';

@@ -42,7 +42,7 @@ import { AbortedError, LeaseLostError, LeaseholdError, NotAcquiredError, errorMe
 import { Leasehold } from '../core/leasehold.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { LoggerLike } from '../core/logger.js';
-import { redactUrl } from '../stores/url.js';
+import { redactUrl } from '../backends/url.js';
 import {
   CliError,
   EXIT,

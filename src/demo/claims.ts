@@ -1,4 +1,4 @@
-import type { HistoryEntry } from '../stores/store.js';
+import type { HistoryEntry } from '../backends/store.js';
 import type { Report, ReportOf, WriteRow } from './protocol.js';
 
 /** What the demo did and saw, gathered for the timeline and the claims. */

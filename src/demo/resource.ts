@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
-import { createSqliteFenceTable } from '../fence/sqlite.js';
-import { loadSqliteDriver } from '../stores/sqlite/driver.js';
+import { createSqliteFenceTable } from '../backends/sqlite/fence.js';
+import { loadSqliteDriver } from '../backends/sqlite/driver.js';
 import { DEMO_TABLE, DEMO_TABLE_DDL, type WriteRow } from './protocol.js';
 
 /**

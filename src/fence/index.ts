@@ -14,17 +14,17 @@
  * token ({@link idempotencyKey}) so the receiver drops the duplicate, and call
  * `lease.confirm()` right before the call.
  */
-export { fencedTransaction, createPgFenceTable, type PgFenceOptions, type PgFenceTarget } from './postgres.js';
-export { fencedWriteSync, createSqliteFenceTable, type SqliteFenceOptions } from './sqlite.js';
-export { fencedSet, fencedHSet, type RedisFenceTarget, type RedisFenceClient } from './redis.js';
+export { fencedTransaction, createPgFenceTable, type PgFenceOptions, type PgFenceTarget } from '../backends/postgres/fence.js';
+export { fencedWriteSync, createSqliteFenceTable, type SqliteFenceOptions } from '../backends/sqlite/fence.js';
+export { fencedSet, fencedHSet, type RedisFenceTarget, type RedisFenceClient } from '../backends/redis/fence.js';
 export { FencedError, LeaseLostError, type LeaseLostReason } from '../core/errors.js';
 // Every type a fence's parameters and results mention, so callers can name them.
 export type { Term } from '../core/lease.js';
-export type { CallOptions } from '../stores/store.js';
-export type { PgQueryableLike, PgPoolLike, PgResultLike, PgListenClientLike } from '../stores/postgres/store.js';
-export type { SqliteDatabaseLike, SqliteStatementLike } from '../stores/sqlite/store.js';
-export type { RedisClientLike, IoredisLike, NodeRedisLike } from '../stores/redis/driver.js';
-export type { RedisStore } from '../stores/redis/store.js';
+export type { CallOptions } from '../backends/store.js';
+export type { PgQueryableLike, PgPoolLike, PgResultLike, PgListenClientLike } from '../backends/postgres/store.js';
+export type { SqliteDatabaseLike, SqliteStatementLike } from '../backends/sqlite/store.js';
+export type { RedisClientLike, IoredisLike, NodeRedisLike } from '../backends/redis/driver.js';
+export type { RedisStore } from '../backends/redis/store.js';
 
 /**
  * A key that is the same for every retry within one term and different in every other term:

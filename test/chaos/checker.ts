@@ -20,7 +20,7 @@
  * Measured, never failed: belief overlap (two processes believing they lead at once), and
  * terms whose writes came from more than one process (restores of one snapshot).
  */
-import type { HistoryEntry } from '../../src/stores/store.js';
+import type { HistoryEntry } from '../../src/backends/store.js';
 import { PROCESS_FAULTS, type FaultKind, type FaultRecord, type ResourceRow, type Timing, type WorkerInfo } from './types.js';
 
 export interface CheckInput {

@@ -4,7 +4,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { HistoryEntry } from '../../src/stores/store.js';
+import type { HistoryEntry } from '../../src/backends/store.js';
 import type { Belief, CheckResult } from './checker.js';
 import { FAULT_KINDS, type FaultKind, type FaultRecord, type ResourceRow, type StoreKind, type Timing, type WorkerInfo } from './types.js';
 

@@ -12,7 +12,7 @@
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
 import { FencedError } from '../../src/core/errors.js';
-import { createPgFenceTable, fencedTransaction } from '../../src/fence/postgres.js';
+import { createPgFenceTable, fencedTransaction } from '../../src/backends/postgres/fence.js';
 import type { ResourceRow } from './types.js';
 
 export const RESOURCE_NAME = 'chaos';

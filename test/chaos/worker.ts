@@ -29,11 +29,11 @@ import { AbortedError, NotLeaderError, errorMessage } from '../../src/core/error
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Lease, LeaseSnapshot } from '../../src/core/lease.js';
 import { Elector } from '../../src/core/elector.js';
-import type { LeaseStore } from '../../src/stores/store.js';
-import { PostgresStore } from '../../src/stores/postgres/store.js';
-import { SqliteStore } from '../../src/stores/sqlite/store.js';
-import { createRedisStore } from '../../src/stores/redis/index.js';
-import { createEtcdStore } from '../../src/stores/etcd/index.js';
+import type { LeaseStore } from '../../src/backends/store.js';
+import { PostgresStore } from '../../src/backends/postgres/store.js';
+import { SqliteStore } from '../../src/backends/sqlite/store.js';
+import { createRedisStore } from '../../src/backends/redis/index.js';
+import { createEtcdStore } from '../../src/backends/etcd/index.js';
 import { resourcePool, writeUnit } from './resource.js';
 import { monoMs, type StoreKind, type WorkerEventBody, type WorkerMode } from './types.js';
 

@@ -8,7 +8,7 @@ import { chmodSync, closeSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, afterEach, describe, it } from 'node:test';
 import { Leasehold } from '../../src/core/leasehold.js';
-import { SqliteStore } from '../../src/stores/sqlite/store.js';
+import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { Sandbox, assertNoLeftovers } from './helpers.js';
 
 interface DoctorJson {

@@ -13,9 +13,9 @@ import { ConfigError, LeaseLostError, StoreUnavailableError } from '../../src/co
 import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
 import { Sandbox, assertNoLeftovers } from './helpers.js';
 import pg from 'pg';
-import { fencedTransaction } from '../../src/fence/postgres.js';
-import { fencedWriteSync } from '../../src/fence/sqlite.js';
-import type { SqliteStore } from '../../src/stores/sqlite/store.js';
+import { fencedTransaction } from '../../src/backends/postgres/fence.js';
+import { fencedWriteSync } from '../../src/backends/sqlite/fence.js';
+import type { SqliteStore } from '../../src/backends/sqlite/store.js';
 
 const pools: pg.Pool[] = [];
 function pgPool(url: string): pg.Pool {

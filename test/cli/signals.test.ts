@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { TcpProxy } from '../helpers/proxy.js';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { openStore } from '../../src/stores/index.js';
-import type { LeaseStore } from '../../src/stores/store.js';
+import { openStore } from '../../src/backends/index.js';
+import type { LeaseStore } from '../../src/backends/store.js';
 import { HAS_SETPRIV, PG_URL, Sandbox, assertNoLeftovers, dropSchema, freshSchema, isAlive, pgUrl, readPid, sleeperScript, until } from './helpers.js';
 
 const sb = new Sandbox('signals');

@@ -11,8 +11,8 @@ import { randomBytes } from 'node:crypto';
 import { newNonce } from '../../src/core/identity.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { ConfigError, LeaseLostError, NotAcquiredError, StoreUnavailableError } from '../../src/core/errors.js';
-import { openStore } from '../../src/stores/index.js';
-import type { ClaimResult, LeaseStore } from '../../src/stores/store.js';
+import { openStore } from '../../src/backends/index.js';
+import type { ClaimResult, LeaseStore } from '../../src/backends/store.js';
 import { countingStore, downUrl, makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 
 const contenderJs = fileURLToPath(new URL('../fixtures/contender.js', import.meta.url));

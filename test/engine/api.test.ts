@@ -9,8 +9,8 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import { parseDuration, resolveTiming, validateLeaseName } from '../../src/core/config.js';
 import { AbortedError, ConfigError, LeaseLostError, NotLeaderError, SchemaError } from '../../src/core/errors.js';
 import { newHolderId } from '../../src/core/identity.js';
-import { openStore, resolveStoreUrl, defaultStoreUrl } from '../../src/stores/index.js';
-import { PostgresStore } from '../../src/stores/postgres/store.js';
+import { openStore, resolveStoreUrl, defaultStoreUrl } from '../../src/backends/index.js';
+import { PostgresStore } from '../../src/backends/postgres/store.js';
 import type { Term } from '../../src/core/lease.js';
 import { makeTestStore, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
 

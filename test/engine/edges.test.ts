@@ -9,9 +9,9 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { LeaseLostError, StoreUnavailableError } from '../../src/core/errors.js';
-import { PostgresStore } from '../../src/stores/postgres/store.js';
-import { fencedTransaction } from '../../src/fence/postgres.js';
-import type { ClaimRequest, LeaseStore } from '../../src/stores/store.js';
+import { PostgresStore } from '../../src/backends/postgres/store.js';
+import { fencedTransaction } from '../../src/backends/postgres/fence.js';
+import type { ClaimRequest, LeaseStore } from '../../src/backends/store.js';
 import { makeTestStore, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -10,9 +10,9 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { NotAcquiredError, SchemaError, StoreError, StoreUnavailableError } from '../../src/core/errors.js';
-import { openStore } from '../../src/stores/index.js';
+import { openStore } from '../../src/backends/index.js';
 import type { Term } from '../../src/core/lease.js';
-import type { SqliteStore } from '../../src/stores/sqlite/store.js';
+import type { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { downUrl, makeTestStore, selectedStores, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
 
 const uniq = (p: string): string => `${p}-${randomBytes(4).toString('hex')}`;

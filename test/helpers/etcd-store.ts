@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { createEtcdStore, parseEtcdUrl, type Etcd3Like } from '../../src/stores/etcd/index.js';
-import type { LeaseStore } from '../../src/stores/store.js';
+import { createEtcdStore, parseEtcdUrl, type Etcd3Like } from '../../src/backends/etcd/index.js';
+import type { LeaseStore } from '../../src/backends/store.js';
 
 export const TEST_ETCD_URL = process.env['LEASEHOLD_TEST_ETCD_URL'] ?? 'etcd://127.0.0.1:2379';
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { createRedisStore } from '../../src/stores/redis/index.js';
-import type { LeaseStore } from '../../src/stores/store.js';
+import { createRedisStore } from '../../src/backends/redis/index.js';
+import type { LeaseStore } from '../../src/backends/store.js';
 
 export const TEST_REDIS_URL = process.env['LEASEHOLD_TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379/0';
 

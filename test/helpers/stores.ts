@@ -3,8 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { openStore } from '../../src/stores/index.js';
-import type { LeaseStore } from '../../src/stores/store.js';
+import { openStore } from '../../src/backends/index.js';
+import type { LeaseStore } from '../../src/backends/store.js';
 import { TEST_REDIS_URL, deleteRedisKeys, freshRedisPrefix } from './redis-store.js';
 import { TEST_ETCD_URL, deleteEtcdKeys, freshEtcdPrefix } from './etcd-store.js';
 

@@ -6,8 +6,8 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ConfigError, SchemaError, StoreUnavailableError } from '../../src/core/errors.js';
-import { EtcdStore, createEtcdStore, parseEtcdUrl, type Etcd3Like } from '../../src/stores/etcd/index.js';
-import type { ClaimRequest, ClaimResult } from '../../src/stores/store.js';
+import { EtcdStore, createEtcdStore, parseEtcdUrl, type Etcd3Like } from '../../src/backends/etcd/index.js';
+import type { ClaimRequest, ClaimResult } from '../../src/backends/store.js';
 import { TEST_ETCD_URL, deleteEtcdKeys, etcdAdmin, freshEtcdPrefix, makeEtcdTestStore } from '../helpers/etcd-store.js';
 
 // Runs against a real etcd (LEASEHOLD_TEST_ETCD_URL, default 127.0.0.1:2379; start one with

@@ -5,10 +5,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { createClient } from 'redis';
 import { ConfigError, FencedError, SchemaError, StoreUnavailableError } from '../../src/core/errors.js';
-import { fencedHSet, fencedSet } from '../../src/fence/redis.js';
-import { mapRedisError } from '../../src/stores/redis/errors.js';
-import { RedisStore, createRedisStore, keysFor, parseRedisUrl, type IoredisLike } from '../../src/stores/redis/index.js';
-import type { ClaimRequest, ClaimResult } from '../../src/stores/store.js';
+import { fencedHSet, fencedSet } from '../../src/backends/redis/fence.js';
+import { mapRedisError } from '../../src/backends/redis/errors.js';
+import { RedisStore, createRedisStore, keysFor, parseRedisUrl, type IoredisLike } from '../../src/backends/redis/index.js';
+import type { ClaimRequest, ClaimResult } from '../../src/backends/store.js';
 import { TEST_REDIS_URL, deleteRedisKeys, freshRedisPrefix, makeRedisTestStore } from '../helpers/redis-store.js';
 
 // Every test gets its own prefix and deletes its own keys; the server is shared, so nothing here

@@ -13,8 +13,8 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { StoreUnavailableError } from '../../src/core/errors.js';
-import { createSqliteFenceTable, fencedWriteSync } from '../../src/fence/sqlite.js';
-import { SqliteStore } from '../../src/stores/sqlite/store.js';
+import { createSqliteFenceTable, fencedWriteSync } from '../../src/backends/sqlite/fence.js';
+import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import type { LeaseLostError } from '../../src/core/errors.js';
 
 const DRIVER = createRequire(import.meta.url).resolve('better-sqlite3');

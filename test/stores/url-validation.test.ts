@@ -7,11 +7,11 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { ConfigError } from '../../src/core/errors.js';
-import { openStore } from '../../src/stores/index.js';
-import { parseEtcdUrl } from '../../src/stores/etcd/client.js';
-import { parsePostgresUrl } from '../../src/stores/postgres/store.js';
-import { parseRedisUrl } from '../../src/stores/redis/connect.js';
-import { parseSqliteUrl } from '../../src/stores/sqlite/store.js';
+import { openStore } from '../../src/backends/index.js';
+import { parseEtcdUrl } from '../../src/backends/etcd/client.js';
+import { parsePostgresUrl } from '../../src/backends/postgres/store.js';
+import { parseRedisUrl } from '../../src/backends/redis/connect.js';
+import { parseSqliteUrl } from '../../src/backends/sqlite/store.js';
 import { freshRedisPrefix, deleteRedisKeys } from '../helpers/redis-store.js';
 import { selectedStores } from '../helpers/stores.js';
 

@@ -1,10 +1,10 @@
-import { ConfigError, FencedError } from '../core/errors.js';
-import type { CallOptions } from '../stores/store.js';
-import { driverFor, type RedisClientLike } from '../stores/redis/driver.js';
-import { ScriptRunner } from '../stores/redis/runner.js';
-import { RedisStore } from '../stores/redis/store.js';
+import { ConfigError, FencedError } from '../../core/errors.js';
+import type { CallOptions } from '../store.js';
+import { driverFor, type RedisClientLike } from './driver.js';
+import { ScriptRunner } from './runner.js';
+import { RedisStore } from './store.js';
 import { createHash } from 'node:crypto';
-import type { LuaScript } from '../stores/redis/scripts.js';
+import type { LuaScript } from './scripts.js';
 
 /**
  * The resource-side fence for data kept in Redis: a write carries the lease's token, and Redis

@@ -1,9 +1,9 @@
 import { realpathSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../core/errors.js';
-import { leaseOf, type Lease, type Term, type TermFenceWrite } from '../core/lease.js';
-import { SqliteStore, immediate, type SqliteDatabaseLike } from '../stores/sqlite/store.js';
-import { classifyFenceFailureSync, rotateFenceNonceSync } from '../stores/sqlite/term-fence.js';
+import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { leaseOf, type Lease, type Term, type TermFenceWrite } from '../../core/lease.js';
+import { SqliteStore, immediate, type SqliteDatabaseLike } from './store.js';
+import { classifyFenceFailureSync, rotateFenceNonceSync } from './term-fence.js';
 
 export type SqliteFenceOptions = {
   resource: string;
@@ -71,7 +71,7 @@ class NotOurs extends Error {}
  * `fn` is too: that is what keeps another process from slipping in between.
  *
  * With `term` (db is the lease store's file), the transaction's last step, after `fn`, checks
- * the lease row and swaps its fence nonce (see stores/sqlite/term-fence.ts).
+ * the lease row and swaps its fence nonce (see backends/sqlite/term-fence.ts).
  *
  * @throws {FencedError} a newer term has written; nothing was changed.
  * @throws {LeaseLostError} (with `term`) the term is over, in this process or in the store; reason

@@ -1,7 +1,7 @@
-import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../core/errors.js';
-import { leaseOf, type Lease, type Term } from '../core/lease.js';
-import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike } from '../stores/postgres/store.js';
-import { classifyFenceFailure, rotateFenceNonce } from '../stores/postgres/term-fence.js';
+import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { leaseOf, type Lease, type Term } from '../../core/lease.js';
+import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike } from './store.js';
+import { classifyFenceFailure, rotateFenceNonce } from './term-fence.js';
 
 export type PgFenceOptions = {
   /** What is being protected: one high-water mark per resource ("invoices", "tenant:42"). */
@@ -83,7 +83,7 @@ function sameDatabase(term: Term): { lease: Lease; schema: string } {
  * so an older term's transaction waits and then fails; it never interleaves with a newer one.
  *
  * With `term` (the resource is in the lease store's database), the transaction's last step,
- * after `fn`, checks the lease row and swaps its fence nonce (see stores/postgres/term-fence.ts).
+ * after `fn`, checks the lease row and swaps its fence nonce (see backends/postgres/term-fence.ts).
  *
  * @throws {FencedError} a newer term has written: the transaction was rolled back, zero rows changed.
  * @throws {LeaseLostError} (with `term`) the term is over, in this process or in the store; reason
