@@ -1,4 +1,4 @@
-import { ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
 import { newNonce } from '../../core/identity.js';
 import { validateMinToken } from '../min-token.js';
 import type {
@@ -107,7 +107,7 @@ export class EtcdStore implements LeaseStore {
   }
 
   private begin(options?: CallOptions): number {
-    if (this.closed) throw new LeaseholdError('CONFIG', 'this EtcdStore is closed');
+    if (this.closed) throw new ClosedError('this EtcdStore is closed; open a new store');
     options?.signal?.throwIfAborted();
     return Date.now() + this.callTimeoutMs;
   }
@@ -452,7 +452,7 @@ export class EtcdStore implements LeaseStore {
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
     this.begin();
-    if (this.watching !== undefined) throw new LeaseholdError('CONFIG', 'watchFreed is already active on this store');
+    if (this.watching !== undefined) throw new ConfigError('watchFreed is already active on this store; stop the first listener (or open a second store) before starting another');
     const handle = await watchTermDeletes(this.client, this.keys, listener, onReconnect, this.callTimeoutMs);
     const stop = async (): Promise<void> => {
       if (this.watching?.stop === stop) this.watching = undefined;

@@ -1,5 +1,5 @@
 import { checkQueryParameters, checkUrlParts, redactUrl } from '../url.js';
-import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -112,7 +112,7 @@ export class PostgresStore implements LeaseStore {
   }
 
   private async q(text: string, values?: unknown[], options?: CallOptions): Promise<PgResultLike> {
-    if (this.closed) throw new LeaseholdError('CONFIG', 'this PostgresStore is closed');
+    if (this.closed) throw new ClosedError('this PostgresStore is closed; open a new store');
     options?.signal?.throwIfAborted();
     try {
       return await this.pool.query(text, values);
@@ -337,7 +337,7 @@ export class PostgresStore implements LeaseStore {
    * a notification sent while we were away is gone.
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
-    if (this.listen !== undefined) throw new LeaseholdError('CONFIG', 'watchFreed is already active on this store');
+    if (this.listen !== undefined) throw new ConfigError('watchFreed is already active on this store; stop the first listener (or open a second store) before starting another');
     const channel = channelFor(this.schema);
     let stopped = false;
     let client: PgListenClientLike | undefined;

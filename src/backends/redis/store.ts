@@ -1,4 +1,4 @@
-import { ConfigError, SchemaError } from '../../core/errors.js';
+import { ClosedError, ConfigError, SchemaError } from '../../core/errors.js';
 import { validateMinToken } from '../min-token.js';
 import type {
   CallOptions,
@@ -131,7 +131,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   }
 
   private async run(script: Parameters<ScriptRunner['run']>[0], keys: string[], args: string[], options?: CallOptions): Promise<string[]> {
-    if (this.closed) throw new ConfigError('this RedisStore is closed');
+    if (this.closed) throw new ClosedError('this RedisStore is closed; open a new store');
     const reply = await this.scripts.run(script, keys, args, options?.signal);
     return toStrings(reply);
   }
@@ -315,7 +315,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
    * meanwhile are gone: Redis pub/sub is fire-and-forget.
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
-    if (this.closed) throw new ConfigError('this RedisStore is closed');
+    if (this.closed) throw new ClosedError('this RedisStore is closed; open a new store');
     this.watch ??= new FreedWatch(this.driver, this.keys.channel);
     const watch = this.watch;
     const entry = { listener, onReconnect };

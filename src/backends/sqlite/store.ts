@@ -1,7 +1,7 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -210,7 +210,7 @@ export class SqliteStore implements LeaseStore {
     const signal = options?.signal;
     const started = performance.now();
     for (let attempt = 0; ; attempt++) {
-      if (this.closed) throw new LeaseholdError('CONFIG', 'this SqliteStore is closed');
+      if (this.closed) throw new ClosedError('this SqliteStore is closed; open a new store');
       try {
         signal?.throwIfAborted();
         return this.withoutBusyWait(fn);
