@@ -1,6 +1,7 @@
-import { ClosedError, ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, StoreUnavailableError } from '../../core/errors.js';
 import { newNonce } from '../../core/identity.js';
 import { validateMinToken } from '../min-token.js';
+import { historyLimit } from '../checks.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -397,10 +398,11 @@ export class EtcdStore implements LeaseStore {
   }
 
   async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
+    // Checked before any round trip; 0 must not reach etcd, whose range limit 0 means "all".
+    const limit = historyLimit(options?.limit);
+    if (limit === 0) return [];
     const deadline = this.begin(options);
     await this.loadFloor(deadline);
-    const limit = options?.limit ?? 1000;
-    if (!Number.isInteger(limit) || limit <= 0) throw new ConfigError(`history limit must be a positive whole number, got ${limit}`);
     const r = await this.txn(
       guarded(this.keys, [rangePrefix(this.keys.historyOf(options?.name), { sort_order: 'Descend', sort_target: 'Create', limit })]),
       deadline,

@@ -17,6 +17,8 @@ import type {
 } from '../store.js';
 import { SCHEMA_VERSION, channelFor, migrations, validateSchemaName } from './schema.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
+import { checkClaimBatch, historyLimit } from '../checks.js';
+import { leaseState } from '../../core/claim-rule.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -223,8 +225,8 @@ export class PostgresStore implements LeaseStore {
   }
 
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
+    checkClaimBatch(requests);
     if (requests.length === 0) return [];
-    assertDistinct(requests);
     const r = await this.q(
       `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[])`,
       [
@@ -296,7 +298,7 @@ export class PostgresStore implements LeaseStore {
         name: row['name'] as string,
         holder,
         token: BigInt(row['token'] as string),
-        state: holder === null ? 'free' : expiresAtMs !== null && expiresAtMs > storeNowMs ? 'held' : 'expired',
+        state: leaseState(holder, expiresAtMs, storeNowMs),
         expiresAtMs,
         storeNowMs,
         termStartedAtMs: (row['started_ms'] as number | null) ?? null,
@@ -306,12 +308,14 @@ export class PostgresStore implements LeaseStore {
   }
 
   async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
+    const limit = historyLimit(options?.limit);
+    if (limit === 0) return [];
     const r = await this.q(
       `SELECT * FROM (
          SELECT id, name, event, holder, previous_holder, token, (extract(epoch FROM at) * 1000)::float8 AS at_ms, detail
            FROM ${this.s}.history WHERE ($1::text IS NULL OR name = $1) ORDER BY id DESC LIMIT $2) h
        ORDER BY id`,
-      [options?.name ?? null, options?.limit ?? 1000],
+      [options?.name ?? null, limit],
       options,
     );
     return r.rows.map((row) => ({
@@ -427,14 +431,6 @@ async function closeListenClient(c: PgListenClientLike, graceful: boolean): Prom
     else await c.end?.();
   } catch {
     // already closed
-  }
-}
-
-function assertDistinct(requests: readonly ClaimRequest[]): void {
-  const seen = new Set<string>();
-  for (const r of requests) {
-    if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
-    seen.add(r.name);
   }
 }
 
