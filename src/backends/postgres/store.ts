@@ -286,7 +286,7 @@ export class PostgresStore implements LeaseStore {
               (extract(epoch FROM term_started_at) * 1000)::float8 AS started_ms,
               (extract(epoch FROM renewed_at) * 1000)::float8 AS renewed_ms,
               (extract(epoch FROM now()) * 1000)::float8 AS now_ms
-         FROM ${this.s}.leases WHERE token > 0 AND ($1::text IS NULL OR name = $1) ORDER BY name`,
+         FROM ${this.s}.leases WHERE term_started_at IS NOT NULL AND ($1::text IS NULL OR name = $1) ORDER BY name`,
       [options?.name ?? null],
       options,
     );
@@ -434,6 +434,12 @@ async function closeListenClient(c: PgListenClientLike, graceful: boolean): Prom
   }
 }
 
+/**
+ * One row of the claim function's answer. The SQL reports a clone conflict (our holder id, a nonce
+ * we do not hold, a live term: the function has just ended it) with the row's holder and expiry as
+ * they were before; the claim rule answers with the term as it is now: no holder, ended at the
+ * store's now (the conformance table compares the two).
+ */
 function toClaimResult(row: Record<string, unknown>): ClaimResult {
   const name = row['name'] as string;
   const outcome = row['outcome'] as string;
@@ -445,7 +451,11 @@ function toClaimResult(row: Record<string, unknown>): ClaimResult {
     return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs };
   }
   if (outcome === 'lost') {
-    return { name, outcome, reason: row['reason'] as LostReason, holder, token, expiresAtMs, storeNowMs };
+    const reason = row['reason'] as LostReason;
+    if (reason === 'cloned' && holder !== null && expiresAtMs !== null && expiresAtMs > storeNowMs) {
+      return { name, outcome, reason, holder: null, token, expiresAtMs: storeNowMs, storeNowMs };
+    }
+    return { name, outcome, reason, holder, token, expiresAtMs, storeNowMs };
   }
   return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs };
 }
