@@ -1,7 +1,11 @@
+import type { CallOptions, LeasePort } from '../core/port.js';
+
 /**
  * The contract between the lease engine and a store. The engine knows nothing of drivers; a
  * store knows nothing of timers. Every store folder (`postgres/`, `sqlite/`, ...) implements
- * {@link LeaseStore}, and `test/conformance/` proves each one against the expectations below.
+ * {@link LeaseStore}: the engine's port ({@link LeasePort}, core/port.ts) and the operator's
+ * calls ({@link LeaseAdmin}). `leasehold/conformance` (src/conformance/) proves each one against
+ * the expectations below, and drives every claim case through the rule in core/claim-rule.ts.
  *
  * Expectations every store must meet (the conformance suite checks each):
  *  1. Expiry is judged by the store's own clock. The store reports that clock in every answer.
@@ -21,69 +25,23 @@
  *  5. Only the holder's current term can be released; operators can revoke any term.
  *  6. Every change of holder is recorded in the history with the store's time.
  *  7. Errors are typed: `StoreUnavailableError` (retryable) when the outcome is unknown,
+ *     `ClosedError` for a call on a closed store,
  *     `SchemaError` when the schema is missing or old, `ConfigError` for bad settings.
  */
 
-export interface ClaimRequest {
-  name: string;
-  /** The caller's holder id (per process instance, see core/identity). */
-  holder: string;
-  /** How long the store should grant the term for, from the store's now. */
-  ttlMs: number;
-  /**
-   * Null to contend for the lease. When renewing: the nonce(s) this process may have set last:
-   * the confirmed one and, after renewals whose answers were lost, the ones it had sent (the
-   * engine sends at most three). Nonces are base64url: no commas, no spaces.
-   */
-  expect: readonly string[] | null;
-  /** The nonce the store stores on success; fresh kernel randomness on every claim. */
-  nextNonce: string;
-}
-
-/** Why a renewal failed, as the store sees the row. */
-export type LostReason =
-  | 'expired' // still our row, but the store's clock passed its expiry
-  | 'superseded' // another holder owns it
-  | 'cloned' // our holder id, but another process with that id renewed it (a restored snapshot); the term was ended
-  | 'revoked' // an operator revoked it
-  | 'released'; // released (by a clone of this process, since this process did not)
-
-export type ClaimResult =
-  | {
-      name: string;
-      outcome: 'acquired' | 'renewed';
-      token: bigint;
-      holder: string;
-      expiresAtMs: number;
-      storeNowMs: number;
-    }
-  | {
-      name: string;
-      outcome: 'busy';
-      /** The current holder (null if the store could not say). */
-      holder: string | null;
-      token: bigint | null;
-      expiresAtMs: number | null;
-      storeNowMs: number;
-    }
-  | {
-      name: string;
-      outcome: 'lost';
-      reason: LostReason;
-      holder: string | null;
-      token: bigint | null;
-      expiresAtMs: number | null;
-      storeNowMs: number;
-    };
-
-/** A claim the store granted (an acquisition or a renewal). */
-export type GrantedClaim = Extract<ClaimResult, { outcome: 'acquired' | 'renewed' }>;
-
-export interface ReleaseRequest {
-  name: string;
-  holder: string;
-  expect: readonly string[];
-}
+// The engine's side of the contract lives with the engine (core/port.ts); these names stay
+// exported from here for stores and users that import them from this module.
+export type {
+  CallOptions,
+  ClaimRequest,
+  ClaimResult,
+  FreedListener,
+  GrantedClaim,
+  LeasePort,
+  LostReason,
+  ReleaseRequest,
+} from '../core/port.js';
+export { MAX_EXPECTED_NONCES } from '../core/port.js';
 
 export interface LeaseInfo {
   name: string;
@@ -127,10 +85,6 @@ export interface SchemaStatus {
   expected: number;
 }
 
-export interface CallOptions {
-  signal?: AbortSignal;
-}
-
 export interface MigrateOptions extends CallOptions {
   /**
    * A token floor: every token issued after this call, for any lease name (including names never
@@ -148,10 +102,11 @@ export interface MigrateResult extends SchemaStatus {
   tokenFloor?: { floor: bigint; raised: boolean; endedTerms: number };
 }
 
-/** Called with a lease name when the store says it may have become free. */
-export type FreedListener = (name: string) => void;
-
-export interface LeaseStore {
+/**
+ * The operator's calls: what the CLI (migrate, doctor, status, history, release --force) uses and
+ * the lease engine never does.
+ */
+export interface LeaseAdmin {
   /** `postgres`, `sqlite`, ... */
   readonly kind: string;
   /** Where it points, with any password redacted: safe to log. */
@@ -161,14 +116,11 @@ export interface LeaseStore {
   migrate(options?: MigrateOptions): Promise<MigrateResult>;
   schemaStatus(options?: CallOptions): Promise<SchemaStatus>;
 
-  /** Acquire or renew many leases in one round trip. Results come back in request order. */
-  claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]>;
-  /** Releases the caller's current term. False when the caller no longer held it. */
-  release(request: ReleaseRequest, options?: CallOptions): Promise<boolean>;
   /** Operator revocation of whoever holds `name`, recorded in the history. */
   revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult>;
 
   list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]>;
+  /** The newest `limit` entries (default 1000; 0 gives none), oldest first. */
   history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]>;
   /** The store's clock, in milliseconds since the epoch. */
   now(options?: CallOptions): Promise<number>;
@@ -186,13 +138,8 @@ export interface LeaseStore {
    */
   fenceHighWater?(options?: CallOptions & { limit?: number }): Promise<{ resource: string; token: bigint }[]>;
 
-  /**
-   * Optional: a push channel for "this lease may be free" (LISTEN/NOTIFY, pub/sub, watch).
-   * Without it followers sleep until the store-reported expiry. The returned function stops
-   * listening. `onReconnect` fires after the channel was down, since notifications may have
-   * been missed while it was.
-   */
-  watchFreed?(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>>;
-
   close(): Promise<void>;
 }
+
+/** A whole store: the engine's port and the operator's calls. Every store in this folder is one. */
+export interface LeaseStore extends LeasePort, LeaseAdmin {}

@@ -15,7 +15,8 @@ export type ErrorCode =
   | 'FENCED' // the resource refused a stale token
   | 'NO_OWNER' // no lease exists under that name
   | 'OWNER_DEAD' // a lease exists but its holder's term has expired
-  | 'ABORTED'; // the caller's own signal aborted the call
+  | 'ABORTED' // the caller's own signal aborted the call
+  | 'CLOSED'; // a call on a store, client or lease that was closed
 
 export interface LeaseholdErrorOptions {
   cause?: unknown;
@@ -166,6 +167,17 @@ export class NoOwnerError extends LeaseholdError {
 export class AbortedError extends LeaseholdError {
   constructor(message: string, options: LeaseholdErrorOptions = {}) {
     super('ABORTED', message, options);
+  }
+}
+
+/**
+ * A call on something already closed (a store, a client, a lease). Not retryable: the same
+ * object will never answer again; open a new one. A programming error, not bad configuration,
+ * so the CLI does not report it as a usage error.
+ */
+export class ClosedError extends LeaseholdError {
+  constructor(message: string, options: LeaseholdErrorOptions = {}) {
+    super('CLOSED', message, { ...options, retryable: false });
   }
 }
 

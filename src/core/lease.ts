@@ -15,7 +15,7 @@ import {
 import { newNonce } from './identity.js';
 import { revokeMarker, writeMarker } from './marker.js';
 import type { LoggerLike } from './logger.js';
-import type { ClaimRequest, ClaimResult, GrantedClaim, LeaseStore, LostReason } from '../backends/store.js';
+import type { ClaimRequest, ClaimResult, GrantedClaim, LeasePort as LeaseStore, LostReason } from './port.js';
 
 /**
  * One continuous tenure of a lease by one process: from an acquisition to the moment this

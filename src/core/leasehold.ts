@@ -5,7 +5,7 @@ import { newHolderId, newNonces } from './identity.js';
 import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type RenewalTicket, type Term } from './lease.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
-import type { ClaimRequest, LeaseStore } from '../backends/store.js';
+import type { ClaimRequest, LeasePort as LeaseStore } from './port.js';
 
 export type SuspicionDetector = 'wall-clock-jump' | 'store-clock-advance' | 'deadline-passed' | 'manual';
 

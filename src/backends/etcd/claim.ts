@@ -1,4 +1,6 @@
-import { ConfigError, StoreUnavailableError } from '../../core/errors.js';
+import { StoreUnavailableError } from '../../core/errors.js';
+import { CONFLICT_DETAIL } from '../../core/claim-rule.js';
+import { checkClaimBatch } from '../checks.js';
 import type { ClaimRequest, ClaimResult, LostReason } from '../store.js';
 import type { Etcd3Like, EtcdKeyValue, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { mapEtcdError } from './client.js';
@@ -58,8 +60,6 @@ import { guarded, rangeOf, schemaOk } from './txn.js';
  * other request carries. A conflict delete that landed and is retried fails its compare, and
  * the reads (no term key, `endedBy: 'conflict'`) give the same answer.
  */
-
-export const CONFLICT_DETAIL = 'two processes renewed one term (a restored snapshot or a clone)';
 
 export interface Grant {
   id: string;
@@ -124,7 +124,7 @@ interface Pending {
 }
 
 export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequest[], deadline: number): Promise<ClaimResult[]> {
-  validate(requests);
+  checkClaimBatch(requests);
   const results: (ClaimResult | undefined)[] = new Array<ClaimResult | undefined>(requests.length);
   const lookups: { index: number; lease: string; renew: RenewValue | null; nonce: string }[] = [];
 
@@ -183,18 +183,6 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
   if (lookups.length > 0) await fillExpiry(ctx, results, lookups, deadline);
   if (ctx.seen.size > SEEN_CAP) ctx.seen.clear();
   return results as ClaimResult[];
-}
-
-function validate(requests: readonly ClaimRequest[]): void {
-  const names = new Set<string>();
-  for (const r of requests) {
-    if (names.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
-    names.add(r.name);
-    if (!Number.isFinite(r.ttlMs) || r.ttlMs <= 0) throw new ConfigError(`claim of "${r.name}": ttlMs must be a positive number, got ${r.ttlMs}`);
-    if (r.expect !== null && r.expect.length > 8) {
-      throw new ConfigError(`claim of "${r.name}" expects ${r.expect.length} nonces; at most 8 are supported`);
-    }
-  }
 }
 
 function plan(ctx: ClaimContext, index: number, seq: number, req: ClaimRequest, grant: Grant, atMs: number, seen: SeenState): Plan {

@@ -1,6 +1,6 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { MAX_DURATION_MS } from '../../core/config.js';
-import { ConfigError, LeaseholdError, StoreError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, LeaseholdError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import { checkQueryParameters } from '../url.js';
 
 /**
@@ -368,7 +368,7 @@ export function mapEtcdError(err: unknown, where: string): Error {
       cause: err,
     });
   }
-  if (name === 'ClientClosedError') return new LeaseholdError('CONFIG', `the etcd client is closed (${where})`, { cause: err });
+  if (name === 'ClientClosedError') return new ClosedError(`the etcd client is closed (${where}); open a new store`, { cause: err });
   // "requested lease not found": the batch's etcd lease ran out between its grant and the Txn
   // (a stalled cluster); the next attempt grants a fresh one.
   if (isTransient(err) || /UNAVAILABLE|DEADLINE|ECONNREFUSED|No connection|timed out|timeout|requested lease not found/i.test(msg)) {

@@ -1,6 +1,7 @@
-import { ConfigError, LeaseholdError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, StoreUnavailableError } from '../../core/errors.js';
 import { newNonce } from '../../core/identity.js';
 import { validateMinToken } from '../min-token.js';
+import { historyLimit } from '../checks.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -107,7 +108,7 @@ export class EtcdStore implements LeaseStore {
   }
 
   private begin(options?: CallOptions): number {
-    if (this.closed) throw new LeaseholdError('CONFIG', 'this EtcdStore is closed');
+    if (this.closed) throw new ClosedError('this EtcdStore is closed; open a new store');
     options?.signal?.throwIfAborted();
     return Date.now() + this.callTimeoutMs;
   }
@@ -397,10 +398,11 @@ export class EtcdStore implements LeaseStore {
   }
 
   async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
+    // Checked before any round trip; 0 must not reach etcd, whose range limit 0 means "all".
+    const limit = historyLimit(options?.limit);
+    if (limit === 0) return [];
     const deadline = this.begin(options);
     await this.loadFloor(deadline);
-    const limit = options?.limit ?? 1000;
-    if (!Number.isInteger(limit) || limit <= 0) throw new ConfigError(`history limit must be a positive whole number, got ${limit}`);
     const r = await this.txn(
       guarded(this.keys, [rangePrefix(this.keys.historyOf(options?.name), { sort_order: 'Descend', sort_target: 'Create', limit })]),
       deadline,
@@ -452,7 +454,7 @@ export class EtcdStore implements LeaseStore {
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
     this.begin();
-    if (this.watching !== undefined) throw new LeaseholdError('CONFIG', 'watchFreed is already active on this store');
+    if (this.watching !== undefined) throw new ConfigError('watchFreed is already active on this store; stop the first listener (or open a second store) before starting another');
     const handle = await watchTermDeletes(this.client, this.keys, listener, onReconnect, this.callTimeoutMs);
     const stop = async (): Promise<void> => {
       if (this.watching?.stop === stop) this.watching = undefined;

@@ -1,5 +1,5 @@
 import { checkQueryParameters, checkUrlParts, redactUrl } from '../url.js';
-import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -17,6 +17,8 @@ import type {
 } from '../store.js';
 import { SCHEMA_VERSION, channelFor, migrations, validateSchemaName } from './schema.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
+import { checkClaimBatch, historyLimit } from '../checks.js';
+import { leaseState } from '../../core/claim-rule.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -112,7 +114,7 @@ export class PostgresStore implements LeaseStore {
   }
 
   private async q(text: string, values?: unknown[], options?: CallOptions): Promise<PgResultLike> {
-    if (this.closed) throw new LeaseholdError('CONFIG', 'this PostgresStore is closed');
+    if (this.closed) throw new ClosedError('this PostgresStore is closed; open a new store');
     options?.signal?.throwIfAborted();
     try {
       return await this.pool.query(text, values);
@@ -223,8 +225,8 @@ export class PostgresStore implements LeaseStore {
   }
 
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
+    checkClaimBatch(requests);
     if (requests.length === 0) return [];
-    assertDistinct(requests);
     const r = await this.q(
       `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[])`,
       [
@@ -284,7 +286,7 @@ export class PostgresStore implements LeaseStore {
               (extract(epoch FROM term_started_at) * 1000)::float8 AS started_ms,
               (extract(epoch FROM renewed_at) * 1000)::float8 AS renewed_ms,
               (extract(epoch FROM now()) * 1000)::float8 AS now_ms
-         FROM ${this.s}.leases WHERE token > 0 AND ($1::text IS NULL OR name = $1) ORDER BY name`,
+         FROM ${this.s}.leases WHERE term_started_at IS NOT NULL AND ($1::text IS NULL OR name = $1) ORDER BY name`,
       [options?.name ?? null],
       options,
     );
@@ -296,7 +298,7 @@ export class PostgresStore implements LeaseStore {
         name: row['name'] as string,
         holder,
         token: BigInt(row['token'] as string),
-        state: holder === null ? 'free' : expiresAtMs !== null && expiresAtMs > storeNowMs ? 'held' : 'expired',
+        state: leaseState(holder, expiresAtMs, storeNowMs),
         expiresAtMs,
         storeNowMs,
         termStartedAtMs: (row['started_ms'] as number | null) ?? null,
@@ -306,12 +308,14 @@ export class PostgresStore implements LeaseStore {
   }
 
   async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
+    const limit = historyLimit(options?.limit);
+    if (limit === 0) return [];
     const r = await this.q(
       `SELECT * FROM (
          SELECT id, name, event, holder, previous_holder, token, (extract(epoch FROM at) * 1000)::float8 AS at_ms, detail
            FROM ${this.s}.history WHERE ($1::text IS NULL OR name = $1) ORDER BY id DESC LIMIT $2) h
        ORDER BY id`,
-      [options?.name ?? null, options?.limit ?? 1000],
+      [options?.name ?? null, limit],
       options,
     );
     return r.rows.map((row) => ({
@@ -337,7 +341,7 @@ export class PostgresStore implements LeaseStore {
    * a notification sent while we were away is gone.
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
-    if (this.listen !== undefined) throw new LeaseholdError('CONFIG', 'watchFreed is already active on this store');
+    if (this.listen !== undefined) throw new ConfigError('watchFreed is already active on this store; stop the first listener (or open a second store) before starting another');
     const channel = channelFor(this.schema);
     let stopped = false;
     let client: PgListenClientLike | undefined;
@@ -430,14 +434,12 @@ async function closeListenClient(c: PgListenClientLike, graceful: boolean): Prom
   }
 }
 
-function assertDistinct(requests: readonly ClaimRequest[]): void {
-  const seen = new Set<string>();
-  for (const r of requests) {
-    if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
-    seen.add(r.name);
-  }
-}
-
+/**
+ * One row of the claim function's answer. The SQL reports a clone conflict (our holder id, a nonce
+ * we do not hold, a live term: the function has just ended it) with the row's holder and expiry as
+ * they were before; the claim rule answers with the term as it is now: no holder, ended at the
+ * store's now (the conformance table compares the two).
+ */
 function toClaimResult(row: Record<string, unknown>): ClaimResult {
   const name = row['name'] as string;
   const outcome = row['outcome'] as string;
@@ -449,7 +451,11 @@ function toClaimResult(row: Record<string, unknown>): ClaimResult {
     return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs };
   }
   if (outcome === 'lost') {
-    return { name, outcome, reason: row['reason'] as LostReason, holder, token, expiresAtMs, storeNowMs };
+    const reason = row['reason'] as LostReason;
+    if (reason === 'cloned' && holder !== null && expiresAtMs !== null && expiresAtMs > storeNowMs) {
+      return { name, outcome, reason, holder: null, token, expiresAtMs: storeNowMs, storeNowMs };
+    }
+    return { name, outcome, reason, holder, token, expiresAtMs, storeNowMs };
   }
   return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs };
 }

@@ -1,4 +1,6 @@
-import { ConfigError, SchemaError } from '../../core/errors.js';
+import { ClosedError, ConfigError, SchemaError } from '../../core/errors.js';
+import { leaseState } from '../../core/claim-rule.js';
+import { checkClaimBatch, historyLimit } from '../checks.js';
 import { validateMinToken } from '../min-token.js';
 import type {
   CallOptions,
@@ -131,7 +133,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   }
 
   private async run(script: Parameters<ScriptRunner['run']>[0], keys: string[], args: string[], options?: CallOptions): Promise<string[]> {
-    if (this.closed) throw new ConfigError('this RedisStore is closed');
+    if (this.closed) throw new ClosedError('this RedisStore is closed; open a new store');
     const reply = await this.scripts.run(script, keys, args, options?.signal);
     return toStrings(reply);
   }
@@ -173,6 +175,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   }
 
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
+    checkClaimBatch(requests);
     if (requests.length === 0) return [];
     const keys = [this.keys.history, this.keys.names, this.keys.layout];
     const args = [
@@ -182,18 +185,10 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
       String(LAYOUT_VERSION),
       this.keys.channel,
     ];
-    const seen = new Set<string>();
+    // checkClaimBatch keeps '' (the scripts' "none") out of holders and nonces, and commas out
+    // of nonces: the expected ones travel comma-joined.
     for (const r of requests) {
-      if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
-      seen.add(r.name);
-      // '' stands for "none" in the scripts' replies, so it cannot be a holder or a nonce; and
-      // the expected nonces travel comma-joined (they are base64url, see ClaimRequest).
-      if (r.holder === '' || r.nextNonce === '') throw new ConfigError(`claim for lease "${r.name}" has an empty holder or nextNonce`);
-      if (r.nextNonce.includes(',') || r.expect?.some((n) => n === '' || n.includes(',')) === true) {
-        throw new ConfigError(`claim for lease "${r.name}" has a nonce that is empty or contains a comma; nonces are base64url`);
-      }
       const ttlMs = Math.ceil(r.ttlMs);
-      if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new ConfigError(`claim for lease "${r.name}" has ttl ${r.ttlMs}ms; it must be positive`);
       keys.push(this.keys.lease(r.name), this.keys.leaseHistory(r.name));
       args.push(r.name, r.holder, r.expect === null ? '' : r.expect.join(','), r.nextNonce, String(ttlMs), r.expect === null ? '1' : '0');
     }
@@ -269,7 +264,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
         name,
         holder: h,
         token: BigInt(token!),
-        state: h === null ? 'free' : expiresAtMs !== null && expiresAtMs > storeNowMs ? 'held' : 'expired',
+        state: leaseState(h, expiresAtMs, storeNowMs),
         expiresAtMs,
         storeNowMs,
         termStartedAtMs: numOrNull(start),
@@ -280,8 +275,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   }
 
   async history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
-    const limit = options?.limit ?? 1000;
-    if (!Number.isInteger(limit) || limit < 0) throw new ConfigError(`history limit must be a non-negative integer, got ${limit}`);
+    const limit = historyLimit(options?.limit);
     if (limit === 0) return [];
     const stream = options?.name !== undefined ? this.keys.leaseHistory(options.name) : this.keys.history;
     const out = await this.run(READ_HISTORY, [stream], [String(limit)], options);
@@ -315,7 +309,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
    * meanwhile are gone: Redis pub/sub is fire-and-forget.
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
-    if (this.closed) throw new ConfigError('this RedisStore is closed');
+    if (this.closed) throw new ClosedError('this RedisStore is closed; open a new store');
     this.watch ??= new FreedWatch(this.driver, this.keys.channel);
     const watch = this.watch;
     const entry = { listener, onReconnect };

@@ -1,7 +1,7 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -10,7 +10,6 @@ import type {
   HistoryEntry,
   LeaseInfo,
   LeaseStore,
-  LostReason,
   MigrateOptions,
   MigrateResult,
   ReleaseRequest,
@@ -18,6 +17,8 @@ import type {
   SchemaStatus,
 } from '../store.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
+import { checkClaimBatch, historyLimit } from '../checks.js';
+import { canEndTerm, CONFLICT_DETAIL, decideClaim, leaseState, type LeaseRowState } from '../../core/claim-rule.js';
 import { loadSqliteDriver } from './driver.js';
 import { createPrivately } from './files.js';
 
@@ -210,7 +211,7 @@ export class SqliteStore implements LeaseStore {
     const signal = options?.signal;
     const started = performance.now();
     for (let attempt = 0; ; attempt++) {
-      if (this.closed) throw new LeaseholdError('CONFIG', 'this SqliteStore is closed');
+      if (this.closed) throw new ClosedError('this SqliteStore is closed; open a new store');
       try {
         signal?.throwIfAborted();
         return this.withoutBusyWait(fn);
@@ -337,12 +338,7 @@ export class SqliteStore implements LeaseStore {
 
   claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     return this.guard(() => {
-      const seen = new Set<string>();
-      for (const r of requests) {
-        if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
-        if (r.name === FLOOR_ROW) throw new ConfigError('a lease name must be non-empty');
-        seen.add(r.name);
-      }
+      checkClaimBatch(requests);
       const get = this.db.prepare(`SELECT * FROM ${T.leases} WHERE name = ?`).safeIntegers(true);
       const insert = this.db.prepare(
         `INSERT INTO ${T.leases} (name, holder, nonce, token, expires_at, term_started_at, renewed_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
@@ -352,55 +348,34 @@ export class SqliteStore implements LeaseStore {
       );
       const renew = this.db.prepare(`UPDATE ${T.leases} SET nonce = ?, expires_at = ?, renewed_at = ? WHERE name = ?`);
       const conflict = this.db.prepare(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = 'conflict' WHERE name = ?`);
-      const histDetail = this.db.prepare(
-        `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-      );
       const hist = this.db.prepare(
-        `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at) VALUES (?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
       );
       return immediate(this.db, () => {
         const now = Date.now();
         // Read inside the write transaction: a floor raised by another process applies at once.
         const floor = this.floorSync();
         return requests.map((req): ClaimResult => {
-          const row = get.get(req.name) as LeaseRow | undefined;
-          const expires = now + Math.round(req.ttlMs);
-          const live = row !== undefined && row.holder !== null && row.expires_at !== null && Number(row.expires_at) > now;
-          if (req.expect !== null) {
-            if (live && row.holder === req.holder && row.nonce !== null && req.expect.includes(row.nonce)) {
-              renew.run(req.nextNonce, expires, now, req.name);
-              return { name: req.name, outcome: 'renewed', token: row.token, holder: req.holder, expiresAtMs: expires, storeNowMs: now };
-            }
-            if (live && row.holder === req.holder) {
-              // Two processes are renewing one term (a snapshot restored twice): end it for both.
-              conflict.run(now, req.name);
-              histDetail.run(req.name, 'conflict', null, req.holder, row.token, now, 'two processes renewed one term (a restored snapshot or a clone)');
-              return { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: row.token, expiresAtMs: now, storeNowMs: now };
-            }
-            return {
-              name: req.name,
-              outcome: 'lost',
-              reason: lostReason(row, req),
-              holder: row?.holder ?? null,
-              token: row?.token ?? null,
-              expiresAtMs: row?.expires_at == null ? null : Number(row.expires_at),
-              storeNowMs: now,
-            };
+          const raw = get.get(req.name) as LeaseRow | undefined;
+          const d = decideClaim(raw === undefined ? undefined : rowState(raw), req, now, floor);
+          switch (d.outcome) {
+            case 'acquired':
+              if (raw === undefined) insert.run(req.name, req.holder, req.nextNonce, d.token, d.expiresAtMs, now, now);
+              else acquire.run(req.holder, req.nextNonce, d.token, d.expiresAtMs, now, now, req.name);
+              hist.run(req.name, d.event, req.holder, d.previousHolder, d.token, now, null);
+              return { name: req.name, outcome: 'acquired', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs, storeNowMs: now };
+            case 'renewed':
+              renew.run(req.nextNonce, d.expiresAtMs, now, req.name);
+              return { name: req.name, outcome: 'renewed', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs, storeNowMs: now };
+            case 'busy':
+              return { name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now };
+            case 'lost':
+              if (d.endTerm) {
+                conflict.run(now, req.name);
+                hist.run(req.name, 'conflict', null, req.holder, d.token, now, CONFLICT_DETAIL);
+              }
+              return { name: req.name, outcome: 'lost', reason: d.reason, holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now };
           }
-          if (live) {
-            return { name: req.name, outcome: 'busy', holder: row.holder, token: row.token, expiresAtMs: Number(row.expires_at), storeNowMs: now };
-          }
-          let token: bigint;
-          if (row === undefined) {
-            token = floor + 1n;
-            insert.run(req.name, req.holder, req.nextNonce, token, expires, now, now);
-          } else {
-            token = (row.token > floor ? row.token : floor) + 1n;
-            acquire.run(req.holder, req.nextNonce, token, expires, now, now, req.name);
-          }
-          const event = row === undefined || row.holder === null ? 'acquired' : 'takeover';
-          hist.run(req.name, event, req.holder, row?.holder ?? null, token, now);
-          return { name: req.name, outcome: 'acquired', token, holder: req.holder, expiresAtMs: expires, storeNowMs: now };
         });
       });
     }, options);
@@ -418,8 +393,7 @@ export class SqliteStore implements LeaseStore {
     return immediate(this.db, (): RevokeResult => {
       const row = this.db.prepare(`SELECT * FROM ${T.leases} WHERE name = ?`).safeIntegers(true).get(name) as LeaseRow | undefined;
       if (row === undefined) return { revoked: false, previousHolder: null, token: null };
-      const mine = holderReq === null || (row.holder === holderReq.holder && row.nonce !== null && holderReq.expect.includes(row.nonce));
-      if (row.holder === null || !mine) return { revoked: false, previousHolder: null, token: row.token };
+      if (!canEndTerm(rowState(row), holderReq)) return { revoked: false, previousHolder: null, token: row.token };
       const now = Date.now();
       this.db
         .prepare(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = ? WHERE name = ?`)
@@ -427,7 +401,7 @@ export class SqliteStore implements LeaseStore {
       this.db
         .prepare(`INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, ?, NULL, ?, ?, ?, ?)`)
         .run(name, event, row.holder, row.token, now, detail);
-      return { revoked: true, previousHolder: row.holder, token: row.token };
+      return { revoked: true, previousHolder: row.holder!, token: row.token };
     });
   }
 
@@ -444,7 +418,7 @@ export class SqliteStore implements LeaseStore {
           name: row.name,
           holder: row.holder,
           token: row.token,
-          state: row.holder === null ? 'free' : expiresAtMs !== null && expiresAtMs > now ? 'held' : 'expired',
+          state: leaseState(row.holder, expiresAtMs, now),
           expiresAtMs,
           storeNowMs: now,
           termStartedAtMs: row.term_started_at === null ? null : Number(row.term_started_at),
@@ -456,12 +430,13 @@ export class SqliteStore implements LeaseStore {
 
   history(options?: CallOptions & { name?: string; limit?: number }): Promise<HistoryEntry[]> {
     return this.guard(() => {
+      const limit = historyLimit(options?.limit);
       const rows = this.db
         .prepare(
           `SELECT * FROM (SELECT * FROM ${T.history} WHERE (? IS NULL OR name = ?) ORDER BY id DESC LIMIT ?) ORDER BY id`,
         )
         .safeIntegers(true)
-        .all(options?.name ?? null, options?.name ?? null, options?.limit ?? 1000) as {
+        .all(options?.name ?? null, options?.name ?? null, limit) as {
         id: bigint;
         name: string;
         event: HistoryEntry['event'];
@@ -549,16 +524,14 @@ export class SqliteStore implements LeaseStore {
   }
 }
 
-function lostReason(row: LeaseRow | undefined, req: ClaimRequest): LostReason {
-  if (row === undefined) return 'expired';
-  const nonceOk = row.nonce !== null && (req.expect ?? []).includes(row.nonce);
-  if (row.holder === req.holder && nonceOk) return 'expired';
-  if (row.holder === req.holder) return 'cloned';
-  if (row.holder === null && row.ended_by === 'revoked') return 'revoked';
-  if (row.holder === null && row.ended_by === 'released') return 'released';
-  if (row.holder === null && row.ended_by === 'conflict') return 'cloned';
-  if (row.holder === null) return 'expired';
-  return 'superseded';
+function rowState(row: LeaseRow): LeaseRowState {
+  return {
+    holder: row.holder,
+    nonce: row.nonce,
+    token: row.token,
+    expiresAtMs: row.expires_at === null ? null : Number(row.expires_at),
+    endedBy: row.ended_by,
+  };
 }
 
 /**

@@ -1,0 +1,46 @@
+/**
+ * The input checks every store applies the same way, written once: a claim batch, a history
+ * limit. (The list state of a row is `leaseState` in core/claim-rule.ts.) Each throws
+ * `ConfigError` before anything reaches the store.
+ */
+import { ConfigError } from '../core/errors.js';
+import { MAX_EXPECTED_NONCES, type ClaimRequest } from '../core/port.js';
+
+/**
+ * One claim per lease per batch (a batch is applied atomically; two claims on one name would
+ * race inside it), names non-empty, a positive TTL, and nonces a store can carry: non-empty,
+ * no commas (several stores join the expected nonces with commas), at most
+ * {@link MAX_EXPECTED_NONCES} of them.
+ * @throws {ConfigError}
+ */
+export function checkClaimBatch(requests: readonly ClaimRequest[]): void {
+  const seen = new Set<string>();
+  for (const r of requests) {
+    if (r.name === '') throw new ConfigError('a lease name must be non-empty');
+    if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
+    seen.add(r.name);
+    if (r.holder === '' || r.nextNonce === '') throw new ConfigError(`claim for lease "${r.name}" has an empty holder or nextNonce`);
+    if (!Number.isFinite(r.ttlMs) || r.ttlMs <= 0) throw new ConfigError(`claim for lease "${r.name}" has ttl ${r.ttlMs}ms; it must be a positive number of milliseconds`);
+    if (r.nextNonce.includes(',') || r.expect?.some((n) => n === '' || n.includes(',')) === true) {
+      throw new ConfigError(`claim for lease "${r.name}" has a nonce that is empty or contains a comma; nonces are base64url`);
+    }
+    if (r.expect !== null && r.expect.length > MAX_EXPECTED_NONCES) {
+      throw new ConfigError(`claim of "${r.name}" expects ${r.expect.length} nonces; at most ${MAX_EXPECTED_NONCES} are supported`);
+    }
+  }
+}
+
+/** The default number of history entries a store returns. */
+export const DEFAULT_HISTORY_LIMIT = 1000;
+
+/**
+ * The history limit every store honours: a whole number >= 0 (0 answers no entries, without a
+ * round trip), default {@link DEFAULT_HISTORY_LIMIT}. There is no "unlimited": a store's history
+ * can be long, and a caller who wants all of it asks for a number.
+ * @throws {ConfigError}
+ */
+export function historyLimit(limit: number | undefined): number {
+  const n = limit ?? DEFAULT_HISTORY_LIMIT;
+  if (!Number.isSafeInteger(n) || n < 0) throw new ConfigError(`history limit must be a whole number >= 0, got ${n}`);
+  return n;
+}

@@ -1,0 +1,107 @@
+/**
+ * The engine's port: the only store calls the lease engine makes (claim, release, the optional
+ * "freed" channel, close). The engine owns this interface; every store in `backends/` implements
+ * it, together with the operator's calls ({@link LeaseAdmin} in `backends/store.ts`), which the
+ * engine never makes. Like client-go's resource lock, it is small on purpose: a store someone
+ * writes for MySQL or DynamoDB implements these and proves them with `leasehold/conformance`.
+ *
+ * What a claim answers, row by row, is decided by one pure function, `decideClaim` in
+ * `./claim-rule.ts`; a store either calls it (SQLite, the in-memory reference store) or encodes
+ * it in its own language (PostgreSQL's SQL, Redis's Lua, etcd's transactions), and the
+ * conformance table checks that encoding against the rule.
+ */
+
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
+export interface ClaimRequest {
+  name: string;
+  /** The caller's holder id (per process instance, see core/identity). */
+  holder: string;
+  /** How long the store should grant the term for, from the store's now. */
+  ttlMs: number;
+  /**
+   * Null to contend for the lease. When renewing: the nonce(s) this process may have set last:
+   * the confirmed one and, after renewals whose answers were lost, the ones it had sent (the
+   * engine sends at most three; a store accepts up to {@link MAX_EXPECTED_NONCES}). Nonces are
+   * base64url: no commas, no spaces.
+   */
+  expect: readonly string[] | null;
+  /** The nonce the store stores on success; fresh kernel randomness on every claim. */
+  nextNonce: string;
+}
+
+/** How many nonces one renewal may present (the engine sends at most three). */
+export const MAX_EXPECTED_NONCES = 8;
+
+/** Why a renewal failed, as the store sees the row. */
+export type LostReason =
+  | 'expired' // still our row, but the store's clock passed its expiry
+  | 'superseded' // another holder owns it
+  | 'cloned' // our holder id, but another process with that id renewed it (a restored snapshot); the term was ended
+  | 'revoked' // an operator revoked it
+  | 'released'; // released (by a clone of this process, since this process did not)
+
+export type ClaimResult =
+  | {
+      name: string;
+      outcome: 'acquired' | 'renewed';
+      token: bigint;
+      holder: string;
+      expiresAtMs: number;
+      storeNowMs: number;
+    }
+  | {
+      name: string;
+      outcome: 'busy';
+      /** The current holder (null if the store could not say). */
+      holder: string | null;
+      token: bigint | null;
+      expiresAtMs: number | null;
+      storeNowMs: number;
+    }
+  | {
+      name: string;
+      outcome: 'lost';
+      reason: LostReason;
+      holder: string | null;
+      token: bigint | null;
+      expiresAtMs: number | null;
+      storeNowMs: number;
+    };
+
+/** A claim the store granted (an acquisition or a renewal). */
+export type GrantedClaim = Extract<ClaimResult, { outcome: 'acquired' | 'renewed' }>;
+
+export interface ReleaseRequest {
+  name: string;
+  holder: string;
+  expect: readonly string[];
+}
+
+/** Called with a lease name when the store says it may have become free. */
+export type FreedListener = (name: string) => void;
+
+/** What the lease engine calls on a store, and nothing else. */
+export interface LeasePort {
+  /** `postgres`, `sqlite`, ... */
+  readonly kind: string;
+  /** Where it points, with any password redacted: safe to log. */
+  readonly description: string;
+
+  /** Acquire or renew many leases in one round trip. Results come back in request order. */
+  claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]>;
+  /** Releases the caller's current term. False when the caller no longer held it. */
+  release(request: ReleaseRequest, options?: CallOptions): Promise<boolean>;
+
+  /**
+   * Optional: a push channel for "this lease may be free" (LISTEN/NOTIFY, pub/sub, watch).
+   * Without it followers sleep until the store-reported expiry. The returned function stops
+   * listening. `onReconnect` fires after the channel was down, since notifications may have
+   * been missed while it was.
+   */
+  watchFreed?(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>>;
+
+  close(): Promise<void>;
+}
