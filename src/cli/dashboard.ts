@@ -81,6 +81,8 @@ export interface BoardState {
   history: Array<{ id: string; name: string; event: string; holder: string | null; previousHolder: string | null; token: string; atMs: number; detail: string | null }>;
   error: string | null;
   reads: { total: number; list: number; history: number };
+  /** Readings that found a change (a history read follows each, coalesced). */
+  changes: number;
   clients: number;
   uptimeMs: number;
 }
@@ -91,6 +93,8 @@ export class Board {
   private readonly clients = new Set<ServerResponse>();
   private history: HistoryEntry[] = [];
   private historyReads = 0;
+  /** Readings that found a change: each may cost one history read, and nothing else does. */
+  private changes = 0;
   private error: string | null = null;
   private fetching = false;
   private refetch = false;
@@ -104,7 +108,10 @@ export class Board {
     this.watcher.on('update', (_leases, changes) => {
       this.error = null;
       // A change of holder or state is what the history records: read it once per batch.
-      if (changes.length > 0) void this.fetchHistory();
+      if (changes.length > 0) {
+        this.changes++;
+        void this.fetchHistory();
+      }
       else this.broadcast();
     });
     this.watcher.on('store-error', (e) => {
@@ -178,6 +185,7 @@ export class Board {
       history: recent.map((h) => ({ id: h.id.toString(), name: h.name, event: h.event, holder: h.holder, previousHolder: h.previousHolder, token: h.token.toString(), atMs: h.atMs, detail: h.detail })),
       error: this.error,
       reads: { total: this.watcher.reads.total + this.historyReads, list: this.watcher.reads.total, history: this.historyReads },
+      changes: this.changes,
       clients: this.clients.size,
       uptimeMs: Math.round(performance.now() - this.startedAt),
     };

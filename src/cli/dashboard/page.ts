@@ -117,7 +117,7 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
     box.textContent = '';
     var now = storeNow();
     var first = state.history.length ? state.history[0].atMs : now;
-    var span = Math.min(3600000, Math.max(60000, now - first + 5000));
+    var span = Math.min(3600000, Math.max(15000, (now - first) * 1.15));
     var from = now - span;
     $('window').textContent = '(last ' + fmt(span) + ', store clock)';
     var W = Math.max(400, box.clientWidth || 900), left = 4, right = 4, plotW = W - left - right;
@@ -148,7 +148,7 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
         if (!c) return;
         var x = X(h.atMs);
         s.appendChild(svg('line', { x1: x, y1: 2, x2: x, y2: 30, stroke: c, 'stroke-width': 2.5, 'data-event': h.event }, h.event + ' token ' + h.token + (h.detail ? ': ' + h.detail : '') + ' at ' + new Date(h.atMs).toISOString()));
-        if (h.event === 'revoked') { var rt = svg('text', { x: Math.min(x + 3, W - 160), y: 40, fill: '#c0392b' }); rt.textContent = 'revoked: ' + (h.detail || ''); s.appendChild(rt); }
+        if (h.event === 'revoked') { var nearEnd = x > W - 220; var rt = svg('text', { x: nearEnd ? x - 4 : x + 4, y: 40, fill: '#c0392b', 'text-anchor': nearEnd ? 'end' : 'start' }); rt.textContent = 'revoked: ' + (h.detail || ''); s.appendChild(rt); }
       });
       wrap.appendChild(s);
       box.appendChild(wrap);
