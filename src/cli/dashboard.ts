@@ -104,7 +104,7 @@ export class Board {
   remote = false;
 
   constructor(private readonly store: LeaseStore) {
-    this.watcher = new LeaseWatcher(store, { minIntervalMs: 100, idleIntervalMs: IDLE_MS });
+    this.watcher = new LeaseWatcher(store, { minIntervalMs: 100, idleIntervalMs: IDLE_MS, heldRefresh: 0.5 });
     this.watcher.on('update', (_leases, changes) => {
       this.error = null;
       // A change of holder or state is what the history records: read it once per batch.

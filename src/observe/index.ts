@@ -60,10 +60,16 @@ export interface WatchOptions {
    * acquisition notifies nothing). Default: maxIntervalMs.
    */
   idleIntervalMs?: number;
+  /**
+   * Also re-read a held lease after this fraction of its TTL (0 < f <= 1), to show a fresh
+   * expiry (a renewal notifies nothing). Default: only at the expiry. The dashboard uses 0.5:
+   * its countdown then never runs out on a healthy holder that renews at TTL/3.
+   */
+  heldRefresh?: number;
 }
 
 export interface WatcherEvents {
-  /** Every lease, after each read that found a change (the first read included). */
+  /** Every lease, after each successful read; `changes` is empty when nothing changed (a renewal). */
   update: [leases: ReadonlyMap<string, LeaseView>, changes: LeaseChange[]];
   change: [change: LeaseChange];
   /** A read failed; the watcher retries (backing off up to maxIntervalMs) and never gives up. */
@@ -110,6 +116,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private readonly minIntervalMs: number;
   private readonly maxIntervalMs: number | undefined;
   private readonly idleIntervalMs: number | undefined;
+  private readonly heldRefresh: number | undefined;
   private leases = new Map<string, LeaseView>();
   private readAt = new Map<string, number>();
   private started = false;
@@ -135,6 +142,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     this.minIntervalMs = Math.max(10, options.minIntervalMs ?? 100);
     this.maxIntervalMs = options.maxIntervalMs;
     this.idleIntervalMs = options.idleIntervalMs;
+    this.heldRefresh = options.heldRefresh === undefined ? undefined : Math.min(1, Math.max(0.05, options.heldRefresh));
     this.ready = new Promise((resolve) => (this.markReady = resolve));
     const signal = options.signal;
     if (signal !== undefined) {
@@ -243,7 +251,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     }
     if (this.stopped) return;
     if (changes.some((c) => c.kind !== 'initial')) this.fastMs = FIRST_FAST_MS;
-    if (changes.length > 0 || (first && ok)) {
+    if (ok) {
       try {
         for (const c of changes) this.emit('change', c);
         this.emit('update', this.leases, changes);
@@ -279,8 +287,12 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     let fast = false;
     for (const l of this.leases.values()) {
       if (l.state === 'held' && l.expiresAtMs !== null) {
-        const at = (this.readAt.get(l.name) ?? now) + (l.expiresAtMs - l.storeNowMs) + EXPIRY_SLACK_MS;
-        delay = Math.min(delay, at - now);
+        const readAt = this.readAt.get(l.name) ?? now;
+        delay = Math.min(delay, readAt + (l.expiresAtMs - l.storeNowMs) + EXPIRY_SLACK_MS - now);
+        const from = l.renewedAtMs ?? l.termStartedAtMs;
+        if (this.heldRefresh !== undefined && from !== null && l.expiresAtMs > from) {
+          delay = Math.min(delay, readAt + this.heldRefresh * (l.expiresAtMs - from) - now);
+        }
       } else fast = true;
     }
     // Expired, free or not there yet: a follower may take it any moment and nothing tells us when.

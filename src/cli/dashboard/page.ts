@@ -137,7 +137,7 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
         var title = (h.holder || '?') + ' holds token ' + h.token + ' from ' + new Date(h.atMs).toISOString() + (next ? ' to ' + new Date(next.atMs).toISOString() + ' (' + next.event + ')' : ' (current)');
         s.appendChild(svg('rect', { x: x, y: 6, width: w, height: 14, fill: color(h.token, 80), stroke: color(h.token), 'stroke-width': 0.8, 'data-token': h.token }, title));
         s.appendChild(svg('rect', { x: x, y: 22, width: w, height: 5, fill: color(h.token) }));
-        if (w > 30) { var t = svg('text', { x: x + 3, y: 17, fill: '#222' }); t.textContent = 'token ' + h.token; s.appendChild(t); }
+        if (w > 48) { var t = svg('text', { x: x + 3, y: 17, fill: '#222' }); t.textContent = 'token ' + h.token; s.appendChild(t); }
       });
       if (l.state === 'expired' && l.expiresAtMs !== null) {
         var ex = X(l.expiresAtMs);
@@ -175,7 +175,12 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
     es.onerror = function () { $('conn').className = 'dot down'; $('connText').textContent = 'reconnecting…'; };
   }
   setInterval(tick, 200);
-  setInterval(function () { if (state) { renderTimelines(); var rows = document.querySelectorAll('#leases tr[data-lease]'); state.leases.forEach(function (l, i) { var td = rows[i] && rows[i].querySelector('td.last'); if (td) td.textContent = lastChange(l); }); } }, 5000);
+  setInterval(function () {
+    if (!state) return;
+    renderTimelines();
+    var rows = document.querySelectorAll('#leases tr[data-lease]');
+    state.leases.forEach(function (l, i) { var td = rows[i] && rows[i].querySelector('td.last'); if (td) td.textContent = lastChange(l); });
+  }, 1000);
   connect();
 })();
 </script>
