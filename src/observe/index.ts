@@ -15,8 +15,8 @@
  *   different moments cannot turn into a read storm.
  */
 import { EventEmitter } from 'node:events';
-import { errorMessage } from '../core/errors.js';
-import { DEFAULT_TTL_MS } from '../core/config.js';
+import { ConfigError, errorMessage } from '../core/errors.js';
+import { DEFAULT_TTL_MS, validateLeaseName } from '../core/config.js';
 import type { LeaseInfo, LeaseStore } from '../backends/store.js';
 
 /** One lease as the store reported it, with the moment (monotonic) the answer came back. */
@@ -81,7 +81,8 @@ const FIRST_FAST_MS = 100;
 const EXPIRY_SLACK_MS = 50;
 
 type Source = LeaseStore | { readonly store: LeaseStore };
-const storeOf = (s: Source): LeaseStore => ('store' in s && typeof (s as { store?: unknown }).store === 'object' ? (s as { store: LeaseStore }).store : (s as LeaseStore));
+const storeOf = (s: Source): LeaseStore =>
+  typeof (s as Partial<LeaseStore>).list === 'function' ? (s as LeaseStore) : (s as { store: LeaseStore }).store;
 
 function view(l: LeaseInfo): LeaseView {
   return {
@@ -137,7 +138,16 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
 
   constructor(source: Source, options: WatchOptions & { name?: string } = {}) {
     super();
+    for (const key of ['maxIntervalMs', 'minIntervalMs', 'idleIntervalMs'] as const) {
+      const v = options[key];
+      if (v !== undefined && !(Number.isFinite(v) && v > 0)) throw new ConfigError(`${key} must be a positive number of milliseconds, got ${String(v)}`);
+    }
+    if (options.heldRefresh !== undefined && !(options.heldRefresh > 0 && options.heldRefresh <= 1)) {
+      throw new ConfigError(`heldRefresh is a fraction of the TTL, from just above 0 to 1; got ${String(options.heldRefresh)}`);
+    }
     this.store = storeOf(source);
+    if (typeof (this.store as Partial<LeaseStore> | undefined)?.list !== 'function') throw new ConfigError('observe() needs a Leasehold or a LeaseStore (see openStore(url))');
+    if (options.name !== undefined) validateLeaseName(options.name);
     this.name = options.name;
     this.minIntervalMs = Math.max(10, options.minIntervalMs ?? 100);
     this.maxIntervalMs = options.maxIntervalMs;

@@ -22,7 +22,9 @@ declare const document: {
   querySelectorAll(selector: string): { length: number };
 };
 
-const CHROMIUM = process.env['LEASEHOLD_TEST_CHROMIUM'] ?? ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => existsSync(p));
+// LEASEHOLD_TEST_CHROMIUM names the one binary to use (set it to a missing path to see the skip).
+const candidates = process.env['LEASEHOLD_TEST_CHROMIUM'] !== undefined ? [process.env['LEASEHOLD_TEST_CHROMIUM']] : ['/usr/bin/chromium', '/usr/bin/chromium-browser'];
+const CHROMIUM = candidates.find((p) => p !== '' && existsSync(p));
 const skip = CHROMIUM === undefined ? 'Chromium is not installed (node scripts/services/chromium.mjs install, or apt-get install chromium)' : false;
 if (skip !== false) process.stdout.write(`# skipping the dashboard browser test: ${skip}\n`);
 

@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { observe, LeaseWatcher, type LeaseChange } from '../../src/observe/index.js';
 import type { LeaseStore } from '../../src/backends/store.js';
+import { ConfigError } from '../../src/core/errors.js';
 import { Sandbox, until } from '../cli/helpers.js';
 import { countingStore, makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
 
@@ -44,6 +45,20 @@ async function next(it: AsyncIterator<LeaseChange>, what: string, ms = 10_000): 
     clearTimeout(timer);
   }
 }
+
+void describe('observe: bad input', () => {
+  void it('is a ConfigError that says what to pass', async () => {
+    const ts = await makeTestStore('sqlite');
+    try {
+      assert.throws(() => new LeaseWatcher(ts.store, { maxIntervalMs: -1 }), (e: unknown) => e instanceof ConfigError && /maxIntervalMs must be a positive/.test(e.message));
+      assert.throws(() => new LeaseWatcher(ts.store, { heldRefresh: 2 }), ConfigError);
+      assert.throws(() => observe(ts.store, ''), ConfigError);
+      assert.throws(() => observe({} as LeaseStore, 'x'), /needs a Leasehold or a LeaseStore/);
+    } finally {
+      await ts.cleanup();
+    }
+  });
+});
 
 for (const kind of selectedStores()) {
   void describe(`observe (${kind})`, () => {
