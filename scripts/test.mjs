@@ -19,13 +19,6 @@ if (spawnSync('sh', ['-c', 'ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2
   if (apt.status !== 0) log('could not install faketime; the tests that need it will say so and skip');
 }
 
-let etcd;
-if (stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_URL === undefined) {
-  const { ensureEtcd } = await import('./services/etcd.mjs');
-  etcd = await ensureEtcd({ log });
-  log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);
-}
-
 function find(dir) {
   const out = [];
   for (const entry of readdirSync(dir)) {
@@ -36,6 +29,21 @@ function find(dir) {
   return out.sort();
 }
 const all = process.argv.slice(2).length > 0 ? process.argv.slice(2) : find(join(root, 'dist', 'test'));
+// Debian's Chromium for the dashboard's browser test (never a browser download); the test skips,
+// saying why, when it cannot be installed.
+if (all.some((f) => /dashboard-browser/.test(f))) {
+  const { ensureChromium } = await import('./services/chromium.mjs');
+  const c = ensureChromium({ log });
+  if (c.path === null) log(`no Chromium: ${c.reason}; the dashboard browser test will skip`);
+}
+
+let etcd;
+if (stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_URL === undefined) {
+  const { ensureEtcd } = await import('./services/etcd.mjs');
+  etcd = await ensureEtcd({ log });
+  log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);
+}
+
 // Files that restart shared servers or load the machine (chaos, store restarts) run last, alone.
 const isSerial = (f) => /[/\\](chaos|serial)[/\\]/.test(f);
 const phases = [

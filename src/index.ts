@@ -36,3 +36,4 @@ export { PostgresStore, type PostgresStoreOptions, type PgPoolLike, type PgQuery
 export { SqliteStore, type SqliteStoreOptions, type SqliteDatabaseLike } from './backends/sqlite/store.js';
 export { RedisStore, createRedisStore, type RedisStoreOptions, type IoredisLike, type NodeRedisLike } from './backends/redis/index.js';
 export { EtcdStore, createEtcdStore, type EtcdStoreOptions } from './backends/etcd/index.js';
+export { observe, LeaseObserver, LeaseWatcher, type LeaseView, type LeaseChange, type ChangeKind, type WatchOptions } from './observe/index.js';

@@ -36,6 +36,7 @@ const COMMANDS: Record<string, Entry> = {
   release: { load: async () => (await import('./release.js')).releaseCommand, spec: async () => (await import('./release.js')).RELEASE_SPEC },
   migrate: { load: async () => (await import('./migrate.js')).migrateCommand, spec: async () => (await import('./migrate.js')).MIGRATE_SPEC },
   doctor: { load: async () => (await import('./doctor.js')).doctorCommand, spec: async () => (await import('./doctor.js')).DOCTOR_SPEC },
+  dashboard: { load: async () => (await import('./dashboard.js')).dashboardCommand, spec: async () => (await import('./dashboard.js')).DASHBOARD_SPEC },
   demo: { load: async () => (await import('./demo.js')).demoCommand, spec: async () => (await import('./demo.js')).DEMO_SPEC },
 };
 

@@ -59,6 +59,7 @@ import {
   usageError,
 } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, optionsOf } from './flags.js';
+import { startProbeServers } from '../health/serve.js';
 
 export const RUN_SPEC = defineCommand({
   name: 'run',
@@ -122,13 +123,34 @@ if it cannot be executed, exit 126, and no lease is taken.`,
         'COMMAND must touch the file named in LEASEHOLD_PROGRESS_FILE at least every D; if it does not, the lease is released so ' +
         'another replica can lead, and the command is killed',
     },
+    'metrics-port': {
+      type: 'string',
+      value: 'P',
+      env: 'LEASEHOLD_METRICS_PORT',
+      help: 'serve Prometheus metrics for this lease at http://HOST:P/metrics (needs prom-client installed; 0: any free port)',
+    },
+    'health-port': {
+      type: 'string',
+      value: 'P',
+      env: 'LEASEHOLD_HEALTH_PORT',
+      help:
+        'serve /healthz (503 only when this runner believes it leads but has not renewed within a ttl: a wedged leader) and ' +
+        '/readyz (200 while leading) at http://HOST:P (0: any free port)',
+    },
+    'http-host': {
+      type: 'string',
+      value: 'HOST',
+      env: 'LEASEHOLD_HTTP_HOST',
+      default: '127.0.0.1',
+      help: 'the address --metrics-port and --health-port listen on; 0.0.0.0 for Kubernetes probes and scrapes',
+    },
     quiet: { type: 'boolean', help: 'no progress lines on stderr (errors still print; "not leader" does not)' },
     json: {
       type: 'boolean',
       help:
         'every line the runner writes on stderr is one JSON object: {ts, level, event, name, token (a string), holder, ..., msg}. ' +
         'Events: waiting, acquired, recovered (a renewal landed after a failure), lost (reason, signal, pgid), grace-over, ' +
-        'signal-forwarded, command-exited (code), command-killed (signal), released (handedOver), not-acquired (exit), stopped, ' +
+        'signal-forwarded, serving (metrics, health URLs), command-exited (code), command-killed (signal), released (handedOver), not-acquired (exit), stopped, ' +
         'exit; library warnings are event "log", fatal errors event "error" (exit). Same as --log-format json',
     },
     ...LOG_FLAGS,
@@ -176,6 +198,9 @@ export interface RunSettings {
   /** The exit code when another process holds the lease; undefined: 75. */
   busyExit: number | undefined;
   logFormat: LogFormat;
+  metricsPort?: number | undefined;
+  healthPort?: number | undefined;
+  httpHost?: string;
 }
 
 /** Parses and validates everything before any store is touched: every mistake here is exit 2. */
@@ -245,7 +270,19 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     progressTimeoutMs: progressTimeout(values['progress-timeout'], env),
     busyExit: busyExit(values['busy-exit'], env),
     logFormat: logFormat(values.json === true, values['log-format'], env),
+    metricsPort: portOption(values['metrics-port'], 'metrics-port', 'LEASEHOLD_METRICS_PORT', env),
+    healthPort: portOption(values['health-port'], 'health-port', 'LEASEHOLD_HEALTH_PORT', env),
+    httpHost: flagOrEnv(values['http-host'], 'LEASEHOLD_HTTP_HOST', env)?.value ?? '127.0.0.1',
   };
+}
+
+function portOption(flag: string | undefined, flagName: string, envName: string, env: NodeJS.ProcessEnv): number | undefined {
+  const v = flagOrEnv(flag, envName, env);
+  if (v === undefined) return undefined;
+  if (!/^\d{1,5}$/.test(v.value) || Number(v.value) > 65535) {
+    throw usageError(`${v.from === 'flag' ? `--${flagName}` : v.from} ${JSON.stringify(v.value)} is not a port; give a whole number from 0 to 65535`);
+  }
+  return Number(v.value);
 }
 
 function progressTimeout(flag: string | undefined, env: NodeJS.ProcessEnv): number | undefined {
@@ -456,6 +493,7 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
   try {
     const { store, url } = await openStoreFromFlags({ store: settings.store, storeFile: settings.storeFile, schema: settings.schema });
     const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
+    let closeProbes: (() => Promise<void>) | undefined;
     try {
       // Fail fast (exit 3) on an unreachable store or a missing schema instead of retrying for ever.
       await requireCurrentSchema(store);
@@ -466,6 +504,15 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
         ...(settings.marker === undefined ? {} : { marker: settings.marker }),
         ...(settings.progressTimeoutMs === undefined ? {} : { progressTimeout: settings.progressTimeoutMs }),
       });
+      const probes =
+        settings.metricsPort === undefined && settings.healthPort === undefined
+          ? undefined
+          : await startProbeServers({ leasehold: lh, lease, host: settings.httpHost ?? '127.0.0.1', metricsPort: settings.metricsPort, healthPort: settings.healthPort });
+      if (probes !== undefined) {
+        closeProbes = () => probes.close();
+        if (probes.metricsUrl !== undefined) report.event('serving', `metrics at ${probes.metricsUrl}/metrics`, { metrics: `${probes.metricsUrl}/metrics` });
+        if (probes.healthUrl !== undefined) report.event('serving', `health at ${probes.healthUrl}/healthz and /readyz`, { health: `${probes.healthUrl}/healthz` });
+      }
       let lastBusy: string | null | undefined;
       lease.on('busy', (holder, expiresInMs) => {
         if (holder === lastBusy) return;
@@ -539,6 +586,7 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
       await lease.release();
       return result.status;
     } finally {
+      await closeProbes?.();
       await lh.close();
     }
   } finally {

@@ -1,6 +1,10 @@
 import { validateLeaseName } from '../core/config.js';
 import { EXIT, formatMs, logFormatOption, openStoreFromFlags, out, requireCurrentSchema, setLogContext, table, toJson, usageError } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+import { LeaseWatcher, type LeaseChange } from '../observe/index.js';
+import type { LeaseStore } from '../backends/store.js';
+import { errorMessage } from '../core/errors.js';
+import { cliLog } from './common.js';
 
 export const STATUS_SPEC = defineCommand({
   name: 'status',
@@ -10,6 +14,12 @@ export const STATUS_SPEC = defineCommand({
 by the store's clock (expiresAt - store now), never this machine's.`,
   flags: {
     ...STORE_FLAGS,
+    watch: {
+      type: 'boolean',
+      help:
+        'keep watching, without contending: one line per change (a new holder or token, an expiry, a release or revocation) until ' +
+        'interrupted; with --json one JSON object per line',
+    },
     json: {
       type: 'boolean',
       help:
@@ -18,7 +28,12 @@ by the store's clock (expiresAt - store now), never this machine's.`,
     },
     ...LOG_FLAGS,
   },
-  footer: `Exit 0 with the list (possibly empty); 2 usage; 3 store unreachable or schema missing.
+  footer: `With --watch, each line is: time (store clock), name, what changed (initial, new-term,
+expired, freed, gone), holder, token, time to expiry; as JSON: { at, change, name, state, holder,
+token, expiresInMs, storeNowMs }. Reads are bounded like a follower's: at the store-reported
+expiry, on the store's release notifications, and with back-off while a lease is free.
+
+Exit 0 with the list (possibly empty); 2 usage; 3 store unreachable or schema missing.
 On an error stdout stays empty and one line on stderr says what went wrong.`,
 });
 
@@ -36,6 +51,7 @@ export async function statusCommand(argv: string[]): Promise<number> {
   const { store } = await openStoreFromFlags(values);
   try {
     await requireCurrentSchema(store);
+    if (values.watch === true) return await watchLeases(store, name, values.json === true);
     const leases = await store.list(name === undefined ? {} : { name });
     const rows = leases.map((l) => ({
       name: l.name,
@@ -71,5 +87,49 @@ export async function statusCommand(argv: string[]): Promise<number> {
     return EXIT.OK;
   } finally {
     await store.close();
+  }
+}
+
+function changeLine(c: LeaseChange, json: boolean): string {
+  const l = c.lease;
+  const expiresInMs = l.state === 'free' || l.expiresAtMs === null ? null : Math.round(l.expiresAtMs - l.storeNowMs);
+  const at = new Date(l.storeNowMs).toISOString();
+  if (json) {
+    return JSON.stringify({ at, change: c.kind, name: l.name, state: l.state, holder: l.holder, token: l.token.toString(), expiresInMs, storeNowMs: l.storeNowMs });
+  }
+  const exp = expiresInMs === null ? '' : expiresInMs >= 0 ? ` expires in ${formatMs(expiresInMs)}` : ` expired ${formatMs(-expiresInMs)} ago`;
+  return `${at} ${l.name} ${c.kind}: ${l.state} holder ${l.holder ?? '-'} token ${l.token}${exp}`;
+}
+
+/** `status --watch`: one line per change until SIGINT/SIGTERM (exit 0). Store errors are reported and retried. */
+async function watchLeases(store: LeaseStore, name: string | undefined, json: boolean): Promise<number> {
+  const stop = new AbortController();
+  const onSignal = (): void => stop.abort();
+  process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
+  const watcher = new LeaseWatcher(store, { signal: stop.signal, ...(name === undefined ? {} : { name }) });
+  let failing = false;
+  watcher.on('change', (c) => {
+    failing = false;
+    out(changeLine(c, json));
+  });
+  watcher.on('store-error', (e) => {
+    if (failing) return;
+    failing = true;
+    cliLog().warn(`store unreachable: ${errorMessage(e)}; still watching, retrying`);
+  });
+  try {
+    await watcher.start();
+    // The watcher's timers are unref'd: this keeps the process up until a signal.
+    await new Promise<void>((resolve) => {
+      const keep = setInterval(() => {}, 1 << 30);
+      stop.signal.addEventListener('abort', () => {
+        clearInterval(keep);
+        resolve();
+      }, { once: true });
+    });
+    return EXIT.OK;
+  } finally {
+    process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+    await watcher.close();
   }
 }
