@@ -9,7 +9,7 @@ import type { ParseArgsConfig } from 'node:util';
 import { parseDuration } from '../core/config.js';
 import { ConfigError, LeaseholdError, NotAcquiredError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
 import { openStore, resolveStoreUrl } from '../backends/index.js';
-import type { LeaseStore } from '../backends/store.js';
+import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 
 /** Exit codes. Keep in step with the table in `leasehold --help` (main.ts) and the README. */
 export const EXIT = {
@@ -211,7 +211,7 @@ export async function openStoreFromFlags(values: StoreFlagValues, env: NodeJS.Pr
 }
 
 /** Fails with exit 3 unless the store answers and its schema is the one this build needs. */
-export async function requireCurrentSchema(store: LeaseStore): Promise<void> {
+export async function requireCurrentSchema(store: LeaseAdmin): Promise<void> {
   const s = await store.schemaStatus();
   if (s.current === s.expected) return;
   if (s.current === 0) {

@@ -4,7 +4,7 @@ import { ConfigError, SchemaError, StoreUnavailableError, errorMessage } from '.
 import { defaultStoreUrl } from '../backends/index.js';
 import { quickCheck, storeFileModes } from '../backends/sqlite/files.js';
 import { parseSqliteUrl } from '../backends/sqlite/store.js';
-import type { LeaseStore } from '../backends/store.js';
+import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 import { EXIT, canCreate, cliMessage, findSetpriv, formatMs, logFormatOption, openStoreFromFlags, out, setLogContext, storeUrl, toJson, usageError } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { parseRunArgs } from './run.js';
@@ -119,7 +119,7 @@ export async function doctorCommand(argv: string[]): Promise<number> {
 }
 
 /** Reachability, schema and clock skew. Returns EXIT.STORE when the store does not answer. */
-async function storeChecks(store: LeaseStore, checks: Check[]): Promise<number> {
+async function storeChecks(store: LeaseAdmin, checks: Check[]): Promise<number> {
   // Several clock reads: the first pays for the connection; the fastest bounds the skew best.
   const samples: { rtt: number; skew: number }[] = [];
   let connectMs = 0;
@@ -201,7 +201,7 @@ function parseHighWater(raw: string | undefined, lease: string | undefined): big
  * old dump): safe, since the fence refuses everything, but no term will get a write through.
  * Skipped when there is nothing to compare (no --fence-high-water, no fence rows).
  */
-async function tokenFloorCheck(store: LeaseStore, given: bigint | undefined, lease: string | undefined): Promise<Check | undefined> {
+async function tokenFloorCheck(store: LeaseAdmin, given: bigint | undefined, lease: string | undefined): Promise<Check | undefined> {
   if (store.nextToken === undefined) {
     return given === undefined ? undefined : { check: 'token-floor', status: 'skip', detail: `the ${store.kind} store cannot say what its next token is` };
   }

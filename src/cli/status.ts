@@ -2,7 +2,7 @@ import { validateLeaseName } from '../core/config.js';
 import { EXIT, formatMs, logFormatOption, openStoreFromFlags, out, requireCurrentSchema, setLogContext, table, toJson, usageError } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { LeaseWatcher, type LeaseChange } from '../observe/index.js';
-import type { LeaseStore } from '../backends/store.js';
+import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 import { errorMessage } from '../core/errors.js';
 import { cliLog } from './common.js';
 
@@ -102,7 +102,7 @@ function changeLine(c: LeaseChange, json: boolean): string {
 }
 
 /** `status --watch`: one line per change until SIGINT/SIGTERM (exit 0). Store errors are reported and retried. */
-async function watchLeases(store: LeaseStore, name: string | undefined, json: boolean): Promise<number> {
+async function watchLeases(store: LeaseAdmin & Pick<LeaseStore, 'watchFreed'>, name: string | undefined, json: boolean): Promise<number> {
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
   process.once('SIGINT', onSignal).once('SIGTERM', onSignal);

@@ -84,9 +84,11 @@ const EXPIRY_SLACK_MS = 50;
  * A store, or a Leasehold. A Leasehold's store is typed as the engine's narrow port; observing
  * needs the store's `list()` as well, which every built-in store has (checked at run time).
  */
-type Source = LeaseStore | { readonly store: object };
-const storeOf = (s: Source): LeaseStore =>
-  typeof (s as Partial<LeaseStore>).list === 'function' ? (s as LeaseStore) : ((s as { store: object }).store as LeaseStore);
+/** What observing needs of a store: its list, and its "freed" notifications where it has them. */
+export type ObservableStore = Pick<LeaseStore, 'list' | 'watchFreed'>;
+type Source = ObservableStore | { readonly store: object };
+const storeOf = (s: Source): ObservableStore =>
+  typeof (s as Partial<ObservableStore>).list === 'function' ? (s as ObservableStore) : ((s as { store: object }).store as ObservableStore);
 
 function view(l: LeaseInfo): LeaseView {
   return {
@@ -116,7 +118,7 @@ function classify(prev: LeaseView | undefined, next: LeaseView, first: boolean):
  * loop, however many listeners: the dashboard shares one between all its browsers.
  */
 export class LeaseWatcher extends EventEmitter<WatcherEvents> {
-  readonly store: LeaseStore;
+  readonly store: ObservableStore;
   readonly name: string | undefined;
   private readonly minIntervalMs: number;
   private readonly maxIntervalMs: number | undefined;
@@ -150,7 +152,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
       throw new ConfigError(`heldRefresh is a fraction of the TTL, from just above 0 to 1; got ${String(options.heldRefresh)}`);
     }
     this.store = storeOf(source);
-    if (typeof (this.store as Partial<LeaseStore> | undefined)?.list !== 'function') throw new ConfigError('observe() needs a Leasehold or a LeaseStore (see openStore(url))');
+    if (typeof (this.store as Partial<ObservableStore> | undefined)?.list !== 'function') throw new ConfigError('observe() needs a Leasehold or a LeaseStore (see openStore(url))');
     if (options.name !== undefined) validateLeaseName(options.name);
     this.name = options.name;
     this.minIntervalMs = Math.max(10, options.minIntervalMs ?? 100);
