@@ -12,20 +12,6 @@ const root = new URL('..', import.meta.url).pathname;
 const stores = (process.env.LEASEHOLD_TEST_STORES ?? 'postgres,sqlite,redis,etcd').split(',').map((s) => s.trim());
 const log = (m) => process.stdout.write(`[test] ${m}\n`);
 
-// libfaketime makes a real process's wall clock lie (suspension and clock tests need it).
-if (spawnSync('sh', ['-c', 'ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1']).status !== 0) {
-  log('libfaketime is missing: installing the Debian package faketime');
-  const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime'], { stdio: 'inherit' });
-  if (apt.status !== 0) log('could not install faketime; the tests that need it will say so and skip');
-}
-
-let etcd;
-if (stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_URL === undefined) {
-  const { ensureEtcd } = await import('./services/etcd.mjs');
-  etcd = await ensureEtcd({ log });
-  log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);
-}
-
 function find(dir) {
   const out = [];
   for (const entry of readdirSync(dir)) {
@@ -36,6 +22,23 @@ function find(dir) {
   return out.sort();
 }
 const all = process.argv.slice(2).length > 0 ? process.argv.slice(2) : find(join(root, 'dist', 'test'));
+// The unit layer (dist/test/unit: fake clock, in-memory store) needs no service at all.
+const needsServices = all.some((f) => !/[/\\]unit[/\\]/.test(f));
+
+// libfaketime makes a real process's wall clock lie (suspension and clock tests need it).
+if (needsServices && spawnSync('sh', ['-c', 'ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1']).status !== 0) {
+  log('libfaketime is missing: installing the Debian package faketime');
+  const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime'], { stdio: 'inherit' });
+  if (apt.status !== 0) log('could not install faketime; the tests that need it will say so and skip');
+}
+
+let etcd;
+if (needsServices && stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_URL === undefined) {
+  const { ensureEtcd } = await import('./services/etcd.mjs');
+  etcd = await ensureEtcd({ log });
+  log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);
+}
+
 // Files that restart shared servers or load the machine (chaos, store restarts) run last, alone.
 const isSerial = (f) => /[/\\](chaos|serial)[/\\]/.test(f);
 const phases = [

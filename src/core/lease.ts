@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { jitter, monoNow } from './clock.js';
+import { jitter, type Clock, type ClockTimer } from './clock.js';
 import { resolveTiming, validateLeaseName, parseDuration, type Duration, type Timing, type TimingOptions } from './config.js';
 import {
   AbortedError,
@@ -89,6 +89,7 @@ export interface LeaseEvents {
 export interface LeaseHost {
   readonly store: LeaseStore;
   readonly logger: LoggerLike;
+  readonly clock: Clock;
   currentHolder(): string;
   regenerateIdentity(why: string): void;
   enroll(lease: Lease): void;
@@ -113,7 +114,7 @@ interface TermState extends Term {
   /** Monotonic ms after which this process no longer believes it leads. */
   deadline: number;
   renewDueAt: number;
-  deadlineTimer: NodeJS.Timeout | undefined;
+  deadlineTimer: ClockTimer | undefined;
   failures: number;
   lastStoreNowMs: number;
   /** When the renewal that produced lastStoreNowMs was sent. */
@@ -139,6 +140,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   readonly name: string;
   readonly timing: Timing;
   private readonly host: LeaseHost;
+  private readonly clock: Clock;
   private _state: LeaseState = 'idle';
   private term: TermState | undefined;
   private contention: Promise<Term> | undefined;
@@ -154,6 +156,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   constructor(host: LeaseHost, name: string, options: LeaseOptions = {}) {
     super();
     this.host = host;
+    this.clock = host.clock;
     this.name = validateLeaseName(name);
     this.timing = resolveTiming(options);
     this.markerPath = options.marker;
@@ -168,14 +171,14 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private readonly markerPath: string | undefined;
   private readonly progressTimeoutMs: number | undefined;
   private lastProgress = 0;
-  private progressTimer: NodeJS.Timeout | undefined;
+  private progressTimer: ClockTimer | undefined;
 
   /**
    * Reports that the work is making progress. Only needed with `progressTimeout`: without a
    * call within it, the term is ended with reason "stalled" and the lease released.
    */
   progress(): void {
-    this.lastProgress = monoNow();
+    this.lastProgress = this.clock.monoNow();
   }
 
   private armProgress(t: TermState): void {
@@ -184,16 +187,16 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const check = (): void => {
       this.progressTimer = undefined;
       if (this.term !== t) return;
-      const idle = monoNow() - this.lastProgress;
+      const idle = this.clock.monoNow() - this.lastProgress;
       if (idle >= timeout) {
         void this.standDownStalled(Math.round(idle));
         return;
       }
-      this.progressTimer = setTimeout(check, timeout - idle);
+      this.progressTimer = this.clock.setTimeout(check, timeout - idle);
       this.progressTimer.unref();
     };
-    this.lastProgress = monoNow();
-    this.progressTimer = setTimeout(check, timeout);
+    this.lastProgress = this.clock.monoNow();
+    this.progressTimer = this.clock.setTimeout(check, timeout);
     this.progressTimer.unref();
   }
 
@@ -244,7 +247,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   resume(snap: LeaseSnapshot): Term {
     if (this.term !== undefined || this.contention !== undefined) throw new LeaseholdError('CONFIG', `lease "${this.name}" is already active`);
     if (snap.name !== this.name) throw new ConfigError(`snapshot is of lease "${snap.name}", not "${this.name}"`);
-    const now = monoNow();
+    const now = this.clock.monoNow();
     const controller = new AbortController();
     const term: TermState = {
       name: this.name,
@@ -274,7 +277,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
 
   /** True while this process holds the term and a renewal has landed in time. */
   get isLeader(): boolean {
-    return this._state === 'leading' && this.term !== undefined && monoNow() < this.term.deadline;
+    return this._state === 'leading' && this.term !== undefined && this.clock.monoNow() < this.term.deadline;
   }
 
   /**
@@ -284,7 +287,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   get token(): bigint {
     const t = this.term;
-    if (t !== undefined && monoNow() >= t.deadline) this.passDeadline(t);
+    if (t !== undefined && this.clock.monoNow() >= t.deadline) this.passDeadline(t);
     if (this._state === 'leading' && this.term !== undefined) return this.term.token;
     if (this._state === 'jeopardy') {
       throw new NotLeaderError(`lease "${this.name}" is in jeopardy (a renewal failed); not handing out the token until one lands`);
@@ -298,7 +301,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   get msUntilDeadline(): number | undefined {
     const t = this.term;
-    return t === undefined ? undefined : Math.max(0, t.deadline - monoNow());
+    return t === undefined ? undefined : Math.max(0, t.deadline - this.clock.monoNow());
   }
 
   /** The current term, if this process holds one (including while in jeopardy). */
@@ -331,7 +334,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private async contend(options: AcquireOptions, internal: AbortSignal): Promise<Term> {
     const signal = options.signal === undefined ? internal : AbortSignal.any([internal, options.signal]);
     const wait = options.wait ?? true;
-    const waitUntil = wait === true ? Infinity : wait === false ? 0 : monoNow() + parseDuration(wait, 'wait');
+    const waitUntil = wait === true ? Infinity : wait === false ? 0 : this.clock.monoNow() + parseDuration(wait, 'wait');
     this._state = 'contending';
     let errors = 0;
     let lastError: unknown;
@@ -342,7 +345,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
         this.host.checkSuspension();
         const holder = this.host.currentHolder();
         const nextNonce = newNonce();
-        const sentAt = monoNow();
+        const sentAt = this.clock.monoNow();
         let result: ClaimResult | undefined;
         try {
           [result] = await this.host.store.claim([{ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce }]);
@@ -378,7 +381,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
           // missed. Never a negative answer cached for longer than it can be true.
           sleepMs = Math.min(remaining ?? this.timing.renewMs, this.timing.ttlMs) + jitter(Math.min(250, this.timing.ttlMs / 10)) + 1;
         }
-        const left = waitUntil - monoNow();
+        const left = waitUntil - this.clock.monoNow();
         if (left <= 0) {
           const busy = result !== undefined && result.outcome === 'busy' ? result : undefined;
           const err = new NotAcquiredError(
@@ -401,22 +404,22 @@ export class Lease extends EventEmitter<LeaseEvents> {
   /** Sleeps until the store-reported expiry, a "freed" notification, or the signal. */
   private async sleepOrFreed(ms: number, signal: AbortSignal): Promise<void> {
     const freed = this.host.waitForFreed(this.name, signal);
-    let timer: NodeJS.Timeout | undefined;
+    let timer: ClockTimer | undefined;
     try {
       await Promise.race([
         freed.promise,
         new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, ms);
+          timer = this.clock.setTimeout(resolve, ms);
         }),
       ]);
     } finally {
-      if (timer !== undefined) clearTimeout(timer);
+      this.clock.clearTimeout(timer);
       freed.cancel();
     }
   }
 
   private startTerm(result: GrantedClaim, holder: string, nonce: string, sentAt: number): Term | undefined {
-    const now = monoNow();
+    const now = this.clock.monoNow();
     // Measured from when the claim was sent: the store may have granted it at any point after.
     const deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
     if (deadline <= now) {
@@ -456,7 +459,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.host.enroll(this);
     if (this.markerPath !== undefined) {
       try {
-        writeMarker(this.markerPath, { name: this.name, holder: term.holder, token: term.token.toString(), pid: process.pid, writtenAt: new Date().toISOString() });
+        writeMarker(this.markerPath, { name: this.name, holder: term.holder, token: term.token.toString(), pid: process.pid, writtenAt: new Date(this.clock.wallNow()).toISOString() });
       } catch (err) {
         this.host.logger.warn({ lease: this.name, marker: this.markerPath, err: errorMessage(err) }, 'leasehold: could not write the leadership marker');
       }
@@ -466,16 +469,16 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   private armDeadline(term: TermState): void {
-    if (term.deadlineTimer !== undefined) clearTimeout(term.deadlineTimer);
-    term.deadlineTimer = setTimeout(() => {
+    this.clock.clearTimeout(term.deadlineTimer);
+    term.deadlineTimer = this.clock.setTimeout(() => {
       if (this.term === term) this.passDeadline(term);
-    }, Math.max(0, term.deadline - monoNow()));
+    }, Math.max(0, term.deadline - this.clock.monoNow()));
     term.deadlineTimer.unref();
   }
 
   /** Detector 3: the monotonic time since the last confirmed renewal passed the local deadline. */
   private passDeadline(term: TermState): void {
-    const late = monoNow() - term.deadline;
+    const late = this.clock.monoNow() - term.deadline;
     // Noticed late, or reached without a single failed or overdue renewal: nothing explains it
     // but this process (or its event loop) having been stopped. Treat it as a wake: every term
     // ends and the identity is replaced, not just this term.
@@ -524,7 +527,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   renewalAnswered(ticket: RenewalTicket, req: ClaimRequest, result: ClaimResult, sentAt: number, host: LeaseHost): void {
     const t = this.term;
     if (t === undefined || t !== ticket) return; // the term this was sent for already ended
-    const now = monoNow();
+    const now = this.clock.monoNow();
     if (now >= t.deadline) {
       // A pause (or a slow answer) carried us past the point where we promised to stop.
       this.passDeadline(t);
@@ -585,10 +588,12 @@ export class Lease extends EventEmitter<LeaseEvents> {
     if (t === undefined || t !== ticket) return;
     t.failures++;
     this.emit('store-error', err, 'renew');
-    const now = monoNow();
+    const now = this.clock.monoNow();
     // Retry soon, but never in a tight loop, and at least once more before the deadline.
     const backoff = Math.min(this.timing.renewMs / 2, 100 * 2 ** Math.min(t.failures, 8));
-    t.renewDueAt = Math.min(now + backoff * (0.5 + Math.random() / 2), t.deadline - 1);
+    // (Once that last retry has failed too, the deadline timer ends the term: no retries in a loop.)
+    const retryAt = now + backoff * (0.5 + Math.random() / 2);
+    t.renewDueAt = now < t.deadline - 1 ? Math.min(retryAt, t.deadline - 1) : retryAt;
     if (this._state === 'leading') {
       this._state = 'jeopardy';
       this.host.logger.warn({ lease: this.name, token: String(t.token), err: errorMessage(err) }, 'leasehold: renewal failed; in jeopardy');
@@ -614,8 +619,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const t = this.term;
     if (t === undefined) return;
     this.term = undefined;
-    if (t.deadlineTimer !== undefined) clearTimeout(t.deadlineTimer);
-    if (this.progressTimer !== undefined) clearTimeout(this.progressTimer);
+    this.clock.clearTimeout(t.deadlineTimer);
+    this.clock.clearTimeout(this.progressTimer);
     this.progressTimer = undefined;
     if (this.markerPath !== undefined) {
       try {
@@ -697,7 +702,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   /** The term if it is still this process's current one; else its loss (or NotLeaderError). */
   private fenceTerm(term: Term): TermState {
     const t = this.term;
-    if (t !== undefined && t === term && monoNow() >= t.deadline) this.passDeadline(t);
+    if (t !== undefined && t === term && this.clock.monoNow() >= t.deadline) this.passDeadline(t);
     if (term.signal.aborted) throw term.signal.reason as Error;
     if (this.term === undefined || this.term !== term) throw new NotLeaderError(`term ${term.token} of lease "${this.name}" is not this process's current term`);
     return this.term;

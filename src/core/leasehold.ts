@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { monoNow, wallNow } from './clock.js';
+import { realClock, type Clock, type ClockTimer } from './clock.js';
 import { LeaseLostError, LeaseholdError, errorMessage } from './errors.js';
 import { newHolderId, newNonces } from './identity.js';
 import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type RenewalTicket, type Term } from './lease.js';
@@ -31,6 +31,11 @@ export interface LeaseholdOptions {
   closeStore?: boolean;
   /** Suspension detectors (wall-clock jump, store-clock advance). `false` turns off the wall-clock watchdog. */
   suspension?: SuspensionOptions | false;
+  /**
+   * The clocks and timers the engine uses (default: the process's own). For tests: a fake clock
+   * proves the engine's timing rules without sleeping. The store's clock still decides expiry.
+   */
+  clock?: Clock;
 }
 
 export interface RunContext {
@@ -68,6 +73,7 @@ const MAX_BATCH = 5000;
 export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHost {
   readonly store: LeaseStore;
   readonly logger: LoggerLike;
+  readonly clock: Clock;
   private holderId: string;
   private readonly holderLabel: string | undefined;
   private readonly closeStore: boolean;
@@ -75,11 +81,11 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   private closed = false;
   private readonly leases = new Set<Lease>();
   private readonly enrolled = new Set<Lease>();
-  private tickTimer: NodeJS.Timeout | undefined;
+  private tickTimer: ClockTimer | undefined;
   private tickAt = Infinity;
-  private wallTimer: NodeJS.Timeout | undefined;
-  private lastWall = wallNow();
-  private lastMono = monoNow();
+  private wallTimer: ClockTimer | undefined;
+  private lastWall: number;
+  private lastMono: number;
   private readonly freedWaiters = new Map<string, Set<() => void>>();
   private freedStop: Promise<(() => Promise<void>) | undefined> | undefined;
   private freedRetryAt = 0;
@@ -89,6 +95,9 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     if (options?.store === undefined) throw new LeaseholdError('CONFIG', 'new Leasehold({ store }) needs a store; see openStore(url)');
     this.store = options.store;
     this.logger = options.logger ?? silentLogger;
+    this.clock = options.clock ?? realClock;
+    this.lastWall = this.clock.wallNow();
+    this.lastMono = this.clock.monoNow();
     this.holderLabel = options.holderLabel;
     this.holderId = newHolderId(options.holderLabel);
     this.closeStore = options.closeStore ?? false;
@@ -148,7 +157,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
 
   /** A long-running contender: `onElected(term)` for each term won, `onRevoked(term, error)` when it ends. */
   elect(name: string, handlers: ElectorHandlers, options: LeaseOptions & { signal?: AbortSignal } = {}): Elector {
-    const elector = new Elector(this.lease(name, options), handlers, this.logger, options.signal);
+    const elector = new Elector(this.lease(name, options), handlers, this.logger, options.signal, this.clock);
     elector.start();
     return elector;
   }
@@ -203,7 +212,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   private scheduleTick(now = false): void {
     if (this.closed) return;
     let at = Infinity;
-    if (now) at = monoNow();
+    if (now) at = this.clock.monoNow();
     else {
       for (const l of this.enrolled) {
         if (l.inFlight) continue;
@@ -213,13 +222,13 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     }
     if (at === Infinity) return;
     if (this.tickTimer !== undefined && at >= this.tickAt) return;
-    if (this.tickTimer !== undefined) clearTimeout(this.tickTimer);
+    this.clock.clearTimeout(this.tickTimer);
     this.tickAt = at;
-    this.tickTimer = setTimeout(() => {
+    this.tickTimer = this.clock.setTimeout(() => {
       this.tickTimer = undefined;
       this.tickAt = Infinity;
       this.tick();
-    }, Math.max(0, at - monoNow()));
+    }, Math.max(0, at - this.clock.monoNow()));
     // The keep-alive interval holds the process open while a term is held, not this timer.
     this.tickTimer.unref();
   }
@@ -232,7 +241,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
    * round trips per renew interval.
    */
   private tick(): void {
-    const now = monoNow();
+    const now = this.clock.monoNow();
     this.checkSuspension();
     const due = [...this.enrolled].filter(
       (lease) => !lease.inFlight && (lease.confirmWaiters.length > 0 || lease.renewalDue(now, lease.timing.renewMs / 2)),
@@ -256,11 +265,11 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     // longer) so the retry can go out on another. A late answer is then ignored; its nonce
     // stays among the ones the next renewal presents.
     const renewMs = Math.min(...batch.map((b) => b.lease.timing.renewMs));
-    const overdue = setTimeout(() => {
-      for (const b of batch) b.lease.renewalOverdue(b.ticket, monoNow() - sentAt);
+    const overdue = this.clock.setTimeout(() => {
+      for (const b of batch) b.lease.renewalOverdue(b.ticket, this.clock.monoNow() - sentAt);
     }, renewMs / 2);
     overdue.unref();
-    let giveUp: NodeJS.Timeout | undefined;
+    let giveUp: ClockTimer | undefined;
     const controller = new AbortController();
     try {
       const results = await Promise.race([
@@ -269,7 +278,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
           { signal: controller.signal },
         ),
         new Promise<never>((_, reject) => {
-          giveUp = setTimeout(() => {
+          giveUp = this.clock.setTimeout(() => {
             controller.abort();
             reject(new LeaseholdError('STORE_UNAVAILABLE', `the renewal was not answered within ${renewMs}ms`, { retryable: true }));
           }, renewMs);
@@ -288,8 +297,8 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
         b.lease.renewalFailed(b.ticket, err);
       }
     } finally {
-      clearTimeout(overdue);
-      clearTimeout(giveUp);
+      this.clock.clearTimeout(overdue);
+      this.clock.clearTimeout(giveUp);
       for (const b of batch) for (const w of b.waiters) w.resolve();
       this.scheduleTick();
     }
@@ -299,14 +308,23 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
 
   private startWallWatchdog(): void {
     if (this.suspension === undefined || this.wallTimer !== undefined) return;
-    this.lastWall = wallNow();
-    this.lastMono = monoNow();
-    this.wallTimer = setInterval(() => this.checkSuspension(), this.suspension.checkIntervalMs);
+    this.lastWall = this.clock.wallNow();
+    this.lastMono = this.clock.monoNow();
+    const interval = this.suspension.checkIntervalMs;
+    const check = (): void => {
+      const mine = this.wallTimer;
+      this.checkSuspension();
+      // Re-armed after the check, unless the check stood everything down (which stopped it).
+      if (this.wallTimer !== mine) return;
+      this.wallTimer = this.clock.setTimeout(check, interval);
+      this.wallTimer.unref();
+    };
+    this.wallTimer = this.clock.setTimeout(check, interval);
     this.wallTimer.unref();
   }
 
   private stopWallWatchdog(): void {
-    if (this.wallTimer !== undefined) clearInterval(this.wallTimer);
+    this.clock.clearTimeout(this.wallTimer);
     this.wallTimer = undefined;
   }
 
@@ -316,8 +334,8 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
    * the suspension shows on the wall clock, never on the monotonic one.
    */
   checkSuspension(): void {
-    const wall = wallNow();
-    const mono = monoNow();
+    const wall = this.clock.wallNow();
+    const mono = this.clock.monoNow();
     const drift = wall - this.lastWall - (mono - this.lastMono);
     this.lastWall = wall;
     this.lastMono = mono;
@@ -384,7 +402,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
 
   private ensureFreedWatch(): void {
     if (this.freedStop !== undefined || this.store.watchFreed === undefined || this.closed) return;
-    if (monoNow() < this.freedRetryAt) return;
+    if (this.clock.monoNow() < this.freedRetryAt) return;
     this.freedStop = this.store
       .watchFreed(
         (name) => this.wake(name),
@@ -396,7 +414,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
       )
       .catch((err: unknown) => {
         this.logger.warn({ err: errorMessage(err) }, 'leasehold: could not listen for releases; followers poll at expiry');
-        this.freedRetryAt = monoNow() + 5000;
+        this.freedRetryAt = this.clock.monoNow() + 5000;
         this.freedStop = undefined;
         return undefined;
       });
@@ -421,7 +439,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     await Promise.allSettled(leases.map((l) => l.close()));
     this.closed = true;
     this.updateKeepAlive();
-    if (this.tickTimer !== undefined) clearTimeout(this.tickTimer);
+    this.clock.clearTimeout(this.tickTimer);
     this.stopWallWatchdog();
     const stop = await this.freedStop;
     await stop?.().catch(() => {});
