@@ -13,26 +13,13 @@ import {
   type LeaseLostReason,
 } from './errors.js';
 import { newNonce } from './identity.js';
+import type { HeldTerm } from './leasehold-host.js';
+import { TermMachine, issueFenceWrite, type Term, type TermFenceWrite, type TermOutcome } from './term.js';
 import { revokeMarker, writeMarker } from './marker.js';
 import type { LoggerLike } from './logger.js';
-import type { ClaimRequest, ClaimResult, GrantedClaim, LeaseStore, LostReason } from '../backends/store.js';
+import type { ClaimRequest, ClaimResult, LeaseStore, LostReason } from '../backends/store.js';
 
-/**
- * One continuous tenure of a lease by one process: from an acquisition to the moment this
- * process stops believing it holds it. Renewals keep the term (and its token); anything else
- * starts a new one with a larger token.
- */
-export interface Term {
-  readonly name: string;
-  /** The fencing token: pass it with every write to the resource. */
-  readonly token: bigint;
-  /** The holder id this term was acquired under. */
-  readonly holder: string;
-  /** Aborts, with a LeaseLostError as its reason, when the term ends for any reason. */
-  readonly signal: AbortSignal;
-  /** When the term began, by the store's clock. */
-  readonly acquiredAtMs: number;
-}
+export type { Term, TermFenceWrite } from './term.js';
 
 export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
 
@@ -53,7 +40,7 @@ export interface LeaseOptions extends TimingOptions {
 
 /**
  * What a process remembers about its term, as a snapshot of its memory would. For simulating
- * a snapshot restored twice (tests, chaos); production code never needs it.
+ * a snapshot restored twice (tests, chaos) through src/testing.ts; production code never needs it.
  */
 export interface LeaseSnapshot {
   name: string;
@@ -92,45 +79,25 @@ export interface LeaseHost {
   readonly clock: Clock;
   currentHolder(): string;
   regenerateIdentity(why: string): void;
-  enroll(lease: Lease): void;
-  unenroll(lease: Lease): void;
+  /** One acquisition attempt, through the client's scheduler (batched with whatever else is due). */
+  claim(req: ClaimRequest): Promise<ClaimResult>;
+  /** A term began: renew it, watch for its revocation, watch for suspensions. */
+  enroll(held: HeldTerm): void;
+  unenroll(held: HeldTerm): void;
   /** The lease was closed: the client no longer needs to track it. */
   forget(lease: Lease): void;
-  requestRenewal(lease: Lease): void;
+  /** Someone waits for a round trip: tick the scheduler now. */
+  renewNow(): void;
   waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void };
   checkSuspension(): void;
   suspect(detector: 'deadline-passed', detail: string): void;
   retainWhileContending(delta: 1 | -1): void;
   /** Called after each renewal: how far the store's clock and the monotonic clock moved. */
-  noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, lease: Lease): void;
+  noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, ttlMs: number): void;
 }
 
-interface TermState extends Term {
-  readonly controller: AbortController;
-  /** The nonce the store confirmed last. */
-  confirmed: string;
-  /** Nonces sent in renewals whose answers never came: the store may hold one of them. */
-  unconfirmed: string[];
-  /** Monotonic ms after which this process no longer believes it leads. */
-  deadline: number;
-  renewDueAt: number;
-  deadlineTimer: ClockTimer | undefined;
-  failures: number;
-  lastStoreNowMs: number;
-  /** When the renewal that produced lastStoreNowMs was sent. */
-  lastSentAt: number;
-  inFlight: boolean;
-  fence: TermFenceState;
-}
-
-/**
- * Which term a renewal was sent for. An answer is applied only to that term: a renewal that
- * was still in flight when its term ended (and a new term began) must not touch the new one.
- */
-export type RenewalTicket = object;
-
-/** Unanswered renewal nonces remembered per term (etcd compares at most eight per renewal). */
-const MAX_UNCONFIRMED = 6;
+/** Set by Lease's static block: the testing entry's way to its private snapshot and resume. */
+let testingHooks: { snapshot(lease: Lease): LeaseSnapshot | undefined; resume(lease: Lease, snap: LeaseSnapshot): Term } | undefined;
 
 /**
  * A named lease as seen from one process. Create it with `leasehold.lease(name)`, then
@@ -142,15 +109,11 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private readonly host: LeaseHost;
   private readonly clock: Clock;
   private _state: LeaseState = 'idle';
-  private term: TermState | undefined;
+  private term: TermMachine | undefined;
+  private held: HeldTerm | undefined;
+  private deadlineTimer: ClockTimer | undefined;
   private contention: Promise<Term> | undefined;
   private contentionAbort: AbortController | undefined;
-  /** True while a renewal of the current term is in flight (one at a time, never overlapping). */
-  get inFlight(): boolean {
-    return this.term?.inFlight ?? false;
-  }
-  /** confirm() callers waiting for the next renewal round trip. */
-  confirmWaiters: Array<{ resolve: () => void }> = [];
 
   /** @internal use `leasehold.lease(name, options)` */
   constructor(host: LeaseHost, name: string, options: LeaseOptions = {}) {
@@ -181,7 +144,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.lastProgress = this.clock.monoNow();
   }
 
-  private armProgress(t: TermState): void {
+  private armProgress(t: TermMachine): void {
     if (this.progressTimeoutMs === undefined) return;
     const timeout = this.progressTimeoutMs;
     const check = (): void => {
@@ -222,8 +185,12 @@ export class Lease extends EventEmitter<LeaseEvents> {
     return handedOver;
   }
 
+  static {
+    testingHooks = { snapshot: (lease) => lease.snapshot(), resume: (lease, snap) => lease.resume(snap) };
+  }
+
   /** What this process remembers of its term (see LeaseSnapshot). Undefined when not leading. */
-  snapshot(): LeaseSnapshot | undefined {
+  private snapshot(): LeaseSnapshot | undefined {
     const t = this.term;
     if (t === undefined) return undefined;
     return {
@@ -244,29 +211,23 @@ export class Lease extends EventEmitter<LeaseEvents> {
    * full local deadline. Its next renewal (within one renew interval) asks the store, and of
    * two processes resumed from one snapshot at most one renewal can succeed.
    */
-  resume(snap: LeaseSnapshot): Term {
+  private resume(snap: LeaseSnapshot): Term {
     if (this.term !== undefined || this.contention !== undefined) throw new LeaseholdError('CONFIG', `lease "${this.name}" is already active`);
     if (snap.name !== this.name) throw new ConfigError(`snapshot is of lease "${snap.name}", not "${this.name}"`);
     const now = this.clock.monoNow();
-    const controller = new AbortController();
-    const term: TermState = {
+    const term = new TermMachine(this.timing, {
       name: this.name,
       token: BigInt(snap.token),
       holder: snap.holder,
-      signal: controller.signal,
       acquiredAtMs: snap.acquiredAtMs,
-      controller,
       confirmed: snap.confirmed,
       unconfirmed: [...snap.unconfirmed],
       deadline: now + this.timing.ttlMs - this.timing.marginMs,
       renewDueAt: now + this.timing.renewMs,
-      deadlineTimer: undefined,
-      failures: 0,
       lastStoreNowMs: snap.lastStoreNowMs,
       lastSentAt: now,
-      inFlight: false,
       fence: { known: [...(snap.fenceNonces ?? [])], first: snap.fenceFirst ?? true, tail: Promise.resolve() },
-    };
+    });
     this.beginTerm(term);
     return term;
   }
@@ -348,7 +309,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
         const sentAt = this.clock.monoNow();
         let result: ClaimResult | undefined;
         try {
-          [result] = await this.host.store.claim([{ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce }]);
+          result = await this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce });
           errors = 0;
         } catch (err) {
           lastError = err;
@@ -365,9 +326,14 @@ export class Lease extends EventEmitter<LeaseEvents> {
           throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
         }
         if (result?.outcome === 'acquired') {
-          const term = this.startTerm(result, holder, nextNonce, sentAt);
-          if (term !== undefined) return term;
-          continue; // the answer came back too late to use; the row expires on its own
+          const term = TermMachine.granted(this.timing, result, holder, nextNonce, sentAt, this.clock.monoNow());
+          if (term !== undefined) {
+            this.beginTerm(term);
+            return term;
+          }
+          // The answer came back too late to use; the row expires on its own.
+          this.host.logger.warn({ lease: this.name, token: String(result.token) }, 'leasehold: acquire answer arrived too late to use');
+          continue;
         }
         let sleepMs: number;
         if (result === undefined) {
@@ -418,45 +384,15 @@ export class Lease extends EventEmitter<LeaseEvents> {
     }
   }
 
-  private startTerm(result: GrantedClaim, holder: string, nonce: string, sentAt: number): Term | undefined {
-    const now = this.clock.monoNow();
-    // Measured from when the claim was sent: the store may have granted it at any point after.
-    const deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
-    if (deadline <= now) {
-      this.host.logger.warn({ lease: this.name, token: String(result.token) }, 'leasehold: acquire answer arrived too late to use');
-      return undefined;
-    }
-    const controller = new AbortController();
-    const term: TermState = {
-      name: this.name,
-      token: result.token,
-      holder,
-      signal: controller.signal,
-      acquiredAtMs: result.storeNowMs,
-      controller,
-      confirmed: nonce,
-      unconfirmed: [],
-      deadline,
-      renewDueAt: sentAt + this.timing.renewMs,
-      deadlineTimer: undefined,
-      failures: 0,
-      lastStoreNowMs: result.storeNowMs,
-      lastSentAt: sentAt,
-      inFlight: false,
-      fence: { known: [], first: true, tail: Promise.resolve() },
-    };
-    this.beginTerm(term);
-    return term;
-  }
-
-  private beginTerm(term: TermState): void {
+  private beginTerm(term: TermMachine): void {
     if (this._state === 'closed') throw new LeaseholdError('CONFIG', `lease "${this.name}" is closed`);
     this.term = term;
     leaseOfTerm.set(term, this);
     this._state = 'leading';
     this.armDeadline(term);
     this.armProgress(term);
-    this.host.enroll(this);
+    this.held = this.heldTerm(term);
+    this.host.enroll(this.held);
     if (this.markerPath !== undefined) {
       try {
         writeMarker(this.markerPath, { name: this.name, holder: term.holder, token: term.token.toString(), pid: process.pid, writtenAt: new Date(this.clock.wallNow()).toISOString() });
@@ -468,158 +404,106 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.emit('acquired', term);
   }
 
-  private armDeadline(term: TermState): void {
-    this.clock.clearTimeout(term.deadlineTimer);
-    term.deadlineTimer = this.clock.setTimeout(() => {
+  private armDeadline(term: TermMachine): void {
+    this.clock.clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = this.clock.setTimeout(() => {
       if (this.term === term) this.passDeadline(term);
     }, Math.max(0, term.deadline - this.clock.monoNow()));
-    term.deadlineTimer.unref();
+    this.deadlineTimer.unref();
   }
 
   /** Detector 3: the monotonic time since the last confirmed renewal passed the local deadline. */
-  private passDeadline(term: TermState): void {
-    const late = this.clock.monoNow() - term.deadline;
-    // Noticed late, or reached without a single failed or overdue renewal: nothing explains it
-    // but this process (or its event loop) having been stopped. Treat it as a wake: every term
-    // ends and the identity is replaced, not just this term.
-    if (late > Math.max(250, this.timing.renewMs / 4) || this._state === 'leading') {
-      this.host.suspect('deadline-passed', `the local deadline passed ${Math.round(Math.max(0, late))}ms ago with no renewal answered (paused or blocked)`);
+  private passDeadline(term: TermMachine): void {
+    const v = term.deadlineVerdict(this.clock.monoNow());
+    if (v.suspect) {
+      this.host.suspect('deadline-passed', `the local deadline passed ${Math.round(Math.max(0, v.lateMs))}ms ago with no renewal answered (paused or blocked)`);
       if (this.term !== term) return;
     }
-    if (this._state === 'jeopardy') this.lose('store-unreachable', 'renewals kept failing until the local deadline');
-    else this.lose('expired', 'no renewal landed before the local deadline');
+    this.lose(v.reason, v.detail);
   }
 
-  /** @internal scheduler: is a renewal due within `slackMs`? */
-  renewalDue(now: number, slackMs: number): boolean {
-    return this.term !== undefined && !this.inFlight && this.term.renewDueAt - slackMs <= now;
+  /**
+   * The term as the client's scheduler and detectors see it. Every input reaches the machine of
+   * the term it was made for: an answer that comes back after its term ended finds it ended.
+   */
+  private heldTerm(t: TermMachine): HeldTerm {
+    const jeopardyError = (waitedMs: number): LeaseholdError =>
+      new LeaseholdError('STORE_UNAVAILABLE', `the renewal has not been answered after ${Math.round(waitedMs)}ms`, { retryable: true });
+    return {
+      name: this.name,
+      renewMs: this.timing.renewMs,
+      dueAt: () => t.dueAt(),
+      request: (now, nextNonce) => {
+        const req = t.request(now, nextNonce);
+        if (req !== 'deadline') return req;
+        if (this.term === t) this.passDeadline(t);
+        return undefined;
+      },
+      answered: (req, result, sentAt) => this.apply(t, t.answered(req, result, sentAt, this.clock.monoNow())),
+      failed: (err) => {
+        if (t.ended) return void t.failed(err, this.clock.monoNow());
+        const outcome = t.failed(err, this.clock.monoNow());
+        this.emit('store-error', err, 'renew');
+        this.apply(t, outcome, 'leasehold: renewal failed; in jeopardy');
+      },
+      overdue: (waitedMs) => this.apply(t, t.overdue(jeopardyError(waitedMs)), 'leasehold: renewal overdue; in jeopardy'),
+      takeWaiters: () => t.waiters.splice(0),
+      checkNow: () => {
+        // The store says this lease may have been freed: renew at once rather than at the
+        // scheduled time. The answer (revoked, superseded, renewed) is applied like any renewal's.
+        if (this.term !== t) return;
+        t.waiters.push(() => {});
+        this.host.renewNow();
+      },
+      // Suspension: end the term, then hand it back to the store (nonce-guarded) so the next
+      // holder need not wait for the expiry.
+      suspend: (detail) => {
+        if (this.term === t) void this.endAndRelease('suspended', detail);
+      },
+    };
   }
 
-  /** @internal scheduler */
-  get renewDueAt(): number | undefined {
-    return this.term?.renewDueAt;
-  }
-
-  /** @internal scheduler: the claim for the next renewal. Also a deadline check. */
-  renewalRequest(now: number, nextNonce: string = newNonce()): { req: ClaimRequest; ticket: RenewalTicket } | undefined {
-    const t = this.term;
-    if (t === undefined || t.inFlight) return undefined;
-    if (now >= t.deadline) {
-      this.passDeadline(t);
-      return undefined;
-    }
-    const expect = [t.confirmed, ...t.unconfirmed];
-    // Until an answer comes, the store may hold any nonce we sent: a renewal can land and its
-    // answer be lost. Keep them all for the term (a term makes only a handful of attempts
-    // before its deadline); past MAX_UNCONFIRMED the oldest is dropped, which at worst makes
-    // the store call this process a clone and end the term: safe, and very unlikely.
-    t.unconfirmed = [...t.unconfirmed, nextNonce].slice(-MAX_UNCONFIRMED);
-    t.inFlight = true;
-    return { req: { name: this.name, holder: t.holder, ttlMs: this.timing.ttlMs, expect, nextNonce }, ticket: t };
-  }
-
-  /** @internal scheduler: the round trip is over, whatever its outcome. */
-  renewalSettled(ticket: RenewalTicket): void {
-    (ticket as TermState).inFlight = false;
-  }
-
-  /** @internal scheduler: the store answered this lease's renewal. */
-  renewalAnswered(ticket: RenewalTicket, req: ClaimRequest, result: ClaimResult, sentAt: number, host: LeaseHost): void {
-    const t = this.term;
-    if (t === undefined || t !== ticket) return; // the term this was sent for already ended
-    const now = this.clock.monoNow();
-    if (now >= t.deadline) {
-      // A pause (or a slow answer) carried us past the point where we promised to stop.
-      this.passDeadline(t);
-      return;
-    }
-    if (result.outcome === 'renewed') {
-      if (result.token !== t.token) {
-        this.lose('superseded', `the store renewed token ${result.token}, not this term's ${t.token}`);
+  /** Turns what the term's machine concluded into events, log lines and side effects. */
+  private apply(t: TermMachine, outcome: TermOutcome, jeopardyMessage = 'leasehold: renewal failed; in jeopardy'): void {
+    if (this.term !== t) return;
+    switch (outcome.kind) {
+      case 'none':
         return;
-      }
-      // Between the previous store reading (taken after the previous send) and this one (taken
-      // before now), at most now - previous send has really passed: anything beyond that on
-      // the store's clock is time this process did not experience.
-      const storeAdvance = result.storeNowMs - t.lastStoreNowMs;
-      const localAdvance = now - t.lastSentAt;
-      t.confirmed = req.nextNonce;
-      t.unconfirmed = [];
-      t.deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
-      // From the send time, like the deadline; but an answer that came back late must not make
-      // the next renewal due at once (a slow store would then be renewed ever faster).
-      // ...and never after the point where we would have to stand down without it.
-      t.renewDueAt = Math.min(Math.max(sentAt + this.timing.renewMs, now + this.timing.renewMs / 2), t.deadline - this.timing.renewMs / 2);
-      t.lastStoreNowMs = result.storeNowMs;
-      t.lastSentAt = sentAt;
-      t.failures = 0;
-      this.armDeadline(t);
-      host.noteStoreAdvance?.(storeAdvance, localAdvance, this);
-      if (this.term !== t) return; // a suspension detector ended the term
-      if (this._state === 'jeopardy') {
-        this._state = 'leading';
-        this.host.logger.info({ lease: this.name, token: String(t.token) }, 'leasehold: renewal landed, out of jeopardy');
-        this.emit('recovered', t);
-      }
-      this.emit('renewed', t, Math.round(result.expiresAtMs - result.storeNowMs));
-      return;
+      case 'deadline':
+        this.passDeadline(t);
+        return;
+      case 'jeopardy':
+        this._state = 'jeopardy';
+        this.host.logger.warn({ lease: this.name, token: String(t.token), err: errorMessage(outcome.error) }, jeopardyMessage);
+        this.emit('jeopardy', t, outcome.error);
+        return;
+      case 'lost':
+        if (outcome.conflict !== undefined) this.host.regenerateIdentity(outcome.conflict);
+        this.lose(outcome.reason, outcome.detail);
+        return;
+      case 'renewed':
+        this.armDeadline(t);
+        this.host.noteStoreAdvance?.(outcome.storeAdvanceMs, outcome.localAdvanceMs, this.timing.ttlMs);
+        if (this.term !== t) return; // a suspension detector ended the term
+        if (outcome.recovered) {
+          this._state = 'leading';
+          this.host.logger.info({ lease: this.name, token: String(t.token) }, 'leasehold: renewal landed, out of jeopardy');
+          this.emit('recovered', t);
+        }
+        this.emit('renewed', t, outcome.expiresInMs);
     }
-    if (result.outcome === 'lost') {
-      const why: Record<typeof result.reason, [LeaseLostReason, string]> = {
-        expired: ['expired', 'the store says the term expired before the renewal reached it'],
-        superseded: ['superseded', `the store says ${result.holder ?? 'another process'} holds it now`],
-        cloned: ['superseded', 'another process with this holder id renewed it: a restored snapshot or a fork of this process'],
-        revoked: ['revoked', 'an operator revoked it'],
-        released: ['superseded', 'another process with this holder id released it: a restored snapshot or a fork of this process'],
-      };
-      const [reason, detail] = why[result.reason];
-      // A term that ended in a conflict is re-contended under a new identity: if a clone
-      // shares ours, that is the only way to tell the two apart from now on.
-      if (result.reason !== 'revoked') this.host.regenerateIdentity(`term ended: ${result.reason}`);
-      this.lose(reason, detail);
-      return;
-    }
-    this.lose('superseded', `unexpected renewal outcome "${result.outcome}"`);
-  }
-
-  /** @internal scheduler: the renewal's outcome is unknown. Unknown is not yes. */
-  renewalFailed(ticket: RenewalTicket, err: unknown): void {
-    const t = this.term;
-    if (t === undefined || t !== ticket) return;
-    t.failures++;
-    this.emit('store-error', err, 'renew');
-    const now = this.clock.monoNow();
-    // Retry soon, but never in a tight loop, and at least once more before the deadline.
-    const backoff = Math.min(this.timing.renewMs / 2, 100 * 2 ** Math.min(t.failures, 8));
-    // (Once that last retry has failed too, the deadline timer ends the term: no retries in a loop.)
-    const retryAt = now + backoff * (0.5 + Math.random() / 2);
-    t.renewDueAt = now < t.deadline - 1 ? Math.min(retryAt, t.deadline - 1) : retryAt;
-    if (this._state === 'leading') {
-      this._state = 'jeopardy';
-      this.host.logger.warn({ lease: this.name, token: String(t.token), err: errorMessage(err) }, 'leasehold: renewal failed; in jeopardy');
-      this.emit('jeopardy', t, err);
-    }
-  }
-
-  /** @internal scheduler: a renewal is taking too long to answer. Stop handing out the token. */
-  renewalOverdue(ticket: RenewalTicket, waitedMs: number): void {
-    const t = this.term;
-    if (t === undefined || t !== ticket || !t.inFlight || this._state !== 'leading') return;
-    this._state = 'jeopardy';
-    const err = new LeaseholdError('STORE_UNAVAILABLE', `the renewal has not been answered after ${Math.round(waitedMs)}ms`, { retryable: true });
-    this.host.logger.warn({ lease: this.name, token: String(t.token) }, 'leasehold: renewal overdue; in jeopardy');
-    this.emit('jeopardy', t, err);
   }
 
   /**
    * Ends the current term locally: aborts its signal (with a LeaseLostError), stops renewing.
-   * @internal also called by the client's suspension detectors.
    */
-  lose(reason: LeaseLostReason, detail: string, cause?: unknown): void {
+  private lose(reason: LeaseLostReason, detail: string, cause?: unknown): void {
     const t = this.term;
     if (t === undefined) return;
     this.term = undefined;
-    this.clock.clearTimeout(t.deadlineTimer);
+    const waiters = t.end();
+    this.clock.clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
     this.clock.clearTimeout(this.progressTimer);
     this.progressTimer = undefined;
     if (this.markerPath !== undefined) {
@@ -630,23 +514,14 @@ export class Lease extends EventEmitter<LeaseEvents> {
       }
     }
     if (this._state === 'leading' || this._state === 'jeopardy') this._state = 'idle';
-    this.host.unenroll(this);
+    if (this.held !== undefined) this.host.unenroll(this.held);
+    this.held = undefined;
     const error = new LeaseLostError(this.name, t.token, reason, detail, { cause });
     const level = reason === 'released' ? 'info' : 'warn';
     this.host.logger[level]({ lease: this.name, token: String(t.token), reason }, `leasehold: term ended: ${detail}`);
-    for (const w of this.confirmWaiters.splice(0)) w.resolve();
+    for (const w of waiters) w();
     t.controller.abort(error);
     this.emit('lost', t, error);
-  }
-
-  /**
-   * @internal the store says this lease may have been freed: renew at once rather than at the
-   * scheduled time. The answer (revoked, superseded, renewed) is applied like any renewal's.
-   */
-  checkNow(): void {
-    if (this.term === undefined) return;
-    this.confirmWaiters.push({ resolve: () => {} });
-    this.host.requestRenewal(this);
   }
 
   /**
@@ -660,8 +535,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
     if (t === undefined) throw new NotLeaderError(`this process does not hold lease "${this.name}"`);
     await withSignal(
       new Promise<void>((resolve) => {
-        this.confirmWaiters.push({ resolve });
-        this.host.requestRenewal(this);
+        t.waiters.push(resolve);
+        this.host.renewNow();
       }),
       options.signal,
     );
@@ -687,11 +562,6 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.host.forget(this);
   }
 
-  /** @internal suspension: end the term, then hand it back to the store (nonce-guarded) so the next holder need not wait for the expiry. */
-  suspend(detail: string): void {
-    void this.endAndRelease('suspended', detail);
-  }
-
   // ---- same-database fenced writes (src/fence with `term`) --------------------------------------
 
   /** @internal fence: the store this lease lives in, so a fence can tell whether it shares the database. */
@@ -700,7 +570,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /** The term if it is still this process's current one; else its loss (or NotLeaderError). */
-  private fenceTerm(term: Term): TermState {
+  private fenceTerm(term: Term): TermMachine {
     const t = this.term;
     if (t !== undefined && t === term && this.clock.monoNow() >= t.deadline) this.passDeadline(t);
     if (term.signal.aborted) throw term.signal.reason as Error;
@@ -741,7 +611,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     } finally {
       if (onAbort !== undefined) term.signal.removeEventListener('abort', onAbort);
     }
-    return this.fenceIssue(t, release);
+    return issueFenceWrite(t, release, newNonce());
   }
 
   /**
@@ -749,34 +619,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    * the COMMIT run to completion before any other JavaScript (so nothing can interleave).
    */
   fenceWriteSync(term: Term): TermFenceWrite {
-    return this.fenceIssue(this.fenceTerm(term), () => {});
-  }
-
-  private fenceIssue(t: TermState, release: () => void): TermFenceWrite {
-    const f = t.fence;
-    const next = newNonce();
-    let settled = false;
-    return {
-      name: this.name,
-      holder: t.holder,
-      token: t.token,
-      expect: [...f.known],
-      first: f.first,
-      next,
-      settle: (outcome) => {
-        if (settled) return;
-        settled = true;
-        if (outcome === 'written') {
-          f.known = [next];
-          f.first = false;
-        } else if (outcome === 'unknown') {
-          // The COMMIT's answer was lost: the row may hold `next` or what it held before.
-          // Past MAX_UNCONFIRMED the oldest goes: at worst a later write calls this a clone.
-          f.known = [...f.known, next].slice(-MAX_UNCONFIRMED);
-        }
-        release();
-      },
-    };
+    return issueFenceWrite(this.fenceTerm(term), () => {}, newNonce());
   }
 
   /** @internal fence: the nonces a fenced write may find, right now (for telling a clone from a race). */
@@ -801,37 +644,26 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 }
 
-/**
- * What a same-database fence keeps per term, apart from the renewal nonces: the lease row's
- * fence nonce (set by fenced writes only) and which values of it this process may have set.
- * Two processes restored from one snapshot share this state; the first fenced write after the
- * restore sets a nonce from fresh kernel randomness that the other has never seen.
- */
-interface TermFenceState {
-  /** Fence nonces this process set, or may have set (a COMMIT whose answer was lost). */
-  known: string[];
-  /** No fenced write of this term may have committed yet (the row's fence columns are an older term's). */
-  first: boolean;
-  /** The previous fenced write's turn; the next one waits for it. */
-  tail: Promise<void>;
-}
-
-/** @internal fence: one fenced write's view of its term; see Lease.fenceWrite. */
-export interface TermFenceWrite {
-  readonly name: string;
-  readonly holder: string;
-  readonly token: bigint;
-  /** The fence nonces the row may hold if no other process wrote with this term. */
-  readonly expect: readonly string[];
-  /** The row may still carry an older term's fence columns (no write of this term committed yet). */
-  readonly first: boolean;
-  /** The nonce to set: fresh kernel randomness, drawn after any snapshot of this process. */
-  readonly next: string;
-  /** The write's outcome, once known; lets the next fenced write of the term go. */
-  settle(outcome: 'written' | 'not-written' | 'unknown'): void;
-}
 
 const leaseOfTerm = new WeakMap<Term, Lease>();
+
+/**
+ * For tests only (src/testing.ts): what this process remembers of its term, as a snapshot of
+ * its memory would hold it. Undefined when not leading.
+ */
+export function snapshotLease(lease: Lease): LeaseSnapshot | undefined {
+  return testingHooks!.snapshot(lease);
+}
+
+/**
+ * For tests only (src/testing.ts): resumes a term from a snapshot, believing it leads as a
+ * restored process would, with a full local deadline. Its next renewal (within one renew
+ * interval) asks the store, and of two processes resumed from one snapshot at most one
+ * renewal can succeed.
+ */
+export function resumeLease(lease: Lease, snap: LeaseSnapshot): Term {
+  return testingHooks!.resume(lease, snap);
+}
 
 /** @internal fence: the Lease (of this process) a term belongs to. */
 export function leaseOf(term: Term): Lease | undefined {

@@ -104,3 +104,24 @@ void test('the elector backs off exponentially (jittered, capped at 30s) while i
     await w.close();
   }
 });
+
+void test('acquisitions go through the same loop as renewals: leases acquired together share one claim, and renewals due soon ride along', async () => {
+  const w = world();
+  try {
+    const lh = w.leasehold();
+    const first = lh.lease('first', TIMING);
+    await first.acquire();
+    await w.clock.advance(RENEW - 100); // first's renewal is due within half an interval
+    const before = w.store.calls.length;
+    const terms = await Promise.all(['a', 'b', 'c'].map((n) => lh.lease(n, TIMING).acquire()));
+    assert.deepEqual(
+      terms.map((t) => t.token),
+      [1n, 1n, 1n],
+    );
+    const calls = w.store.calls.slice(before);
+    assert.equal(calls.length, 1, 'one round trip for three acquisitions and a renewal');
+    assert.deepEqual(calls[0]!.requests.map((r) => `${r.name}:${r.expect === null ? 'acquire' : 'renew'}`).sort(), ['a:acquire', 'b:acquire', 'c:acquire', 'first:renew']);
+  } finally {
+    await w.close();
+  }
+});

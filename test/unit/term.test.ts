@@ -2,6 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NotLeaderError } from '../../src/core/errors.js';
+import { resumeLease, snapshotLease } from '../../src/testing.js';
 import { lossOf, world, MARGIN, RENEW, TIMING, TTL } from './harness.js';
 
 void test('a holder renews every renew interval, keeping its token, and presents the nonce it set last', async () => {
@@ -148,7 +149,7 @@ void test('a snapshot restored twice: the store answers "cloned" and neither cop
     const la = a.lease('job', TIMING);
     const ta = await la.acquire();
     const lb = b.lease('job', TIMING);
-    const tb = lb.resume(la.snapshot()!);
+    const tb = resumeLease(lb, snapshotLease(la)!);
     assert.equal(tb.token, ta.token);
     await w.clock.until(() => ta.signal.aborted && tb.signal.aborted, TTL);
     for (const t of [ta, tb]) {
