@@ -58,9 +58,9 @@ export interface LeaseholdEvents {
 }
 
 /**
- * A process's connection to one store: it owns the holder identity, one renewal scheduler that
- * renews every held lease in as few round trips as possible, one "freed" listener, and the
- * suspension detectors. Create one per store per process.
+ * A process's connection to one store: it owns the holder identity, one scheduler through
+ * which every acquisition and renewal goes (in as few round trips as possible), one "freed"
+ * listener, and the suspension detectors. Create one per store per process.
  */
 export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHost {
   readonly store: LeaseStore;
