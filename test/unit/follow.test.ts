@@ -2,6 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SchemaError } from '../../src/core/errors.js';
+import { MAX_BATCH } from '../../src/core/scheduler.js';
 import { lossOf, world, RENEW, TIMING, TTL } from './harness.js';
 
 void test('a follower of a holder with a far-off expiry re-checks within one TTL of its own, never in a tight loop', async () => {
@@ -121,6 +122,28 @@ void test('acquisitions go through the same loop as renewals: leases acquired to
     const calls = w.store.calls.slice(before);
     assert.equal(calls.length, 1, 'one round trip for three acquisitions and a renewal');
     assert.deepEqual(calls[0]!.requests.map((r) => `${r.name}:${r.expect === null ? 'acquire' : 'renew'}`).sort(), ['a:acquire', 'b:acquire', 'c:acquire', 'first:renew']);
+  } finally {
+    await w.close();
+  }
+});
+
+void test('no round trip carries more than MAX_BATCH leases: 5001 acquisitions in one turn go out as 5000 + 1, and so do their renewals', async () => {
+  const w = world();
+  try {
+    const lh = w.leasehold();
+    const leases = Array.from({ length: MAX_BATCH + 1 }, (_, i) => lh.lease(`l${i}`, TIMING));
+    await Promise.all(leases.map((l) => l.acquire()));
+    assert.deepEqual(
+      w.store.calls.map((c) => c.requests.length),
+      [MAX_BATCH, 1],
+    );
+    const before = w.store.calls.length;
+    await w.clock.advance(RENEW);
+    assert.deepEqual(
+      w.store.calls.slice(before).map((c) => c.requests.length),
+      [MAX_BATCH, 1],
+    );
+    assert.ok(leases.every((l) => l.isLeader));
   } finally {
     await w.close();
   }
