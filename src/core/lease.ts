@@ -40,7 +40,7 @@ export interface LeaseOptions extends TimingOptions {
 
 /**
  * What a process remembers about its term, as a snapshot of its memory would. For simulating
- * a snapshot restored twice (tests, chaos) through src/testing.ts; production code never needs it.
+ * a snapshot restored twice (tests, chaos) through src/testing/; production code never needs it.
  */
 export interface LeaseSnapshot {
   name: string;
@@ -648,7 +648,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
 const leaseOfTerm = new WeakMap<Term, Lease>();
 
 /**
- * For tests only (src/testing.ts): what this process remembers of its term, as a snapshot of
+ * For tests only (src/testing/): what this process remembers of its term, as a snapshot of
  * its memory would hold it. Undefined when not leading.
  */
 export function snapshotLease(lease: Lease): LeaseSnapshot | undefined {
@@ -656,7 +656,7 @@ export function snapshotLease(lease: Lease): LeaseSnapshot | undefined {
 }
 
 /**
- * For tests only (src/testing.ts): resumes a term from a snapshot, believing it leads as a
+ * For tests only (src/testing/): resumes a term from a snapshot, believing it leads as a
  * restored process would, with a full local deadline. Its next renewal (within one renew
  * interval) asks the store, and of two processes resumed from one snapshot at most one
  * renewal can succeed.

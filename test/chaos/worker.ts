@@ -28,7 +28,7 @@ import { parseArgs } from 'node:util';
 import { AbortedError, NotLeaderError, errorMessage } from '../../src/core/errors.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Lease } from '../../src/core/lease.js';
-import { resumeLease, snapshotLease, type LeaseSnapshot } from '../../src/testing.js';
+import { resumeLease, snapshotLease, type LeaseSnapshot } from '../../src/testing/index.js';
 import { Elector } from '../../src/core/elector.js';
 import type { LeaseStore } from '../../src/backends/store.js';
 import { PostgresStore } from '../../src/backends/postgres/store.js';

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NotLeaderError } from '../../src/core/errors.js';
-import { resumeLease, snapshotLease } from '../../src/testing.js';
+import { resumeLease, snapshotLease } from '../../src/testing/index.js';
 import { lossOf, world, MARGIN, RENEW, TIMING, TTL } from './harness.js';
 
 void test('a holder renews every renew interval, keeping its token, and presents the nonce it set last', async () => {

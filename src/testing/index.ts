@@ -4,4 +4,4 @@
  * process would. Two processes resumed from one snapshot are how a VM restored twice is
  * simulated without a hypervisor.
  */
-export { snapshotLease, resumeLease, type LeaseSnapshot } from './core/lease.js';
+export { snapshotLease, resumeLease, type LeaseSnapshot } from '../core/lease.js';
