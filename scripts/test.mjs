@@ -12,13 +12,6 @@ const root = new URL('..', import.meta.url).pathname;
 const stores = (process.env.LEASEHOLD_TEST_STORES ?? 'postgres,sqlite,redis,etcd').split(',').map((s) => s.trim());
 const log = (m) => process.stdout.write(`[test] ${m}\n`);
 
-// libfaketime makes a real process's wall clock lie (suspension and clock tests need it).
-if (spawnSync('sh', ['-c', 'ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1']).status !== 0) {
-  log('libfaketime is missing: installing the Debian package faketime');
-  const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime'], { stdio: 'inherit' });
-  if (apt.status !== 0) log('could not install faketime; the tests that need it will say so and skip');
-}
-
 function find(dir) {
   const out = [];
   for (const entry of readdirSync(dir)) {
@@ -37,8 +30,18 @@ if (all.some((f) => /dashboard-browser/.test(f))) {
   if (c.path === null) log(`no Chromium: ${c.reason}; the dashboard browser test will skip`);
 }
 
+// The unit layer (dist/test/unit: fake clock, in-memory store) needs no service at all.
+const needsServices = all.some((f) => !/[/\\]unit[/\\]/.test(f));
+
+// libfaketime makes a real process's wall clock lie (suspension and clock tests need it).
+if (needsServices && spawnSync('sh', ['-c', 'ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1']).status !== 0) {
+  log('libfaketime is missing: installing the Debian package faketime');
+  const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime'], { stdio: 'inherit' });
+  if (apt.status !== 0) log('could not install faketime; the tests that need it will say so and skip');
+}
+
 let etcd;
-if (stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_URL === undefined) {
+if (needsServices && stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_URL === undefined) {
   const { ensureEtcd } = await import('./services/etcd.mjs');
   etcd = await ensureEtcd({ log });
   log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);

@@ -24,8 +24,9 @@
  *   "freed" notification, never in a tight loop.
  */
 export { Leasehold, type LeaseholdOptions, type RunContext, type RunExclusiveOptions, type SuspensionOptions, type SuspicionDetector } from './core/leasehold.js';
-export { Lease, type Term, type LeaseState, type LeaseOptions, type AcquireOptions, type LeaseEvents, type LeaseSnapshot } from './core/lease.js';
+export { Lease, type Term, type LeaseState, type LeaseOptions, type AcquireOptions, type LeaseEvents } from './core/lease.js';
 export { Elector, type ElectorHandlers } from './core/elector.js';
+export { realClock, type Clock, type ClockTimer } from './core/clock.js';
 export { parseDuration, validateLeaseName, resolveTiming, type Duration, type TimingOptions, type Timing } from './core/config.js';
 export { newHolderId } from './core/identity.js';
 export type { LoggerLike } from './core/logger.js';

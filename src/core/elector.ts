@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { realClock, sleepOn, type Clock } from './clock.js';
 import { AbortedError, LeaseholdError, errorMessage, type LeaseLostError } from './errors.js';
 import type { Lease, Term } from './lease.js';
 import type { LoggerLike } from './logger.js';
@@ -38,6 +39,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
   readonly lease: Lease;
   private readonly handlers: ElectorHandlers;
   private readonly logger: LoggerLike;
+  private readonly clock: Clock;
   private readonly stopController = new AbortController();
   private readonly external: AbortSignal | undefined;
   private readonly onExternalAbort = (): void => void this.stop();
@@ -46,8 +48,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
   /** Error codes already raised as process warnings since the last term won. */
   private readonly warned = new Set<string>();
 
-  constructor(lease: Lease, handlers: ElectorHandlers, logger: LoggerLike, signal?: AbortSignal) {
+  constructor(lease: Lease, handlers: ElectorHandlers, logger: LoggerLike, signal?: AbortSignal, clock: Clock = realClock) {
     super();
+    this.clock = clock;
     this.lease = lease;
     this.handlers = handlers;
     this.logger = logger;
@@ -91,7 +94,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
         this.logger.error({ lease: this.lease.name, err: errorMessage(err), retryInMs: Math.round(retryInMs) }, 'leasehold: elector could not contend; retrying');
         if (this.listenerCount('contend-error') > 0) this.emit('contend-error', err, retryInMs);
         else this.warn(err, retryInMs);
-        await sleep(retryInMs, stop);
+        await sleepOn(this.clock, retryInMs, stop);
         continue;
       }
       const started = await this.call('onElected', () => this.handlers.onElected(term));
@@ -108,7 +111,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
       // one around: its release has woken the others, so let them take over before contending
       // again (it would otherwise often win its own lease straight back).
       const reason = (term.signal.reason as LeaseLostError | undefined)?.reason;
-      if (!started || reason === 'suspended' || reason === 'stalled') await sleep(this.lease.timing.renewMs, stop);
+      if (!started || reason === 'suspended' || reason === 'stalled') await sleepOn(this.clock, this.lease.timing.renewMs, stop);
     }
   }
 
@@ -149,17 +152,4 @@ export class Elector extends EventEmitter<ElectorEvents> {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

@@ -1,38 +1,27 @@
 import { EventEmitter } from 'node:events';
-import { jitter, monoNow } from './clock.js';
+import { jitter, type Clock, type ClockTimer } from './clock.js';
 import { resolveTiming, validateLeaseName, parseDuration, type Duration, type Timing, type TimingOptions } from './config.js';
 import {
   AbortedError,
+  ClosedError,
   ConfigError,
   LeaseLostError,
   LeaseholdError,
   NotAcquiredError,
   NotLeaderError,
+  StoreUnavailableError,
   errorMessage,
   isRetryableError,
   type LeaseLostReason,
 } from './errors.js';
 import { newNonce } from './identity.js';
+import type { HeldTerm } from './leasehold-host.js';
+import { TermMachine, issueFenceWrite, type Term, type TermFenceWrite, type TermOutcome } from './term.js';
 import { revokeMarker, writeMarker } from './marker.js';
 import type { LoggerLike } from './logger.js';
-import type { ClaimRequest, ClaimResult, GrantedClaim, LeasePort as LeaseStore, LostReason } from './port.js';
+import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore, LostReason } from './port.js';
 
-/**
- * One continuous tenure of a lease by one process: from an acquisition to the moment this
- * process stops believing it holds it. Renewals keep the term (and its token); anything else
- * starts a new one with a larger token.
- */
-export interface Term {
-  readonly name: string;
-  /** The fencing token: pass it with every write to the resource. */
-  readonly token: bigint;
-  /** The holder id this term was acquired under. */
-  readonly holder: string;
-  /** Aborts, with a LeaseLostError as its reason, when the term ends for any reason. */
-  readonly signal: AbortSignal;
-  /** When the term began, by the store's clock. */
-  readonly acquiredAtMs: number;
-}
+export type { Term, TermFenceWrite } from './term.js';
 
 export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
 
@@ -53,7 +42,7 @@ export interface LeaseOptions extends TimingOptions {
 
 /**
  * What a process remembers about its term, as a snapshot of its memory would. For simulating
- * a snapshot restored twice (tests, chaos); production code never needs it.
+ * a snapshot restored twice (tests, chaos) through src/testing/; production code never needs it.
  */
 export interface LeaseSnapshot {
   name: string;
@@ -89,47 +78,28 @@ export interface LeaseEvents {
 export interface LeaseHost {
   readonly store: LeaseStore;
   readonly logger: LoggerLike;
+  readonly clock: Clock;
   currentHolder(): string;
   regenerateIdentity(why: string): void;
-  enroll(lease: Lease): void;
-  unenroll(lease: Lease): void;
+  /** One acquisition attempt, through the client's scheduler (batched with whatever else is due). */
+  claim(req: ClaimRequest): Promise<ClaimResult>;
+  /** A term began: renew it, watch for its revocation, watch for suspensions. */
+  enroll(held: HeldTerm): void;
+  unenroll(held: HeldTerm): void;
   /** The lease was closed: the client no longer needs to track it. */
   forget(lease: Lease): void;
-  requestRenewal(lease: Lease): void;
+  /** Someone waits for a round trip: tick the scheduler now. */
+  renewNow(): void;
   waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void };
   checkSuspension(): void;
   suspect(detector: 'deadline-passed', detail: string): void;
   retainWhileContending(delta: 1 | -1): void;
   /** Called after each renewal: how far the store's clock and the monotonic clock moved. */
-  noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, lease: Lease): void;
+  noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, ttlMs: number): void;
 }
 
-interface TermState extends Term {
-  readonly controller: AbortController;
-  /** The nonce the store confirmed last. */
-  confirmed: string;
-  /** Nonces sent in renewals whose answers never came: the store may hold one of them. */
-  unconfirmed: string[];
-  /** Monotonic ms after which this process no longer believes it leads. */
-  deadline: number;
-  renewDueAt: number;
-  deadlineTimer: NodeJS.Timeout | undefined;
-  failures: number;
-  lastStoreNowMs: number;
-  /** When the renewal that produced lastStoreNowMs was sent. */
-  lastSentAt: number;
-  inFlight: boolean;
-  fence: TermFenceState;
-}
-
-/**
- * Which term a renewal was sent for. An answer is applied only to that term: a renewal that
- * was still in flight when its term ended (and a new term began) must not touch the new one.
- */
-export type RenewalTicket = object;
-
-/** Unanswered renewal nonces remembered per term (etcd compares at most eight per renewal). */
-const MAX_UNCONFIRMED = 6;
+/** Set by Lease's static block: the testing entry's way to its private snapshot and resume. */
+let testingHooks: { snapshot(lease: Lease): LeaseSnapshot | undefined; resume(lease: Lease, snap: LeaseSnapshot): Term } | undefined;
 
 /**
  * A named lease as seen from one process. Create it with `leasehold.lease(name)`, then
@@ -139,21 +109,19 @@ export class Lease extends EventEmitter<LeaseEvents> {
   readonly name: string;
   readonly timing: Timing;
   private readonly host: LeaseHost;
+  private readonly clock: Clock;
   private _state: LeaseState = 'idle';
-  private term: TermState | undefined;
+  private term: TermMachine | undefined;
+  private held: HeldTerm | undefined;
+  private deadlineTimer: ClockTimer | undefined;
   private contention: Promise<Term> | undefined;
   private contentionAbort: AbortController | undefined;
-  /** True while a renewal of the current term is in flight (one at a time, never overlapping). */
-  get inFlight(): boolean {
-    return this.term?.inFlight ?? false;
-  }
-  /** confirm() callers waiting for the next renewal round trip. */
-  confirmWaiters: Array<{ resolve: () => void }> = [];
 
   /** @internal use `leasehold.lease(name, options)` */
   constructor(host: LeaseHost, name: string, options: LeaseOptions = {}) {
     super();
     this.host = host;
+    this.clock = host.clock;
     this.name = validateLeaseName(name);
     this.timing = resolveTiming(options);
     this.markerPath = options.marker;
@@ -168,32 +136,32 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private readonly markerPath: string | undefined;
   private readonly progressTimeoutMs: number | undefined;
   private lastProgress = 0;
-  private progressTimer: NodeJS.Timeout | undefined;
+  private progressTimer: ClockTimer | undefined;
 
   /**
    * Reports that the work is making progress. Only needed with `progressTimeout`: without a
    * call within it, the term is ended with reason "stalled" and the lease released.
    */
   progress(): void {
-    this.lastProgress = monoNow();
+    this.lastProgress = this.clock.monoNow();
   }
 
-  private armProgress(t: TermState): void {
+  private armProgress(t: TermMachine): void {
     if (this.progressTimeoutMs === undefined) return;
     const timeout = this.progressTimeoutMs;
     const check = (): void => {
       this.progressTimer = undefined;
       if (this.term !== t) return;
-      const idle = monoNow() - this.lastProgress;
+      const idle = this.clock.monoNow() - this.lastProgress;
       if (idle >= timeout) {
         void this.standDownStalled(Math.round(idle));
         return;
       }
-      this.progressTimer = setTimeout(check, timeout - idle);
+      this.progressTimer = this.clock.setTimeout(check, timeout - idle);
       this.progressTimer.unref();
     };
-    this.lastProgress = monoNow();
-    this.progressTimer = setTimeout(check, timeout);
+    this.lastProgress = this.clock.monoNow();
+    this.progressTimer = this.clock.setTimeout(check, timeout);
     this.progressTimer.unref();
   }
 
@@ -219,8 +187,12 @@ export class Lease extends EventEmitter<LeaseEvents> {
     return handedOver;
   }
 
+  static {
+    testingHooks = { snapshot: (lease) => lease.snapshot(), resume: (lease, snap) => lease.resume(snap) };
+  }
+
   /** What this process remembers of its term (see LeaseSnapshot). Undefined when not leading. */
-  snapshot(): LeaseSnapshot | undefined {
+  private snapshot(): LeaseSnapshot | undefined {
     const t = this.term;
     if (t === undefined) return undefined;
     return {
@@ -241,29 +213,23 @@ export class Lease extends EventEmitter<LeaseEvents> {
    * full local deadline. Its next renewal (within one renew interval) asks the store, and of
    * two processes resumed from one snapshot at most one renewal can succeed.
    */
-  resume(snap: LeaseSnapshot): Term {
-    if (this.term !== undefined || this.contention !== undefined) throw new LeaseholdError('CONFIG', `lease "${this.name}" is already active`);
+  private resume(snap: LeaseSnapshot): Term {
+    if (this.term !== undefined || this.contention !== undefined) throw new ConfigError(`lease "${this.name}" is already active: acquire it once, or take a second handle with leasehold.lease()`);
     if (snap.name !== this.name) throw new ConfigError(`snapshot is of lease "${snap.name}", not "${this.name}"`);
-    const now = monoNow();
-    const controller = new AbortController();
-    const term: TermState = {
+    const now = this.clock.monoNow();
+    const term = new TermMachine(this.timing, {
       name: this.name,
       token: BigInt(snap.token),
       holder: snap.holder,
-      signal: controller.signal,
       acquiredAtMs: snap.acquiredAtMs,
-      controller,
       confirmed: snap.confirmed,
       unconfirmed: [...snap.unconfirmed],
       deadline: now + this.timing.ttlMs - this.timing.marginMs,
       renewDueAt: now + this.timing.renewMs,
-      deadlineTimer: undefined,
-      failures: 0,
       lastStoreNowMs: snap.lastStoreNowMs,
       lastSentAt: now,
-      inFlight: false,
       fence: { known: [...(snap.fenceNonces ?? [])], first: snap.fenceFirst ?? true, tail: Promise.resolve() },
-    };
+    });
     this.beginTerm(term);
     return term;
   }
@@ -274,7 +240,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
 
   /** True while this process holds the term and a renewal has landed in time. */
   get isLeader(): boolean {
-    return this._state === 'leading' && this.term !== undefined && monoNow() < this.term.deadline;
+    return this._state === 'leading' && this.term !== undefined && this.clock.monoNow() < this.term.deadline;
   }
 
   /**
@@ -284,7 +250,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   get token(): bigint {
     const t = this.term;
-    if (t !== undefined && monoNow() >= t.deadline) this.passDeadline(t);
+    if (t !== undefined && this.clock.monoNow() >= t.deadline) this.passDeadline(t);
     if (this._state === 'leading' && this.term !== undefined) return this.term.token;
     if (this._state === 'jeopardy') {
       throw new NotLeaderError(`lease "${this.name}" is in jeopardy (a renewal failed); not handing out the token until one lands`);
@@ -298,7 +264,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   get msUntilDeadline(): number | undefined {
     const t = this.term;
-    return t === undefined ? undefined : Math.max(0, t.deadline - monoNow());
+    return t === undefined ? undefined : Math.max(0, t.deadline - this.clock.monoNow());
   }
 
   /** The current term, if this process holds one (including while in jeopardy). */
@@ -313,7 +279,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    * @throws {AbortedError} the caller's signal aborted.
    */
   async acquire(options: AcquireOptions = {}): Promise<Term> {
-    if (this._state === 'closed') throw new LeaseholdError('CONFIG', `lease "${this.name}" is closed`);
+    if (this._state === 'closed') throw new ClosedError(`lease "${this.name}" is closed; take a new handle with leasehold.lease()`);
     if (this.term !== undefined) return this.term;
     if (this.contention !== undefined) return await withSignal(this.contention, options.signal);
     const controller = new AbortController();
@@ -331,7 +297,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private async contend(options: AcquireOptions, internal: AbortSignal): Promise<Term> {
     const signal = options.signal === undefined ? internal : AbortSignal.any([internal, options.signal]);
     const wait = options.wait ?? true;
-    const waitUntil = wait === true ? Infinity : wait === false ? 0 : monoNow() + parseDuration(wait, 'wait');
+    const waitUntil = wait === true ? Infinity : wait === false ? 0 : this.clock.monoNow() + parseDuration(wait, 'wait');
     this._state = 'contending';
     let errors = 0;
     let lastError: unknown;
@@ -342,10 +308,10 @@ export class Lease extends EventEmitter<LeaseEvents> {
         this.host.checkSuspension();
         const holder = this.host.currentHolder();
         const nextNonce = newNonce();
-        const sentAt = monoNow();
+        const sentAt = this.clock.monoNow();
         let result: ClaimResult | undefined;
         try {
-          [result] = await this.host.store.claim([{ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce }]);
+          result = await this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce });
           errors = 0;
         } catch (err) {
           lastError = err;
@@ -362,9 +328,14 @@ export class Lease extends EventEmitter<LeaseEvents> {
           throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
         }
         if (result?.outcome === 'acquired') {
-          const term = this.startTerm(result, holder, nextNonce, sentAt);
-          if (term !== undefined) return term;
-          continue; // the answer came back too late to use; the row expires on its own
+          const term = TermMachine.granted(this.timing, result, holder, nextNonce, sentAt, this.clock.monoNow());
+          if (term !== undefined) {
+            this.beginTerm(term);
+            return term;
+          }
+          // The answer came back too late to use; the row expires on its own.
+          this.host.logger.warn({ lease: this.name, token: String(result.token) }, 'leasehold: acquire answer arrived too late to use');
+          continue;
         }
         let sleepMs: number;
         if (result === undefined) {
@@ -378,7 +349,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
           // missed. Never a negative answer cached for longer than it can be true.
           sleepMs = Math.min(remaining ?? this.timing.renewMs, this.timing.ttlMs) + jitter(Math.min(250, this.timing.ttlMs / 10)) + 1;
         }
-        const left = waitUntil - monoNow();
+        const left = waitUntil - this.clock.monoNow();
         if (left <= 0) {
           const busy = result !== undefined && result.outcome === 'busy' ? result : undefined;
           const err = new NotAcquiredError(
@@ -401,62 +372,32 @@ export class Lease extends EventEmitter<LeaseEvents> {
   /** Sleeps until the store-reported expiry, a "freed" notification, or the signal. */
   private async sleepOrFreed(ms: number, signal: AbortSignal): Promise<void> {
     const freed = this.host.waitForFreed(this.name, signal);
-    let timer: NodeJS.Timeout | undefined;
+    let timer: ClockTimer | undefined;
     try {
       await Promise.race([
         freed.promise,
         new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, ms);
+          timer = this.clock.setTimeout(resolve, ms);
         }),
       ]);
     } finally {
-      if (timer !== undefined) clearTimeout(timer);
+      this.clock.clearTimeout(timer);
       freed.cancel();
     }
   }
 
-  private startTerm(result: GrantedClaim, holder: string, nonce: string, sentAt: number): Term | undefined {
-    const now = monoNow();
-    // Measured from when the claim was sent: the store may have granted it at any point after.
-    const deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
-    if (deadline <= now) {
-      this.host.logger.warn({ lease: this.name, token: String(result.token) }, 'leasehold: acquire answer arrived too late to use');
-      return undefined;
-    }
-    const controller = new AbortController();
-    const term: TermState = {
-      name: this.name,
-      token: result.token,
-      holder,
-      signal: controller.signal,
-      acquiredAtMs: result.storeNowMs,
-      controller,
-      confirmed: nonce,
-      unconfirmed: [],
-      deadline,
-      renewDueAt: sentAt + this.timing.renewMs,
-      deadlineTimer: undefined,
-      failures: 0,
-      lastStoreNowMs: result.storeNowMs,
-      lastSentAt: sentAt,
-      inFlight: false,
-      fence: { known: [], first: true, tail: Promise.resolve() },
-    };
-    this.beginTerm(term);
-    return term;
-  }
-
-  private beginTerm(term: TermState): void {
-    if (this._state === 'closed') throw new LeaseholdError('CONFIG', `lease "${this.name}" is closed`);
+  private beginTerm(term: TermMachine): void {
+    if (this._state === 'closed') throw new ClosedError(`lease "${this.name}" is closed; take a new handle with leasehold.lease()`);
     this.term = term;
     leaseOfTerm.set(term, this);
     this._state = 'leading';
     this.armDeadline(term);
     this.armProgress(term);
-    this.host.enroll(this);
+    this.held = this.heldTerm(term);
+    this.host.enroll(this.held);
     if (this.markerPath !== undefined) {
       try {
-        writeMarker(this.markerPath, { name: this.name, holder: term.holder, token: term.token.toString(), pid: process.pid, writtenAt: new Date().toISOString() });
+        writeMarker(this.markerPath, { name: this.name, holder: term.holder, token: term.token.toString(), pid: process.pid, writtenAt: new Date(this.clock.wallNow()).toISOString() });
       } catch (err) {
         this.host.logger.warn({ lease: this.name, marker: this.markerPath, err: errorMessage(err) }, 'leasehold: could not write the leadership marker');
       }
@@ -465,157 +406,107 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.emit('acquired', term);
   }
 
-  private armDeadline(term: TermState): void {
-    if (term.deadlineTimer !== undefined) clearTimeout(term.deadlineTimer);
-    term.deadlineTimer = setTimeout(() => {
+  private armDeadline(term: TermMachine): void {
+    this.clock.clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = this.clock.setTimeout(() => {
       if (this.term === term) this.passDeadline(term);
-    }, Math.max(0, term.deadline - monoNow()));
-    term.deadlineTimer.unref();
+    }, Math.max(0, term.deadline - this.clock.monoNow()));
+    this.deadlineTimer.unref();
   }
 
   /** Detector 3: the monotonic time since the last confirmed renewal passed the local deadline. */
-  private passDeadline(term: TermState): void {
-    const late = monoNow() - term.deadline;
-    // Noticed late, or reached without a single failed or overdue renewal: nothing explains it
-    // but this process (or its event loop) having been stopped. Treat it as a wake: every term
-    // ends and the identity is replaced, not just this term.
-    if (late > Math.max(250, this.timing.renewMs / 4) || this._state === 'leading') {
-      this.host.suspect('deadline-passed', `the local deadline passed ${Math.round(Math.max(0, late))}ms ago with no renewal answered (paused or blocked)`);
+  private passDeadline(term: TermMachine): void {
+    const v = term.deadlineVerdict(this.clock.monoNow());
+    if (v.suspect) {
+      this.host.suspect('deadline-passed', `the local deadline passed ${Math.round(Math.max(0, v.lateMs))}ms ago with no renewal answered (paused or blocked)`);
       if (this.term !== term) return;
     }
-    if (this._state === 'jeopardy') this.lose('store-unreachable', 'renewals kept failing until the local deadline');
-    else this.lose('expired', 'no renewal landed before the local deadline');
+    this.lose(v.reason, v.detail);
   }
 
-  /** @internal scheduler: is a renewal due within `slackMs`? */
-  renewalDue(now: number, slackMs: number): boolean {
-    return this.term !== undefined && !this.inFlight && this.term.renewDueAt - slackMs <= now;
+  /**
+   * The term as the client's scheduler and detectors see it. Every input reaches the machine of
+   * the term it was made for: an answer that comes back after its term ended finds it ended.
+   */
+  private heldTerm(t: TermMachine): HeldTerm {
+    const jeopardyError = (waitedMs: number): LeaseholdError =>
+      new StoreUnavailableError(`the renewal has not been answered after ${Math.round(waitedMs)}ms; this is retryable`);
+    return {
+      name: this.name,
+      renewMs: this.timing.renewMs,
+      dueAt: () => t.dueAt(),
+      request: (now, nextNonce) => {
+        const req = t.request(now, nextNonce);
+        if (req !== 'deadline') return req;
+        if (this.term === t) this.passDeadline(t);
+        return undefined;
+      },
+      answered: (req, result, sentAt) => this.apply(t, t.answered(req, result, sentAt, this.clock.monoNow())),
+      failed: (err) => {
+        if (t.ended) return void t.failed(err, this.clock.monoNow());
+        const outcome = t.failed(err, this.clock.monoNow());
+        this.emit('store-error', err, 'renew');
+        this.apply(t, outcome, 'leasehold: renewal failed; in jeopardy');
+      },
+      overdue: (waitedMs) => this.apply(t, t.overdue(jeopardyError(waitedMs)), 'leasehold: renewal overdue; in jeopardy'),
+      takeWaiters: () => t.waiters.splice(0),
+      checkNow: () => {
+        // The store says this lease may have been freed: renew at once rather than at the
+        // scheduled time. The answer (revoked, superseded, renewed) is applied like any renewal's.
+        if (this.term !== t) return;
+        t.waiters.push(() => {});
+        this.host.renewNow();
+      },
+      // Suspension: end the term, then hand it back to the store (nonce-guarded) so the next
+      // holder need not wait for the expiry.
+      suspend: (detail) => {
+        if (this.term === t) void this.endAndRelease('suspended', detail);
+      },
+    };
   }
 
-  /** @internal scheduler */
-  get renewDueAt(): number | undefined {
-    return this.term?.renewDueAt;
-  }
-
-  /** @internal scheduler: the claim for the next renewal. Also a deadline check. */
-  renewalRequest(now: number, nextNonce: string = newNonce()): { req: ClaimRequest; ticket: RenewalTicket } | undefined {
-    const t = this.term;
-    if (t === undefined || t.inFlight) return undefined;
-    if (now >= t.deadline) {
-      this.passDeadline(t);
-      return undefined;
-    }
-    const expect = [t.confirmed, ...t.unconfirmed];
-    // Until an answer comes, the store may hold any nonce we sent: a renewal can land and its
-    // answer be lost. Keep them all for the term (a term makes only a handful of attempts
-    // before its deadline); past MAX_UNCONFIRMED the oldest is dropped, which at worst makes
-    // the store call this process a clone and end the term: safe, and very unlikely.
-    t.unconfirmed = [...t.unconfirmed, nextNonce].slice(-MAX_UNCONFIRMED);
-    t.inFlight = true;
-    return { req: { name: this.name, holder: t.holder, ttlMs: this.timing.ttlMs, expect, nextNonce }, ticket: t };
-  }
-
-  /** @internal scheduler: the round trip is over, whatever its outcome. */
-  renewalSettled(ticket: RenewalTicket): void {
-    (ticket as TermState).inFlight = false;
-  }
-
-  /** @internal scheduler: the store answered this lease's renewal. */
-  renewalAnswered(ticket: RenewalTicket, req: ClaimRequest, result: ClaimResult, sentAt: number, host: LeaseHost): void {
-    const t = this.term;
-    if (t === undefined || t !== ticket) return; // the term this was sent for already ended
-    const now = monoNow();
-    if (now >= t.deadline) {
-      // A pause (or a slow answer) carried us past the point where we promised to stop.
-      this.passDeadline(t);
-      return;
-    }
-    if (result.outcome === 'renewed') {
-      if (result.token !== t.token) {
-        this.lose('superseded', `the store renewed token ${result.token}, not this term's ${t.token}`);
+  /** Turns what the term's machine concluded into events, log lines and side effects. */
+  private apply(t: TermMachine, outcome: TermOutcome, jeopardyMessage = 'leasehold: renewal failed; in jeopardy'): void {
+    if (this.term !== t) return;
+    switch (outcome.kind) {
+      case 'none':
         return;
-      }
-      // Between the previous store reading (taken after the previous send) and this one (taken
-      // before now), at most now - previous send has really passed: anything beyond that on
-      // the store's clock is time this process did not experience.
-      const storeAdvance = result.storeNowMs - t.lastStoreNowMs;
-      const localAdvance = now - t.lastSentAt;
-      t.confirmed = req.nextNonce;
-      t.unconfirmed = [];
-      t.deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - this.timing.marginMs;
-      // From the send time, like the deadline; but an answer that came back late must not make
-      // the next renewal due at once (a slow store would then be renewed ever faster).
-      // ...and never after the point where we would have to stand down without it.
-      t.renewDueAt = Math.min(Math.max(sentAt + this.timing.renewMs, now + this.timing.renewMs / 2), t.deadline - this.timing.renewMs / 2);
-      t.lastStoreNowMs = result.storeNowMs;
-      t.lastSentAt = sentAt;
-      t.failures = 0;
-      this.armDeadline(t);
-      host.noteStoreAdvance?.(storeAdvance, localAdvance, this);
-      if (this.term !== t) return; // a suspension detector ended the term
-      if (this._state === 'jeopardy') {
-        this._state = 'leading';
-        this.host.logger.info({ lease: this.name, token: String(t.token) }, 'leasehold: renewal landed, out of jeopardy');
-        this.emit('recovered', t);
-      }
-      this.emit('renewed', t, Math.round(result.expiresAtMs - result.storeNowMs));
-      return;
+      case 'deadline':
+        this.passDeadline(t);
+        return;
+      case 'jeopardy':
+        this._state = 'jeopardy';
+        this.host.logger.warn({ lease: this.name, token: String(t.token), err: errorMessage(outcome.error) }, jeopardyMessage);
+        this.emit('jeopardy', t, outcome.error);
+        return;
+      case 'lost':
+        if (outcome.conflict !== undefined) this.host.regenerateIdentity(outcome.conflict);
+        this.lose(outcome.reason, outcome.detail);
+        return;
+      case 'renewed':
+        this.armDeadline(t);
+        this.host.noteStoreAdvance?.(outcome.storeAdvanceMs, outcome.localAdvanceMs, this.timing.ttlMs);
+        if (this.term !== t) return; // a suspension detector ended the term
+        if (outcome.recovered) {
+          this._state = 'leading';
+          this.host.logger.info({ lease: this.name, token: String(t.token) }, 'leasehold: renewal landed, out of jeopardy');
+          this.emit('recovered', t);
+        }
+        this.emit('renewed', t, outcome.expiresInMs);
     }
-    if (result.outcome === 'lost') {
-      const why: Record<typeof result.reason, [LeaseLostReason, string]> = {
-        expired: ['expired', 'the store says the term expired before the renewal reached it'],
-        superseded: ['superseded', `the store says ${result.holder ?? 'another process'} holds it now`],
-        cloned: ['superseded', 'another process with this holder id renewed it: a restored snapshot or a fork of this process'],
-        revoked: ['revoked', 'an operator revoked it'],
-        released: ['superseded', 'another process with this holder id released it: a restored snapshot or a fork of this process'],
-      };
-      const [reason, detail] = why[result.reason];
-      // A term that ended in a conflict is re-contended under a new identity: if a clone
-      // shares ours, that is the only way to tell the two apart from now on.
-      if (result.reason !== 'revoked') this.host.regenerateIdentity(`term ended: ${result.reason}`);
-      this.lose(reason, detail);
-      return;
-    }
-    this.lose('superseded', `unexpected renewal outcome "${result.outcome}"`);
-  }
-
-  /** @internal scheduler: the renewal's outcome is unknown. Unknown is not yes. */
-  renewalFailed(ticket: RenewalTicket, err: unknown): void {
-    const t = this.term;
-    if (t === undefined || t !== ticket) return;
-    t.failures++;
-    this.emit('store-error', err, 'renew');
-    const now = monoNow();
-    // Retry soon, but never in a tight loop, and at least once more before the deadline.
-    const backoff = Math.min(this.timing.renewMs / 2, 100 * 2 ** Math.min(t.failures, 8));
-    t.renewDueAt = Math.min(now + backoff * (0.5 + Math.random() / 2), t.deadline - 1);
-    if (this._state === 'leading') {
-      this._state = 'jeopardy';
-      this.host.logger.warn({ lease: this.name, token: String(t.token), err: errorMessage(err) }, 'leasehold: renewal failed; in jeopardy');
-      this.emit('jeopardy', t, err);
-    }
-  }
-
-  /** @internal scheduler: a renewal is taking too long to answer. Stop handing out the token. */
-  renewalOverdue(ticket: RenewalTicket, waitedMs: number): void {
-    const t = this.term;
-    if (t === undefined || t !== ticket || !t.inFlight || this._state !== 'leading') return;
-    this._state = 'jeopardy';
-    const err = new LeaseholdError('STORE_UNAVAILABLE', `the renewal has not been answered after ${Math.round(waitedMs)}ms`, { retryable: true });
-    this.host.logger.warn({ lease: this.name, token: String(t.token) }, 'leasehold: renewal overdue; in jeopardy');
-    this.emit('jeopardy', t, err);
   }
 
   /**
    * Ends the current term locally: aborts its signal (with a LeaseLostError), stops renewing.
-   * @internal also called by the client's suspension detectors.
    */
-  lose(reason: LeaseLostReason, detail: string, cause?: unknown): void {
+  private lose(reason: LeaseLostReason, detail: string, cause?: unknown): void {
     const t = this.term;
     if (t === undefined) return;
     this.term = undefined;
-    if (t.deadlineTimer !== undefined) clearTimeout(t.deadlineTimer);
-    if (this.progressTimer !== undefined) clearTimeout(this.progressTimer);
+    const waiters = t.end();
+    this.clock.clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
+    this.clock.clearTimeout(this.progressTimer);
     this.progressTimer = undefined;
     if (this.markerPath !== undefined) {
       try {
@@ -625,23 +516,14 @@ export class Lease extends EventEmitter<LeaseEvents> {
       }
     }
     if (this._state === 'leading' || this._state === 'jeopardy') this._state = 'idle';
-    this.host.unenroll(this);
+    if (this.held !== undefined) this.host.unenroll(this.held);
+    this.held = undefined;
     const error = new LeaseLostError(this.name, t.token, reason, detail, { cause });
     const level = reason === 'released' ? 'info' : 'warn';
     this.host.logger[level]({ lease: this.name, token: String(t.token), reason }, `leasehold: term ended: ${detail}`);
-    for (const w of this.confirmWaiters.splice(0)) w.resolve();
+    for (const w of waiters) w();
     t.controller.abort(error);
     this.emit('lost', t, error);
-  }
-
-  /**
-   * @internal the store says this lease may have been freed: renew at once rather than at the
-   * scheduled time. The answer (revoked, superseded, renewed) is applied like any renewal's.
-   */
-  checkNow(): void {
-    if (this.term === undefined) return;
-    this.confirmWaiters.push({ resolve: () => {} });
-    this.host.requestRenewal(this);
   }
 
   /**
@@ -655,8 +537,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
     if (t === undefined) throw new NotLeaderError(`this process does not hold lease "${this.name}"`);
     await withSignal(
       new Promise<void>((resolve) => {
-        this.confirmWaiters.push({ resolve });
-        this.host.requestRenewal(this);
+        t.waiters.push(resolve);
+        this.host.renewNow();
       }),
       options.signal,
     );
@@ -682,11 +564,6 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.host.forget(this);
   }
 
-  /** @internal suspension: end the term, then hand it back to the store (nonce-guarded) so the next holder need not wait for the expiry. */
-  suspend(detail: string): void {
-    void this.endAndRelease('suspended', detail);
-  }
-
   // ---- same-database fenced writes (src/fence with `term`) --------------------------------------
 
   /** @internal fence: the store this lease lives in, so a fence can tell whether it shares the database. */
@@ -695,9 +572,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /** The term if it is still this process's current one; else its loss (or NotLeaderError). */
-  private fenceTerm(term: Term): TermState {
+  private fenceTerm(term: Term): TermMachine {
     const t = this.term;
-    if (t !== undefined && t === term && monoNow() >= t.deadline) this.passDeadline(t);
+    if (t !== undefined && t === term && this.clock.monoNow() >= t.deadline) this.passDeadline(t);
     if (term.signal.aborted) throw term.signal.reason as Error;
     if (this.term === undefined || this.term !== term) throw new NotLeaderError(`term ${term.token} of lease "${this.name}" is not this process's current term`);
     return this.term;
@@ -736,7 +613,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     } finally {
       if (onAbort !== undefined) term.signal.removeEventListener('abort', onAbort);
     }
-    return this.fenceIssue(t, release);
+    return issueFenceWrite(t, release, newNonce());
   }
 
   /**
@@ -744,34 +621,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    * the COMMIT run to completion before any other JavaScript (so nothing can interleave).
    */
   fenceWriteSync(term: Term): TermFenceWrite {
-    return this.fenceIssue(this.fenceTerm(term), () => {});
-  }
-
-  private fenceIssue(t: TermState, release: () => void): TermFenceWrite {
-    const f = t.fence;
-    const next = newNonce();
-    let settled = false;
-    return {
-      name: this.name,
-      holder: t.holder,
-      token: t.token,
-      expect: [...f.known],
-      first: f.first,
-      next,
-      settle: (outcome) => {
-        if (settled) return;
-        settled = true;
-        if (outcome === 'written') {
-          f.known = [next];
-          f.first = false;
-        } else if (outcome === 'unknown') {
-          // The COMMIT's answer was lost: the row may hold `next` or what it held before.
-          // Past MAX_UNCONFIRMED the oldest goes: at worst a later write calls this a clone.
-          f.known = [...f.known, next].slice(-MAX_UNCONFIRMED);
-        }
-        release();
-      },
-    };
+    return issueFenceWrite(this.fenceTerm(term), () => {}, newNonce());
   }
 
   /** @internal fence: the nonces a fenced write may find, right now (for telling a clone from a race). */
@@ -796,37 +646,26 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 }
 
-/**
- * What a same-database fence keeps per term, apart from the renewal nonces: the lease row's
- * fence nonce (set by fenced writes only) and which values of it this process may have set.
- * Two processes restored from one snapshot share this state; the first fenced write after the
- * restore sets a nonce from fresh kernel randomness that the other has never seen.
- */
-interface TermFenceState {
-  /** Fence nonces this process set, or may have set (a COMMIT whose answer was lost). */
-  known: string[];
-  /** No fenced write of this term may have committed yet (the row's fence columns are an older term's). */
-  first: boolean;
-  /** The previous fenced write's turn; the next one waits for it. */
-  tail: Promise<void>;
-}
-
-/** @internal fence: one fenced write's view of its term; see Lease.fenceWrite. */
-export interface TermFenceWrite {
-  readonly name: string;
-  readonly holder: string;
-  readonly token: bigint;
-  /** The fence nonces the row may hold if no other process wrote with this term. */
-  readonly expect: readonly string[];
-  /** The row may still carry an older term's fence columns (no write of this term committed yet). */
-  readonly first: boolean;
-  /** The nonce to set: fresh kernel randomness, drawn after any snapshot of this process. */
-  readonly next: string;
-  /** The write's outcome, once known; lets the next fenced write of the term go. */
-  settle(outcome: 'written' | 'not-written' | 'unknown'): void;
-}
 
 const leaseOfTerm = new WeakMap<Term, Lease>();
+
+/**
+ * For tests only (src/testing/): what this process remembers of its term, as a snapshot of
+ * its memory would hold it. Undefined when not leading.
+ */
+export function snapshotLease(lease: Lease): LeaseSnapshot | undefined {
+  return testingHooks!.snapshot(lease);
+}
+
+/**
+ * For tests only (src/testing/): resumes a term from a snapshot, believing it leads as a
+ * restored process would, with a full local deadline. Its next renewal (within one renew
+ * interval) asks the store, and of two processes resumed from one snapshot at most one
+ * renewal can succeed.
+ */
+export function resumeLease(lease: Lease, snap: LeaseSnapshot): Term {
+  return testingHooks!.resume(lease, snap);
+}
 
 /** @internal fence: the Lease (of this process) a term belongs to. */
 export function leaseOf(term: Term): Lease | undefined {

@@ -1,11 +1,13 @@
 import { EventEmitter } from 'node:events';
-import { monoNow, wallNow } from './clock.js';
-import { LeaseLostError, LeaseholdError, errorMessage } from './errors.js';
-import { newHolderId, newNonces } from './identity.js';
-import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type RenewalTicket, type Term } from './lease.js';
+import { realClock, type Clock, type ClockTimer } from './clock.js';
+import { ClosedError, ConfigError, LeaseLostError, errorMessage } from './errors.js';
+import { newHolderId } from './identity.js';
+import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type Term } from './lease.js';
+import type { HeldTerm } from './leasehold-host.js';
+import { Scheduler } from './scheduler.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
-import type { ClaimRequest, LeasePort as LeaseStore } from './port.js';
+import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore } from './port.js';
 
 export type SuspicionDetector = 'wall-clock-jump' | 'store-clock-advance' | 'deadline-passed' | 'manual';
 
@@ -31,6 +33,11 @@ export interface LeaseholdOptions {
   closeStore?: boolean;
   /** Suspension detectors (wall-clock jump, store-clock advance). `false` turns off the wall-clock watchdog. */
   suspension?: SuspensionOptions | false;
+  /**
+   * The clocks and timers the engine uses (default: the process's own). For tests: a fake clock
+   * proves the engine's timing rules without sleeping. The store's clock still decides expiry.
+   */
+  clock?: Clock;
 }
 
 export interface RunContext {
@@ -50,45 +57,39 @@ export interface LeaseholdEvents {
   identity: [holder: string, why: string];
 }
 
-interface Renewal {
-  lease: Lease;
-  req: ClaimRequest;
-  ticket: RenewalTicket;
-  waiters: Array<{ resolve: () => void }>;
-}
-
-/** How many leases one claim round trip carries at most. */
-const MAX_BATCH = 5000;
-
 /**
- * A process's connection to one store: it owns the holder identity, one renewal scheduler that
- * renews every held lease in as few round trips as possible, one "freed" listener, and the
- * suspension detectors. Create one per store per process.
+ * A process's connection to one store: it owns the holder identity, one scheduler through
+ * which every acquisition and renewal goes (in as few round trips as possible), one "freed"
+ * listener, and the suspension detectors. Create one per store per process.
  */
 export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHost {
   readonly store: LeaseStore;
   readonly logger: LoggerLike;
+  readonly clock: Clock;
   private holderId: string;
   private readonly holderLabel: string | undefined;
   private readonly closeStore: boolean;
   private readonly suspension: Required<SuspensionOptions> | undefined;
   private closed = false;
   private readonly leases = new Set<Lease>();
-  private readonly enrolled = new Set<Lease>();
-  private tickTimer: NodeJS.Timeout | undefined;
-  private tickAt = Infinity;
-  private wallTimer: NodeJS.Timeout | undefined;
-  private lastWall = wallNow();
-  private lastMono = monoNow();
+  private readonly enrolled = new Set<HeldTerm>();
+  private readonly scheduler: Scheduler;
+  private wallTimer: ClockTimer | undefined;
+  private lastWall: number;
+  private lastMono: number;
   private readonly freedWaiters = new Map<string, Set<() => void>>();
   private freedStop: Promise<(() => Promise<void>) | undefined> | undefined;
   private freedRetryAt = 0;
 
   constructor(options: LeaseholdOptions) {
     super();
-    if (options?.store === undefined) throw new LeaseholdError('CONFIG', 'new Leasehold({ store }) needs a store; see openStore(url)');
+    if (options?.store === undefined) throw new ConfigError('new Leasehold({ store }) needs a store; see openStore(url)');
     this.store = options.store;
     this.logger = options.logger ?? silentLogger;
+    this.clock = options.clock ?? realClock;
+    this.lastWall = this.clock.wallNow();
+    this.lastMono = this.clock.monoNow();
+    this.scheduler = new Scheduler(this.store, this.clock, () => this.checkSuspension());
     this.holderLabel = options.holderLabel;
     this.holderId = newHolderId(options.holderLabel);
     this.closeStore = options.closeStore ?? false;
@@ -121,7 +122,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
    * @throws {ConfigError} bad name or timing.
    */
   lease(name: string, options: LeaseOptions = {}): Lease {
-    if (this.closed) throw new LeaseholdError('CONFIG', 'this Leasehold is closed');
+    if (this.closed) throw new ClosedError('this Leasehold is closed; create a new one to take leases again');
     const lease = new Lease(this, name, options);
     this.leases.add(lease);
     return lease;
@@ -148,25 +149,30 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
 
   /** A long-running contender: `onElected(term)` for each term won, `onRevoked(term, error)` when it ends. */
   elect(name: string, handlers: ElectorHandlers, options: LeaseOptions & { signal?: AbortSignal } = {}): Elector {
-    const elector = new Elector(this.lease(name, options), handlers, this.logger, options.signal);
+    const elector = new Elector(this.lease(name, options), handlers, this.logger, options.signal, this.clock);
     elector.start();
     return elector;
   }
 
-  // ---- renewal scheduler -------------------------------------------------------------------
+  // ---- the scheduler's terms ---------------------------------------------------------------
 
-  enroll(lease: Lease): void {
-    this.enrolled.add(lease);
+  claim(req: ClaimRequest): Promise<ClaimResult> {
+    return this.scheduler.acquire(req);
+  }
+
+  enroll(held: HeldTerm): void {
+    this.enrolled.add(held);
     // A holder listens for its own lease being freed: an operator's revocation then reaches it
     // in milliseconds instead of at the next scheduled renewal (see wake()).
     this.ensureFreedWatch();
     this.startWallWatchdog();
     this.updateKeepAlive();
-    this.scheduleTick();
+    this.scheduler.add(held);
   }
 
-  unenroll(lease: Lease): void {
-    this.enrolled.delete(lease);
+  unenroll(held: HeldTerm): void {
+    this.enrolled.delete(held);
+    this.scheduler.delete(held);
     if (this.enrolled.size === 0) this.stopWallWatchdog();
     this.updateKeepAlive();
   }
@@ -196,117 +202,31 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     this.leases.delete(lease);
   }
 
-  requestRenewal(_lease: Lease): void {
-    this.scheduleTick(true);
-  }
-
-  private scheduleTick(now = false): void {
-    if (this.closed) return;
-    let at = Infinity;
-    if (now) at = monoNow();
-    else {
-      for (const l of this.enrolled) {
-        if (l.inFlight) continue;
-        const due = l.confirmWaiters.length > 0 ? -Infinity : (l.renewDueAt ?? Infinity);
-        if (due < at) at = due;
-      }
-    }
-    if (at === Infinity) return;
-    if (this.tickTimer !== undefined && at >= this.tickAt) return;
-    if (this.tickTimer !== undefined) clearTimeout(this.tickTimer);
-    this.tickAt = at;
-    this.tickTimer = setTimeout(() => {
-      this.tickTimer = undefined;
-      this.tickAt = Infinity;
-      this.tick();
-    }, Math.max(0, at - monoNow()));
-    // The keep-alive interval holds the process open while a term is held, not this timer.
-    this.tickTimer.unref();
-  }
-
-  /**
-   * Renews every held lease that is due, or due within half a renew interval, in one claim per
-   * MAX_BATCH leases. Renewing early is harmless, and it aligns leases acquired at different
-   * moments: leases renewed together share a send time and stay together, and groups closer
-   * than half an interval merge, so a process holding 10,000 leases settles into one or two
-   * round trips per renew interval.
-   */
-  private tick(): void {
-    const now = monoNow();
-    this.checkSuspension();
-    const due = [...this.enrolled].filter(
-      (lease) => !lease.inFlight && (lease.confirmWaiters.length > 0 || lease.renewalDue(now, lease.timing.renewMs / 2)),
-    );
-    // One kernel read for every nonce of this tick, not one per lease.
-    const nonces = newNonces(due.length);
-    const batch: Renewal[] = [];
-    due.forEach((lease, i) => {
-      const r = lease.renewalRequest(now, nonces[i]);
-      if (r !== undefined) batch.push({ lease, req: r.req, ticket: r.ticket, waiters: lease.confirmWaiters.splice(0) });
-    });
-    for (let i = 0; i < batch.length; i += MAX_BATCH) {
-      void this.sendBatch(batch.slice(i, i + MAX_BATCH), now);
-    }
-    this.scheduleTick();
-  }
-
-  private async sendBatch(batch: Renewal[], sentAt: number): Promise<void> {
-    // An answer that is late is as unknown as an error: jeopardy after half a renew interval,
-    // and after a whole one we stop waiting (the call may hang on a dead connection for far
-    // longer) so the retry can go out on another. A late answer is then ignored; its nonce
-    // stays among the ones the next renewal presents.
-    const renewMs = Math.min(...batch.map((b) => b.lease.timing.renewMs));
-    const overdue = setTimeout(() => {
-      for (const b of batch) b.lease.renewalOverdue(b.ticket, monoNow() - sentAt);
-    }, renewMs / 2);
-    overdue.unref();
-    let giveUp: NodeJS.Timeout | undefined;
-    const controller = new AbortController();
-    try {
-      const results = await Promise.race([
-        this.store.claim(
-          batch.map((b) => b.req),
-          { signal: controller.signal },
-        ),
-        new Promise<never>((_, reject) => {
-          giveUp = setTimeout(() => {
-            controller.abort();
-            reject(new LeaseholdError('STORE_UNAVAILABLE', `the renewal was not answered within ${renewMs}ms`, { retryable: true }));
-          }, renewMs);
-          giveUp.unref();
-        }),
-      ]);
-      batch.forEach((b, i) => {
-        const r = results[i];
-        b.lease.renewalSettled(b.ticket);
-        if (r === undefined || r.name !== b.req.name) b.lease.renewalFailed(b.ticket, new LeaseholdError('STORE_UNAVAILABLE', 'store answered out of order', { retryable: true }));
-        else b.lease.renewalAnswered(b.ticket, b.req, r, sentAt, this);
-      });
-    } catch (err) {
-      for (const b of batch) {
-        b.lease.renewalSettled(b.ticket);
-        b.lease.renewalFailed(b.ticket, err);
-      }
-    } finally {
-      clearTimeout(overdue);
-      clearTimeout(giveUp);
-      for (const b of batch) for (const w of b.waiters) w.resolve();
-      this.scheduleTick();
-    }
+  renewNow(): void {
+    this.scheduler.wake();
   }
 
   // ---- suspension detectors ------------------------------------------------------------------
 
   private startWallWatchdog(): void {
     if (this.suspension === undefined || this.wallTimer !== undefined) return;
-    this.lastWall = wallNow();
-    this.lastMono = monoNow();
-    this.wallTimer = setInterval(() => this.checkSuspension(), this.suspension.checkIntervalMs);
+    this.lastWall = this.clock.wallNow();
+    this.lastMono = this.clock.monoNow();
+    const interval = this.suspension.checkIntervalMs;
+    const check = (): void => {
+      const mine = this.wallTimer;
+      this.checkSuspension();
+      // Re-armed after the check, unless the check stood everything down (which stopped it).
+      if (this.wallTimer !== mine) return;
+      this.wallTimer = this.clock.setTimeout(check, interval);
+      this.wallTimer.unref();
+    };
+    this.wallTimer = this.clock.setTimeout(check, interval);
     this.wallTimer.unref();
   }
 
   private stopWallWatchdog(): void {
-    if (this.wallTimer !== undefined) clearInterval(this.wallTimer);
+    this.clock.clearTimeout(this.wallTimer);
     this.wallTimer = undefined;
   }
 
@@ -316,8 +236,8 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
    * the suspension shows on the wall clock, never on the monotonic one.
    */
   checkSuspension(): void {
-    const wall = wallNow();
-    const mono = monoNow();
+    const wall = this.clock.wallNow();
+    const mono = this.clock.monoNow();
     const drift = wall - this.lastWall - (mono - this.lastMono);
     this.lastWall = wall;
     this.lastMono = mono;
@@ -331,9 +251,9 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
    * Detector 2: the store's clock advanced much more than our monotonic clock between two
    * renewals. Works when the guest's wall clock was never re-synced after a restore.
    */
-  noteStoreAdvance(storeAdvanceMs: number, localAdvanceMs: number, lease: Lease): void {
+  noteStoreAdvance(storeAdvanceMs: number, localAdvanceMs: number, ttlMs: number): void {
     if (this.suspension === undefined) return;
-    const limit = this.suspension.storeAdvanceMs >= 0 ? this.suspension.storeAdvanceMs : Math.max(lease.timing.ttlMs / 4, 500);
+    const limit = this.suspension.storeAdvanceMs >= 0 ? this.suspension.storeAdvanceMs : Math.max(ttlMs / 4, 500);
     const gap = storeAdvanceMs - localAdvanceMs;
     if (gap > limit) {
       this.suspect('store-clock-advance', `the store's clock advanced ${Math.round(gap)}ms more than the monotonic clock between renewals`);
@@ -352,7 +272,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     this.regenerateIdentity(`${detector}: ${detail}`);
     // Released as well as ended: the release only matches our own nonces, so it can never end
     // a term the store has since given to someone else, and it spares the next holder the wait.
-    for (const lease of held) lease.suspend(`${detector}: ${detail}`);
+    for (const h of held) h.suspend(`${detector}: ${detail}`);
     this.emit('suspected', detector, detail);
   }
 
@@ -384,7 +304,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
 
   private ensureFreedWatch(): void {
     if (this.freedStop !== undefined || this.store.watchFreed === undefined || this.closed) return;
-    if (monoNow() < this.freedRetryAt) return;
+    if (this.clock.monoNow() < this.freedRetryAt) return;
     this.freedStop = this.store
       .watchFreed(
         (name) => this.wake(name),
@@ -396,7 +316,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
       )
       .catch((err: unknown) => {
         this.logger.warn({ err: errorMessage(err) }, 'leasehold: could not listen for releases; followers poll at expiry');
-        this.freedRetryAt = monoNow() + 5000;
+        this.freedRetryAt = this.clock.monoNow() + 5000;
         this.freedStop = undefined;
         return undefined;
       });
@@ -421,7 +341,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     await Promise.allSettled(leases.map((l) => l.close()));
     this.closed = true;
     this.updateKeepAlive();
-    if (this.tickTimer !== undefined) clearTimeout(this.tickTimer);
+    this.scheduler.close();
     this.stopWallWatchdog();
     const stop = await this.freedStop;
     await stop?.().catch(() => {});

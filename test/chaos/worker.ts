@@ -27,7 +27,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { AbortedError, NotLeaderError, errorMessage } from '../../src/core/errors.js';
 import { Leasehold } from '../../src/core/leasehold.js';
-import type { Lease, LeaseSnapshot } from '../../src/core/lease.js';
+import type { Lease } from '../../src/core/lease.js';
+import { resumeLease, snapshotLease, type LeaseSnapshot } from '../../src/testing/index.js';
 import { Elector } from '../../src/core/elector.js';
 import type { LeaseStore } from '../../src/backends/store.js';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
@@ -232,7 +233,7 @@ interface Snapshot {
   unit: { token: string; seq: number; holder: string } | null;
   seq: number;
   takenAt: number;
-  /** What the Lease remembered (`lease.snapshot()`); absent when it held no term. */
+  /** What the Lease remembered (`snapshotLease(lease)`); absent when it held no term. */
   lease?: LeaseSnapshot | undefined;
 }
 
@@ -291,7 +292,7 @@ async function main(): Promise<number> {
       unit: currentUnit,
       seq,
       takenAt: monoMs(),
-      lease: l?.snapshot(),
+      lease: l === undefined ? undefined : snapshotLease(l),
     };
     const file = join(stateDir, 'snapshot.json');
     writeFileSync(file, JSON.stringify(snap));
@@ -344,7 +345,7 @@ async function main(): Promise<number> {
   let pending: Promise<void> = Promise.resolve();
   if (snapshot !== undefined) {
     seq = snapshot.seq;
-    if (snapshot.lease !== undefined) lease.resume(snapshot.lease);
+    if (snapshot.lease !== undefined) resumeLease(lease, snapshot.lease);
     const unit = snapshot.unit;
     if (unit !== null) {
       log({ ev: 'unit', token: unit.token, seq: unit.seq, holder: unit.holder, resumed: true });
