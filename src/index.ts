@@ -23,16 +23,16 @@
  * - follower: a process waiting for a lease; it sleeps until the store-reported expiry or a
  *   "freed" notification, never in a tight loop.
  */
-export { Leasehold, type LeaseholdOptions, type RunContext, type RunExclusiveOptions, type SuspensionOptions, type SuspicionDetector } from './core/leasehold.js';
+export { Leasehold, type LeaseholdOptions, type RunContext, type RunExclusiveOptions, type SuspensionOptions, type SuspicionDetector, type LeaseholdEvents } from './core/leasehold.js';
 export { Lease, type Term, type LeaseState, type LeaseOptions, type AcquireOptions, type LeaseEvents } from './core/lease.js';
-export { Elector, type ElectorHandlers } from './core/elector.js';
+export { Elector, type ElectorHandlers, type ElectorEvents } from './core/elector.js';
 export { realClock, type Clock, type ClockTimer } from './core/clock.js';
 export { parseDuration, validateLeaseName, resolveTiming, type Duration, type TimingOptions, type Timing } from './core/config.js';
 export { newHolderId } from './core/identity.js';
 export type { LoggerLike } from './core/logger.js';
 export * from './core/errors.js';
 export type * from './backends/store.js';
-export { openStore, resolveStoreUrl, defaultStoreUrl } from './backends/index.js';
+export { openStore, resolveStoreUrl, defaultStoreUrl, type OpenStoreOptions } from './backends/index.js';
 export { PostgresStore, type PostgresStoreOptions, type PgPoolLike, type PgQueryableLike } from './backends/postgres/store.js';
 export { SqliteStore, type SqliteStoreOptions, type SqliteDatabaseLike } from './backends/sqlite/store.js';
 export { RedisStore, createRedisStore, type RedisStoreOptions, type IoredisLike, type NodeRedisLike } from './backends/redis/index.js';

@@ -31,7 +31,7 @@ export function checkClaimBatch(requests: readonly ClaimRequest[]): void {
 }
 
 /** The default number of history entries a store returns. */
-export const DEFAULT_HISTORY_LIMIT = 1000;
+const DEFAULT_HISTORY_LIMIT = 1000;
 
 /**
  * The history limit every store honours: a whole number >= 0 (0 answers no entries, without a

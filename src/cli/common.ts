@@ -5,9 +5,8 @@
  */
 import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
-import type { ParseArgsConfig } from 'node:util';
 import { parseDuration } from '../core/config.js';
-import { ConfigError, LeaseholdError, NotAcquiredError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
+import { ConfigError, NotAcquiredError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
 import { openStore, resolveStoreUrl } from '../backends/index.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 
@@ -65,7 +64,7 @@ export function errorLine(err: unknown, command?: string): string {
 }
 
 /** An error as one line without the `leasehold: ` prefix: what is wrong, and what to do. */
-export function errorText(err: unknown, command?: string): string {
+function errorText(err: unknown, command?: string): string {
   let msg = errorMessage(err);
   if (isParseArgsError(err)) {
     // node's wording ("Unknown option '--x'. To specify a positional argument starting with a
@@ -83,17 +82,6 @@ export function errorText(err: unknown, command?: string): string {
 export function cliMessage(e: unknown): string {
   return errorMessage(e).replace(/;? this is retryable[,.:]?/, ';');
 }
-
-type Options = NonNullable<ParseArgsConfig['options']>;
-
-/**
- * The store options of a command not yet declared with flags.ts (`--store-file` is left out
- * on purpose: a command that does not pass it on to openStoreFromFlags would ignore it).
- */
-export const STORE_OPTIONS = {
-  store: { type: 'string' },
-  schema: { type: 'string' },
-} as const satisfies Options;
 
 /** A flag, else its LEASEHOLD_* variable, else undefined. Empty strings count as unset. */
 export function flagOrEnv(flag: string | undefined, envName: string, env: NodeJS.ProcessEnv = process.env): { value: string; from: string } | undefined {
@@ -119,7 +107,7 @@ export function durationOption(flag: string | undefined, flagName: string, envNa
  * The store flags as a command has them: parseArgs values (`'store-file'`) or settings built by
  * hand (`storeFile`). Either spelling is accepted so every caller can pass what it holds.
  */
-export interface StoreFlagValues {
+interface StoreFlagValues {
   store?: string | undefined;
   storeFile?: string | undefined;
   'store-file'?: string | undefined;
@@ -127,7 +115,7 @@ export interface StoreFlagValues {
 }
 
 /** Where the store URL came from: a flag, a variable, or nowhere (the embedded default). */
-export type StoreSource = '--store' | '--store-file' | 'LEASEHOLD_STORE_FILE' | 'LEASEHOLD_STORE' | 'default';
+type StoreSource = '--store' | '--store-file' | 'LEASEHOLD_STORE_FILE' | 'LEASEHOLD_STORE' | 'default';
 
 /**
  * The store URL: `--store` > `--store-file` > LEASEHOLD_STORE_FILE or LEASEHOLD_STORE > the
@@ -163,7 +151,7 @@ export function resolveStore(values: StoreFlagValues, env: NodeJS.ProcessEnv = p
 }
 
 /** The first non-empty line of a file, trimmed. Every way it can fail is a usage error (exit 2). */
-export function readStoreFile(path: string, what: string): string {
+function readStoreFile(path: string, what: string): string {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -185,7 +173,7 @@ export function readStoreFile(path: string, what: string): string {
 }
 
 /** A password in the URL's user info, or in a `password=` query parameter (libpq accepts both). */
-export function hasPassword(url: string): boolean {
+function hasPassword(url: string): boolean {
   try {
     const u = new URL(url);
     return u.password !== '' || u.searchParams.has('password');
@@ -225,7 +213,7 @@ export async function requireCurrentSchema(store: LeaseAdmin): Promise<void> {
 
 // ---- diagnostics on stderr: text or JSON lines -------------------------------------------
 
-export type LogFormat = 'text' | 'json';
+type LogFormat = 'text' | 'json';
 
 /** `--log-format` > LEASEHOLD_LOG_FORMAT > text. Anything else is a usage error. */
 export function logFormatOption(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): LogFormat {
@@ -248,10 +236,6 @@ export function setLogContext(ctx: { format?: LogFormat; command?: string }): vo
   if (ctx.command !== undefined) logContext.command = ctx.command;
 }
 
-export function currentLogFormat(): LogFormat {
-  return logContext.format;
-}
-
 /**
  * `--log-format` as written in argv (before any `--`), else LEASEHOLD_LOG_FORMAT; text when
  * absent or invalid (the command's own parsing reports an invalid value).
@@ -272,9 +256,9 @@ export function sniffLogFormat(argv: readonly string[], env: NodeJS.ProcessEnv =
   }
 }
 
-export type LogLevel = 'info' | 'warn' | 'error';
+type LogLevel = 'info' | 'warn' | 'error';
 
-export interface CliLog {
+interface CliLog {
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
@@ -313,7 +297,7 @@ export function cliLog(options: { name?: string } = {}): CliLog {
 const warned = new Set<string>();
 
 /** A warning printed at most once per process (a command may resolve its store more than once). */
-export function warnOnce(key: string, msg: string): void {
+function warnOnce(key: string, msg: string): void {
   if (warned.has(key)) return;
   warned.add(key);
   cliLog().warn(msg);
@@ -392,8 +376,4 @@ export function canCreate(path: string): { ok: boolean; dir: string } {
   } catch {
     return { ok: false, dir };
   }
-}
-
-export function isLeaseholdError(e: unknown): e is LeaseholdError {
-  return e instanceof LeaseholdError;
 }

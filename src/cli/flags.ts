@@ -23,7 +23,7 @@
 import { parseArgs } from 'node:util';
 
 /** One flag. The key it is declared under is its long name, without the dashes. */
-export interface FlagSpec {
+interface FlagSpec {
   readonly type: 'string' | 'boolean';
   readonly short?: string;
   /** The LEASEHOLD_* variable that supplies it when the flag is absent (flags win). */
@@ -40,7 +40,7 @@ export interface FlagSpec {
   readonly or?: string;
 }
 
-export type Flags = Readonly<Record<string, FlagSpec>>;
+type Flags = Readonly<Record<string, FlagSpec>>;
 
 export interface CommandSpec<F extends Flags = Flags> {
   readonly name: string;
@@ -111,7 +111,7 @@ export const LOG_FLAGS = {
 type OptionOf<S extends FlagSpec> = S extends { readonly short: infer C extends string } ? { type: S['type']; short: C } : { type: S['type'] };
 
 /** The parseArgs options of a spec, with `--help`/`-h` added. */
-export type OptionsOf<F extends Flags> = { -readonly [K in keyof F]: OptionOf<F[K]> } & { help: { type: 'boolean'; short: 'h' } };
+type OptionsOf<F extends Flags> = { -readonly [K in keyof F]: OptionOf<F[K]> } & { help: { type: 'boolean'; short: 'h' } };
 
 export type ValuesOf<F extends Flags> = { [K in keyof F]?: F[K]['type'] extends 'boolean' ? boolean : string } & { help?: boolean };
 
@@ -161,7 +161,7 @@ export function synopsis(spec: CommandSpec, width = WIDTH, prefix = 'leasehold '
 }
 
 /** Joins words into lines no wider than `width`, continuing with `indent`; a word is never split. */
-export function fill(first: string, words: string[], width: number, indent: string): string {
+function fill(first: string, words: string[], width: number, indent: string): string {
   const lines: string[] = [];
   let line = first;
   for (const w of words) {
@@ -189,7 +189,7 @@ function flagHelp(f: FlagSpec): string {
 }
 
 /** The option list of `--help`: two columns, the help wrapped under its own column. */
-export function optionList(spec: CommandSpec, width = WIDTH): string {
+function optionList(spec: CommandSpec, width = WIDTH): string {
   const rows: Array<[string, string]> = Object.entries(spec.flags).map(([long, f]) => [
     `${f.short === undefined ? '' : `-${f.short}, `}${flagWithValue(long, f)}`,
     flagHelp(f),

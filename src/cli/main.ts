@@ -40,7 +40,7 @@ const COMMANDS: Record<string, Entry> = {
   demo: { load: async () => (await import('./demo.js')).demoCommand, spec: async () => (await import('./demo.js')).DEMO_SPEC },
 };
 
-export interface CommandInfo {
+interface CommandInfo {
   name: string;
   spec: CommandSpec;
 }
@@ -89,7 +89,7 @@ Exit codes:
 `;
 }
 
-export function version(): string {
+function version(): string {
   try {
     // dist/src/cli/main.js -> package.json at the package root.
     const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: string };

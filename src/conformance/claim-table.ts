@@ -35,7 +35,7 @@ export interface Prepared {
   expire: boolean;
 }
 
-export interface SetupContext {
+interface SetupContext {
   store: LeaseStore;
   name: string;
   /** The TTL for terms that must expire before the request. */
@@ -71,7 +71,7 @@ function row(holder: string | null, nonce: string | null, token: bigint, expires
 }
 
 /** A floor above anything a store issues by itself (Redis tokens are microseconds, ~2^51). */
-export const TABLE_FLOOR = 2n ** 52n;
+const TABLE_FLOOR = 2n ** 52n;
 
 export const ROW_STATES: RowStateCase[] = [
   {

@@ -32,14 +32,6 @@ export const realClock: Clock = {
   },
 };
 
-export function monoNow(): number {
-  return performance.now();
-}
-
-export function wallNow(): number {
-  return Date.now();
-}
-
 export function jitter(maxMs: number): number {
   return Math.random() * Math.max(0, maxMs);
 }

@@ -79,7 +79,7 @@ function checkLimit(what: string, shown: string, ms: bigint): number {
   return Number(ms);
 }
 
-export const MAX_NAME_LENGTH = 200;
+const MAX_NAME_LENGTH = 200;
 
 /**
  * Characters that make two names look alike or hide what a name is: controls (Cc), format

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
  * bytes. /dev/urandom is read through the kernel every time, and Linux reseeds it on a VM
  * generation change.
  */
-export function kernelRandomBytes(n: number): Buffer {
+function kernelRandomBytes(n: number): Buffer {
   const buf = Buffer.alloc(n);
   let fd: number | undefined;
   try {

@@ -75,7 +75,7 @@ export interface LeaseEvents {
 }
 
 /** What a Lease needs from the client that created it (the scheduler, identity, notifications). */
-export interface LeaseHost {
+interface LeaseHost {
   readonly store: LeaseStore;
   readonly logger: LoggerLike;
   readonly clock: Clock;
@@ -673,7 +673,7 @@ export function leaseOf(term: Term): Lease | undefined {
 }
 
 /** Races a promise against a caller's signal without leaving listeners behind. */
-export async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (signal === undefined) return p;
   signal.throwIfAborted();
   let onAbort: (() => void) | undefined;

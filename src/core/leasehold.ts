@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { realClock, type Clock, type ClockTimer } from './clock.js';
 import { ClosedError, ConfigError, LeaseLostError, errorMessage } from './errors.js';
 import { newHolderId } from './identity.js';
-import { Lease, type AcquireOptions, type LeaseHost, type LeaseOptions, type Term } from './lease.js';
+import { Lease, type AcquireOptions, type LeaseOptions, type Term } from './lease.js';
 import type { HeldTerm } from './leasehold-host.js';
 import { Scheduler } from './scheduler.js';
 import { silentLogger, type LoggerLike } from './logger.js';
@@ -62,7 +62,9 @@ export interface LeaseholdEvents {
  * which every acquisition and renewal goes (in as few round trips as possible), one "freed"
  * listener, and the suspension detectors. Create one per store per process.
  */
-export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHost {
+// Not `implements LeaseHost`: that interface is the engine's plumbing, stripped from the public
+// types; Lease checks the shape where it is handed a Leasehold.
+export class Leasehold extends EventEmitter<LeaseholdEvents> {
   readonly store: LeaseStore;
   readonly logger: LoggerLike;
   readonly clock: Clock;
@@ -107,10 +109,12 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     return this.holderId;
   }
 
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   currentHolder(): string {
     return this.holderId;
   }
 
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   regenerateIdentity(why: string): void {
     this.holderId = newHolderId(this.holderLabel);
     this.logger.warn({ holder: this.holderId, why }, 'leasehold: new holder identity');
@@ -156,10 +160,12 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
 
   // ---- the scheduler's terms ---------------------------------------------------------------
 
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   claim(req: ClaimRequest): Promise<ClaimResult> {
     return this.scheduler.acquire(req);
   }
 
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   enroll(held: HeldTerm): void {
     this.enrolled.add(held);
     // A holder listens for its own lease being freed: an operator's revocation then reaches it
@@ -170,6 +176,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     this.scheduler.add(held);
   }
 
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   unenroll(held: HeldTerm): void {
     this.enrolled.delete(held);
     this.scheduler.delete(held);
@@ -184,6 +191,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
    */
   private contending = 0;
   private keepAlive: NodeJS.Timeout | undefined;
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   retainWhileContending(delta: 1 | -1): void {
     this.contending += delta;
     this.updateKeepAlive();
@@ -198,10 +206,12 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
     }
   }
 
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   forget(lease: Lease): void {
     this.leases.delete(lease);
   }
 
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   renewNow(): void {
     this.scheduler.wake();
   }
@@ -234,6 +244,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
    * Detector 1: the wall clock moved much more (or less) than the monotonic clock since the
    * last check. That is what a restored or woken guest looks like once its clock is re-synced:
    * the suspension shows on the wall clock, never on the monotonic one.
+   * @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API
    */
   checkSuspension(): void {
     const wall = this.clock.wallNow();
@@ -250,6 +261,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
   /**
    * Detector 2: the store's clock advanced much more than our monotonic clock between two
    * renewals. Works when the guest's wall clock was never re-synced after a restore.
+   * @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API
    */
   noteStoreAdvance(storeAdvanceMs: number, localAdvanceMs: number, ttlMs: number): void {
     if (this.suspension === undefined) return;
@@ -278,6 +290,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> implements LeaseHos
 
   // ---- freed notifications -----------------------------------------------------------------
 
+  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void } {
     let wake: () => void = () => {};
     const promise = new Promise<void>((resolve) => {

@@ -30,7 +30,7 @@ export interface MarkerContent {
  * creates it, writable by this user only.
  * @throws {ConfigError}
  */
-export function checkMarkerDirectory(path: string): void {
+function checkMarkerDirectory(path: string): void {
   const dir = dirname(path);
   let mode: number;
   try {

@@ -28,7 +28,7 @@ export const MAX_UNCONFIRMED = 6;
  * Two processes restored from one snapshot share this state; the first fenced write after the
  * restore sets a nonce from fresh kernel randomness that the other has never seen.
  */
-export interface TermFenceState {
+interface TermFenceState {
   /** Fence nonces this process set, or may have set (a COMMIT whose answer was lost). */
   known: string[];
   /** No fenced write of this term may have committed yet (the row's fence columns are an older term's). */
@@ -48,7 +48,7 @@ export type TermOutcome =
   | { kind: 'lost'; reason: LeaseLostReason; detail: string; conflict: string | undefined }
   | { kind: 'jeopardy'; error: unknown };
 
-export interface TermInit {
+interface TermInit {
   name: string;
   token: bigint;
   holder: string;

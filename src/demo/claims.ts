@@ -16,7 +16,7 @@ export interface DemoFacts {
   stopped?: { at: number; workers: string[]; clean: boolean; killed: string[] };
 }
 
-export interface Claim {
+interface Claim {
   label: string;
   held: boolean;
   detail: string;

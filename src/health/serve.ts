@@ -9,7 +9,7 @@ import type { Lease } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
 import { HealthCheck } from './index.js';
 
-export interface ProbeServerOptions {
+interface ProbeServerOptions {
   leasehold: Leasehold;
   lease: Lease;
   host: string;
@@ -17,7 +17,7 @@ export interface ProbeServerOptions {
   healthPort?: number;
 }
 
-export interface ProbeServers {
+interface ProbeServers {
   /** `http://host:port` of each server started. */
   metricsUrl?: string;
   healthUrl?: string;

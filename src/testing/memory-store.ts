@@ -10,7 +10,7 @@ import type { CallOptions, ClaimRequest, ClaimResult, FreedListener, ReleaseRequ
 import { checkClaimBatch, historyLimit } from '../backends/checks.js';
 import type { HistoryEntry, LeaseInfo, LeaseStore, MigrateOptions, MigrateResult, RevokeResult, SchemaStatus } from '../backends/store.js';
 
-export const MEMORY_SCHEMA_VERSION = 1;
+const MEMORY_SCHEMA_VERSION = 1;
 
 interface Row extends LeaseRowState {
   termStartedAtMs: number | null;

@@ -213,6 +213,18 @@ export async function main(url: string, pool: pg.Pool): Promise<bigint> {
   await leasehold.close();
   return term.token;
 }
+
+// The engine's plumbing is not in the shipped types (stripInternal): each line must fail to compile.
+export function internals(leasehold: Leasehold, lease: ReturnType<Leasehold['lease']>): void {
+  // @ts-expect-error enroll is the scheduler's
+  leasehold.enroll(lease);
+  // @ts-expect-error waitForFreed is the followers'
+  void leasehold.waitForFreed('x', new AbortController().signal);
+  // @ts-expect-error noteStoreAdvance is a detector's
+  leasehold.noteStoreAdvance(1, 1, 1);
+  // @ts-expect-error resume is for the testing entry only
+  lease.resume({});
+}
 `,
     );
     const tsc = await sh(process.execPath, [join(app, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], app);

@@ -76,7 +76,7 @@ export interface SeenState {
   ended: boolean;
 }
 
-export interface ClaimContext {
+interface ClaimContext {
   client: Etcd3Like;
   keys: EtcdKeys;
   /** etcd's --max-txn-ops (default 128): a nested Txn counts against its parent's budget. */

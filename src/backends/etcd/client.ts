@@ -21,7 +21,7 @@ export interface EtcdKeyValue {
   lease: string;
 }
 
-export interface EtcdResponseHeader {
+interface EtcdResponseHeader {
   revision: string;
 }
 
@@ -36,27 +36,27 @@ export interface EtcdRangeRequest {
   keys_only?: boolean;
 }
 
-export interface EtcdRangeResponse {
+interface EtcdRangeResponse {
   header?: EtcdResponseHeader | null;
   kvs: EtcdKeyValue[];
   more: boolean;
   count: string;
 }
 
-export interface EtcdPutRequest {
+interface EtcdPutRequest {
   key: Buffer;
   value: Buffer;
   lease?: string | number;
   prev_kv?: boolean;
 }
 
-export interface EtcdDeleteRangeRequest {
+interface EtcdDeleteRangeRequest {
   key: Buffer;
   range_end?: Buffer;
   prev_kv?: boolean;
 }
 
-export interface EtcdCompare {
+interface EtcdCompare {
   key: Buffer;
   target: 'Version' | 'Create' | 'Mod' | 'Value' | 'Lease';
   result: 'Equal' | 'Greater' | 'Less' | 'NotEqual';
@@ -92,7 +92,7 @@ export interface EtcdTxnResponse {
 }
 
 /** Per-call gRPC options; leasehold always sets a deadline so no call outlives its timeout. */
-export interface EtcdCallOptions {
+interface EtcdCallOptions {
   deadline?: Date | number;
 }
 
@@ -105,7 +105,7 @@ export interface EtcdWatcherLike {
   cancel(): Promise<void>;
 }
 
-export interface EtcdWatchBuilderLike {
+interface EtcdWatchBuilderLike {
   prefix(key: string | Buffer): EtcdWatchBuilderLike;
   /** Server-side filter: with 'delete', etcd does not send the puts every renewal makes. */
   only(...operations: ('put' | 'delete')[]): EtcdWatchBuilderLike;
@@ -156,7 +156,7 @@ interface Etcd3Module {
   Etcd3: new (options: Etcd3Options) => Etcd3Like;
 }
 
-export async function loadEtcd3(): Promise<Etcd3Module> {
+async function loadEtcd3(): Promise<Etcd3Module> {
   try {
     const mod = (await import('etcd3')) as unknown as { default?: Etcd3Module } & Etcd3Module;
     const Etcd3 = mod.Etcd3 ?? mod.default?.Etcd3;
@@ -306,7 +306,7 @@ export function parseEtcdUrl(url: string): ParsedEtcdUrl {
   };
 }
 
-export function redactEtcdUrl(url: string): string {
+function redactEtcdUrl(url: string): string {
   return url.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
 }
 

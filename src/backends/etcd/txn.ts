@@ -70,7 +70,3 @@ export function first(op: EtcdResponseOp | undefined): EtcdKeyValue | undefined 
 export function all(op: EtcdResponseOp | undefined): EtcdKeyValue[] {
   return op?.response_range?.kvs ?? [];
 }
-
-export function deadlineAfter(ms: number): number {
-  return Date.now() + ms;
-}

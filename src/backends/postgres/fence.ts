@@ -45,7 +45,7 @@ function isPool(target: PgFenceTarget): target is PgPoolLike {
   return !clientLike && typeof t['connect'] === 'function';
 }
 
-export function fenceTableName(table = 'leasehold.fences'): string {
+function fenceTableName(table = 'leasehold.fences'): string {
   const parts = table.split('.');
   if (parts.length > 2 || parts.some((p) => !/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(p))) {
     throw new ConfigError(`fence table ${JSON.stringify(table)} is not [schema.]table made of letters, digits and _`);

@@ -14,7 +14,7 @@ export function validatePrefix(prefix: string): string {
   return prefix;
 }
 
-export interface ParsedRedisUrl {
+interface ParsedRedisUrl {
   /** The URL handed to the driver: no leasehold parameters left in it. */
   url: string;
   prefix: string | undefined;
@@ -64,7 +64,7 @@ export function parseRedisUrl(url: string): ParsedRedisUrl {
 }
 
 
-export interface OwnedClientOptions {
+interface OwnedClientOptions {
   commandTimeoutMs: number;
   connectTimeoutMs: number;
   /** Which package to load; default: ioredis if installed, else redis. */

@@ -24,7 +24,7 @@ export interface IoredisLike {
 }
 
 /** The options leasehold overrides when it duplicates an ioredis client for pub/sub. */
-export interface IoredisDuplicateOptions {
+interface IoredisDuplicateOptions {
   lazyConnect?: boolean;
   autoResubscribe?: boolean;
   enableOfflineQueue?: boolean;
@@ -57,7 +57,7 @@ export interface NodeRedisLike {
 export type RedisClientLike = IoredisLike | NodeRedisLike;
 
 /** Events from one subscriber connection. */
-export interface SubscriberEvents {
+interface SubscriberEvents {
   message(message: string): void;
   /** The channel is subscribed: the first time, and again after every reconnect. */
   subscribed(): void;
@@ -88,11 +88,11 @@ export interface RedisDriver {
   lastConnectionError?(): string | undefined;
 }
 
-export function isNodeRedis(client: RedisClientLike): client is NodeRedisLike {
+function isNodeRedis(client: RedisClientLike): client is NodeRedisLike {
   return typeof (client as Partial<NodeRedisLike>).evalSha === 'function';
 }
 
-export function isIoredis(client: RedisClientLike): client is IoredisLike {
+function isIoredis(client: RedisClientLike): client is IoredisLike {
   return typeof (client as Partial<IoredisLike>).evalsha === 'function';
 }
 

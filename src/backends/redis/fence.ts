@@ -18,7 +18,7 @@ import type { LuaScript } from './scripts.js';
  * replica missing the last mark is promoted, the mark is gone and a stale token would be
  * accepted once. Keep fenced data on a Redis with AOF (appendfsync everysec or always).
  */
-export const FENCED_WRITE: LuaScript = (() => {
+const FENCED_WRITE: LuaScript = (() => {
   const source = `
 -- KEYS: [1] high-water mark, [2] target. ARGV: [1] token, [2] 'set' | 'hset', [3] px ms or '',
 -- [4..] the value (set) or field, value pairs (hset). Reply: [accepted '1'/'0', mark after].

@@ -458,7 +458,7 @@ function numOrNull(s: string | undefined): number | null {
  * Stream ids are `<ms>-<seq>`, increasing; as one bigint: ms * 2^24 + seq (seq counts the entries
  * added within one millisecond, far below 2^24 even for a claim batch of 10,000 leases).
  */
-export function streamIdToBigint(id: string): bigint {
+function streamIdToBigint(id: string): bigint {
   const [ms, seq] = id.split('-');
   return (BigInt(ms ?? '0') << 24n) + BigInt(seq ?? '0');
 }

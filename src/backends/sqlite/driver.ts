@@ -3,13 +3,13 @@ import { ConfigError } from '../../core/errors.js';
 import type { SqliteDatabaseLike } from './store.js';
 
 /** better-sqlite3's `Database` constructor, as far as leasehold uses it. */
-export type SqliteDatabaseConstructor = new (
+type SqliteDatabaseConstructor = new (
   path: string,
   options?: { readonly?: boolean; fileMustExist?: boolean; timeout?: number },
 ) => SqliteDatabaseLike;
 
 /** The one line a user sees when SQLite is asked for and the driver is not usable. */
-export const SQLITE_DRIVER_MISSING =
+const SQLITE_DRIVER_MISSING =
   'the SQLite store needs the optional package better-sqlite3, which is not installed or failed to build: ' +
   'run `npm install better-sqlite3`, or use another store (--store / LEASEHOLD_STORE postgres://, redis:// or etcd://)';
 

@@ -40,7 +40,7 @@ export function createPrivately(path: string): void {
   }
 }
 
-export interface StoreFileMode {
+interface StoreFileMode {
   path: string;
   kind: 'directory' | 'database' | 'wal' | 'shm';
   mode: number;
