@@ -1,3 +1,4 @@
+import { canEndTerm, decideClaim, rowAfterClaim, type LeaseRowState } from '../../src/core/claim-rule.js';
 import { StoreUnavailableError } from '../../src/core/errors.js';
 import type {
   CallOptions,
@@ -8,7 +9,6 @@ import type {
   HistoryEvent,
   LeaseInfo,
   LeaseStore,
-  LostReason,
   MigrateResult,
   ReleaseRequest,
   RevokeResult,
@@ -34,8 +34,8 @@ export interface ClaimCall {
 type Mode = { kind: 'ok' } | { kind: 'fail'; error: Error } | { kind: 'hold' };
 
 /**
- * A store in memory that follows the contract in src/backends/store.ts (expectations 1-7 and
- * 4b), the same rule the SQLite store implements in SQL, on a clock the test controls. A unit
+ * A store in memory whose every claim is decided by the pure claim rule (src/core/claim-rule.ts,
+ * the rule the conformance suite checks every real store against), on a clock the test controls. A unit
  * test can also make it fail (outcome unknown), or apply claims but hold their answers back
  * (an answer lost or late), which no real store does on demand.
  */
@@ -101,57 +101,61 @@ export class MemoryStore implements LeaseStore {
     return Promise.resolve(results);
   }
 
+  /** The decision is the pure claim rule's (src/core/claim-rule.ts); this store only keeps rows, history and notifications. */
   private claimOne(req: ClaimRequest, now: number): ClaimResult {
     const row = this.rows.get(req.name);
-    const expires = now + req.ttlMs;
-    const live = row !== undefined && row.holder !== null && row.expiresAt !== null && row.expiresAt > now;
-    if (req.expect !== null) {
-      if (live && row.holder === req.holder && row.nonce !== null && req.expect.includes(row.nonce)) {
-        row.nonce = req.nextNonce;
-        row.expiresAt = expires;
-        row.renewedAt = now;
-        return { name: req.name, outcome: 'renewed', token: row.token, holder: req.holder, expiresAtMs: expires, storeNowMs: now };
-      }
-      if (live && row.holder === req.holder) {
-        // 4b: two processes renew one term (a snapshot restored twice): end it for both.
-        Object.assign(row, { holder: null, nonce: null, expiresAt: now, endedBy: 'conflict' });
-        this.record(req.name, 'conflict', null, req.holder, row.token, now);
-        this.notify(req.name);
-        return { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: row.token, expiresAtMs: now, storeNowMs: now };
-      }
-      return {
-        name: req.name,
-        outcome: 'lost',
-        reason: lostReason(row, req),
-        holder: row?.holder ?? null,
-        token: row?.token ?? null,
-        expiresAtMs: row?.expiresAt ?? null,
-        storeNowMs: now,
-      };
+    const state: LeaseRowState | undefined = row && { holder: row.holder, nonce: row.nonce, token: row.token, expiresAtMs: row.expiresAt, endedBy: row.endedBy };
+    const d = decideClaim(state, req, now);
+    const next = rowAfterClaim(state, req, d, now);
+    if (next !== undefined) {
+      this.rows.set(req.name, {
+        holder: next.holder,
+        nonce: next.nonce,
+        token: next.token,
+        expiresAt: next.expiresAtMs,
+        endedBy: next.endedBy,
+        startedAt: d.outcome === 'acquired' ? now : (row?.startedAt ?? null),
+        renewedAt: d.outcome === 'lost' ? (row?.renewedAt ?? null) : now,
+      });
     }
-    if (live) return { name: req.name, outcome: 'busy', holder: row.holder, token: row.token, expiresAtMs: row.expiresAt, storeNowMs: now };
-    const token = (row?.token ?? 0n) + 1n;
-    const event = row === undefined || row.holder === null ? 'acquired' : 'takeover';
-    this.record(req.name, event, req.holder, row?.holder ?? null, token, now);
-    this.rows.set(req.name, { holder: req.holder, nonce: req.nextNonce, token, expiresAt: expires, startedAt: now, renewedAt: now, endedBy: null });
-    return { name: req.name, outcome: 'acquired', token, holder: req.holder, expiresAtMs: expires, storeNowMs: now };
+    const base = { name: req.name, storeNowMs: now };
+    switch (d.outcome) {
+      case 'acquired':
+        this.record(req.name, d.event, req.holder, d.previousHolder, d.token, now);
+        return { ...base, outcome: 'acquired', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs };
+      case 'renewed':
+        return { ...base, outcome: 'renewed', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs };
+      case 'busy':
+        return { ...base, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs };
+      case 'lost':
+        if (d.endTerm) {
+          // 4b: two processes renew one term (a snapshot restored twice): end it for both.
+          this.record(req.name, 'conflict', null, req.holder, row!.token, now);
+          this.notify(req.name);
+        }
+        return { ...base, outcome: 'lost', reason: d.reason, holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs };
+    }
   }
 
   async release(req: ReleaseRequest): Promise<boolean> {
     this.releases.push({ ...req, expect: [...req.expect] });
     if (this.mode.kind === 'fail') throw this.mode.error;
     const row = this.rows.get(req.name);
-    if (row === undefined || row.holder === null || row.holder !== req.holder || row.nonce === null || !req.expect.includes(row.nonce)) return false;
+    if (row === undefined || !canEndTerm(this.stateOf(row), { holder: req.holder, expect: req.expect })) return false;
     this.end(req.name, row, 'released', null);
     return true;
   }
 
   async revoke(name: string, reason: string): Promise<RevokeResult> {
     const row = this.rows.get(name);
-    if (row === undefined || row.holder === null) return { revoked: false, previousHolder: null, token: row?.token ?? null };
+    if (row === undefined || !canEndTerm(this.stateOf(row), null)) return { revoked: false, previousHolder: null, token: row?.token ?? null };
     const previousHolder = row.holder;
     this.end(name, row, 'revoked', reason);
     return { revoked: true, previousHolder, token: row.token };
+  }
+
+  private stateOf(row: Row): LeaseRowState {
+    return { holder: row.holder, nonce: row.nonce, token: row.token, expiresAtMs: row.expiresAt, endedBy: row.endedBy };
   }
 
   private end(name: string, row: Row, event: 'released' | 'revoked', detail: string | null): void {
@@ -205,14 +209,3 @@ export class MemoryStore implements LeaseStore {
   async close(): Promise<void> {}
 }
 
-function lostReason(row: Row | undefined, req: ClaimRequest): LostReason {
-  if (row === undefined) return 'expired';
-  const nonceOk = row.nonce !== null && (req.expect ?? []).includes(row.nonce);
-  if (row.holder === req.holder && nonceOk) return 'expired';
-  if (row.holder === req.holder) return 'cloned';
-  if (row.holder === null && row.endedBy === 'revoked') return 'revoked';
-  if (row.holder === null && row.endedBy === 'released') return 'released';
-  if (row.holder === null && row.endedBy === 'conflict') return 'cloned';
-  if (row.holder === null) return 'expired';
-  return 'superseded';
-}
