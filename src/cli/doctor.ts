@@ -297,7 +297,7 @@ function sqliteDriverCheck(): Check {
         ? `${SQLITE_DRIVER_ENV}=${d.name}`
         : d.name === 'node:sqlite'
           ? `built into Node ${d.version}, nothing to build`
-          : `Node ${process.version} has no node:sqlite (Node 22.13+ does)`;
+          : `Node ${process.version} has no node:sqlite, 22.13+ does`;
     const pkg = d.name === 'better-sqlite3' && d.version !== '' ? ` ${d.version}` : '';
     return { check: 'sqlite-driver', status: 'ok', detail: `${d.name}${pkg} (SQLite ${d.sqliteVersion}; ${why})`, driver: d.name, sqliteVersion: d.sqliteVersion };
   } catch (e) {

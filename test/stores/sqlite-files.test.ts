@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 
-const STORE_MODULE = new URL('../../src/stores/sqlite/store.js', import.meta.url).href;
+const STORE_MODULE = new URL('../../src/backends/sqlite/store.js', import.meta.url).href;
 const dirs: string[] = [];
 after(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });

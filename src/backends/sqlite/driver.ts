@@ -90,14 +90,16 @@ function openBetterSqlite3(chosenBy: SqliteDriver['chosenBy']): Omit<SqliteDrive
     Database = require('better-sqlite3') as SqliteDatabaseConstructor;
     version = sqliteVersionOf(new Database(':memory:'));
   } catch (err) {
-    const otherAbi = /NODE_MODULE_VERSION/.test((err as Error).message ?? '') ? ` (it was built for another Node version than ${process.version}: npm rebuild better-sqlite3)` : '';
+    const otherAbi = /NODE_MODULE_VERSION/.test((err as Error).message ?? '')
+      ? `; the installed one was built for another Node version than ${process.version} (npm rebuild better-sqlite3)`
+      : '';
     const builtIn =
       loadNodeSqlite() !== undefined
         ? chosenBy === 'default'
           ? ''
           : `; or unset ${chosenBy === 'env' ? SQLITE_DRIVER_ENV : 'the driver option'} to use node:sqlite, built into this Node`
         : '; Node 22.13 or later needs no package (it has SQLite built in)';
-    throw new ConfigError(`${SQLITE_DRIVER_MISSING}${builtIn}${otherAbi}`, { cause: err });
+    throw new ConfigError(`${SQLITE_DRIVER_MISSING}${otherAbi}${builtIn}`, { cause: err });
   }
   let pkg = '';
   try {
