@@ -52,11 +52,13 @@ void describe(`installed without better-sqlite3, on Node ${process.version}`, ()
       join(app, 'check.mjs'),
       `import { SqliteStore, openStore } from 'leasehold';
        import { createSqliteFenceTable, fencedWriteSync } from 'leasehold/fence';
-       import { DatabaseSync } from 'node:sqlite';
        let resolved = true;
        try { (await import('node:module')).createRequire(import.meta.url).resolve('better-sqlite3'); } catch { resolved = false; }
        const store = await openStore('sqlite:${db}');
        const [r] = await store.claim([{ name: 'job', holder: 'h', ttlMs: 5000, expect: null, nextNonce: 'n' }]);
+       // Imported after leasehold loaded node:sqlite: a script importing it first gets Node 22's
+       // ExperimentalWarning from its own import, which is not leasehold's to hide.
+       const { DatabaseSync } = await import('node:sqlite');
        const resource = new DatabaseSync(${JSON.stringify(join(app, 'lib', 'resource.db'))});
        createSqliteFenceTable(resource);
        const wrote = fencedWriteSync(resource, { resource: 'r', token: r.token }, () => 'wrote');
