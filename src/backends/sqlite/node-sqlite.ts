@@ -36,6 +36,7 @@ export interface DatabaseSyncLike {
   readonly isOpen?: boolean;
   /** Node 22.16+ / 24. */
   readonly isTransaction?: boolean;
+  /** Node 22.16+ / 24. */
   location?(): string | null;
 }
 
@@ -186,7 +187,9 @@ export class NodeSqliteDatabase implements SqliteDatabaseLike {
   constructor(path: string | DatabaseSyncLike, options: NodeSqliteOpenOptions = {}) {
     if (typeof path !== 'string') {
       this.raw = path;
-      this.name = path.location?.() ?? '';
+      // location() arrived in Node 22.16; PRAGMA database_list names the file on every version.
+      const main = (call(() => path.prepare('PRAGMA database_list').all()) as { name: string; file: string }[]).find((d) => d.name === 'main');
+      this.name = path.location?.() ?? main?.file ?? '';
       this.readonly = false;
       return;
     }
