@@ -3,7 +3,8 @@
 // selected stores need, runs every compiled test file with node's test runner, stops what it
 // started. PostgreSQL and Redis are expected at their standard local ports; point elsewhere with
 // LEASEHOLD_TEST_PG_URL / LEASEHOLD_TEST_REDIS_URL / LEASEHOLD_TEST_ETCD_URL, and narrow the
-// stores with LEASEHOLD_TEST_STORES=postgres,sqlite.
+// stores with LEASEHOLD_TEST_STORES=postgres,sqlite. LEASEHOLD_TEST_NODE=/path/to/node runs the tests
+// (and every process they start) with another Node binary: scripts/node-versions.mjs does, for 22 and 24.
 import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -11,6 +12,7 @@ import { join } from 'node:path';
 const root = new URL('..', import.meta.url).pathname;
 const stores = (process.env.LEASEHOLD_TEST_STORES ?? 'postgres,sqlite,redis,etcd').split(',').map((s) => s.trim());
 const log = (m) => process.stdout.write(`[test] ${m}\n`);
+const node = process.env.LEASEHOLD_TEST_NODE || process.execPath;
 
 function find(dir) {
   const out = [];
@@ -55,9 +57,10 @@ const phases = [
 ].filter((p) => p.files.length > 0);
 
 function run(files, concurrency) {
-  log(`running ${files.length} test files against: ${stores.join(', ')} (concurrency ${concurrency})`);
+  const on = node === process.execPath ? '' : `, with ${node}`;
+  log(`running ${files.length} test files against: ${stores.join(', ')} (concurrency ${concurrency}${on})`);
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files], {
+    const child = spawn(node, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files], {
       stdio: 'inherit',
       env: { ...process.env, LEASEHOLD_TEST_STORES: stores.join(',') },
     });

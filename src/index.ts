@@ -35,6 +35,7 @@ export type * from './backends/store.js';
 export { openStore, resolveStoreUrl, defaultStoreUrl, type OpenStoreOptions } from './backends/index.js';
 export { PostgresStore, type PostgresStoreOptions, type PgPoolLike, type PgQueryableLike } from './backends/postgres/store.js';
 export { SqliteStore, type SqliteStoreOptions, type SqliteDatabaseLike } from './backends/sqlite/store.js';
+export type { SqliteDriverName } from './backends/sqlite/driver.js';
 export { RedisStore, createRedisStore, type RedisStoreOptions, type IoredisLike, type NodeRedisLike } from './backends/redis/index.js';
 export { EtcdStore, createEtcdStore, type EtcdStoreOptions } from './backends/etcd/index.js';
 export { observe, LeaseObserver, LeaseWatcher, type LeaseView, type LeaseChange, type ChangeKind, type WatchOptions } from './observe/index.js';

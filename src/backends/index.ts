@@ -28,7 +28,7 @@ export interface OpenStoreOptions {
 }
 
 /**
- * Opens a store from a URL: `postgres://...`, `sqlite:PATH`, `redis://...`, `etcd://host:port`.
+ * Opens a store from a URL (every backend is also `XStore.create(options)`, the same shape): `postgres://...`, `sqlite:PATH`, `redis://...`, `etcd://host:port`.
  * Each driver is loaded only when its scheme is used.
  * @throws {ConfigError} for an unknown scheme or a malformed URL.
  */
@@ -42,17 +42,17 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
     }
     case 'sqlite': {
       const { SqliteStore } = await import('./sqlite/store.js');
-      return new SqliteStore({ url });
+      return SqliteStore.create({ url });
     }
     case 'redis':
     case 'rediss': {
-      const { createRedisStore } = await import('./redis/index.js');
-      return createRedisStore({ url });
+      const { RedisStore } = await import('./redis/store.js');
+      return RedisStore.create({ url });
     }
     case 'etcd':
     case 'etcds': {
-      const { createEtcdStore } = await import('./etcd/index.js');
-      return createEtcdStore({ url });
+      const { EtcdStore } = await import('./etcd/store.js');
+      return EtcdStore.create({ url });
     }
     default:
       throw new ConfigError(

@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { resolve } from 'node:path';
 import { ConfigError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
 import { defaultStoreUrl } from '../backends/index.js';
+import { SQLITE_DRIVER_ENV, resolveSqliteDriver } from '../backends/sqlite/driver.js';
 import { quickCheck, storeFileModes } from '../backends/sqlite/files.js';
 import { parseSqliteUrl } from '../backends/sqlite/store.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
@@ -22,6 +23,8 @@ export const DOCTOR_SPEC = defineCommand({
   schema         the store's schema is the version this leasehold needs (else: leasehold migrate)
   clock-skew     the store's clock against this host's; expiry is judged by the store's clock
                  alone, so skew misleads humans reading timestamps, not the lease (warn > 1s)
+  sqlite-driver  SQLite: the driver that opens the file (node:sqlite where Node has it, else
+                 better-sqlite3; LEASEHOLD_SQLITE_DRIVER forces one) and its SQLite version
   sqlite-files   SQLite: the store's directory, file, -wal and -shm are not writable by group or
                  others (whoever can replace the file can reset the tokens)
   quick-check    SQLite: PRAGMA quick_check finds the file sound (a damaged file fails, and
@@ -84,6 +87,7 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   try {
     const url = storeUrl(values);
     description = url.replace(/:[^:@/]*@/, ':***@');
+    if (/^sqlite:/i.test(url)) checks.push(sqliteDriverCheck());
     if (sqliteFileChecks(url, checks) === 'damaged') {
       checks.push({ check: 'store', status: 'skip', detail: 'not opened: the SQLite file failed its integrity check (opening it writes to it)' });
     } else {
@@ -282,6 +286,23 @@ function setprivCheck(): Check {
         detail: 'setpriv not found: a runner killed with SIGKILL would leave its command running; install util-linux (apt-get install util-linux)',
       }
     : { check: 'setpriv', status: 'ok', detail: `${p} (the command dies with its runner)`, path: p };
+}
+
+/** SQLite only: which driver opens the file, and why that one (see backends/sqlite/driver.ts). */
+function sqliteDriverCheck(): Check {
+  try {
+    const d = resolveSqliteDriver();
+    const why =
+      d.chosenBy === 'env'
+        ? `${SQLITE_DRIVER_ENV}=${d.name}`
+        : d.name === 'node:sqlite'
+          ? `built into Node ${d.version}, nothing to build`
+          : `Node ${process.version} has no node:sqlite, 22.13+ does`;
+    const pkg = d.name === 'better-sqlite3' && d.version !== '' ? ` ${d.version}` : '';
+    return { check: 'sqlite-driver', status: 'ok', detail: `${d.name}${pkg} (SQLite ${d.sqliteVersion}; ${why})`, driver: d.name, sqliteVersion: d.sqliteVersion };
+  } catch (e) {
+    return { check: 'sqlite-driver', status: 'fail', detail: errorMessage(e) };
+  }
 }
 
 /**

@@ -11,7 +11,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+// The driver leasehold chose for this Node (node:sqlite on 22/24, better-sqlite3 on 20).
+import { loadSqliteDriver } from '../../src/backends/sqlite/driver.js';
 import pg from 'pg';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { ConfigError, LeaseLostError } from '../../src/core/errors.js';
@@ -37,7 +38,7 @@ interface Resource {
 async function openResource(t: TestStore, poolSize: number): Promise<Resource> {
   await prepareResource(t.url);
   if (t.kind === 'sqlite') {
-    const db = new Database(parseSqliteUrl(t.url));
+    const db = new (loadSqliteDriver())(parseSqliteUrl(t.url));
     db.pragma('busy_timeout = 5000');
     return {
       write: (term, resource, writer, fail) =>
@@ -186,7 +187,7 @@ void describe('same-database fenced writes: a term whose lease lives elsewhere',
     const lh = new Leasehold({ store: await openStore(`sqlite:${join(dir, 'leases.db')}`), closeStore: true });
     try {
       const term = await lh.lease(uniq('elsewhere')).acquire({ wait: false });
-      const other = new Database(join(dir, 'other.db'));
+      const other = new (loadSqliteDriver())(join(dir, 'other.db'));
       try {
         assert.throws(
           () => fencedWriteSync(other, { resource: 'r', term }, () => 0),

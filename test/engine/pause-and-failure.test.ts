@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
-import Database from 'better-sqlite3';
+// The driver leasehold chose for this Node (node:sqlite on 22/24, better-sqlite3 on 20).
+import { loadSqliteDriver } from '../../src/backends/sqlite/driver.js';
 import pg from 'pg';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { LeaseLostError, NotLeaderError } from '../../src/core/errors.js';
@@ -51,7 +52,7 @@ function startWriter(url: string, name: string, ttl: number, workMs: number): { 
 
 async function writesOf(t: TestStore, resource: string): Promise<{ token: bigint; writer: string }[]> {
   if (t.kind === 'sqlite') {
-    const db = new Database(parseSqliteUrl(t.url), { readonly: true });
+    const db = new (loadSqliteDriver())(parseSqliteUrl(t.url), { readonly: true });
     try {
       const rows = db.prepare('SELECT token, writer FROM writes WHERE resource = ? ORDER BY rowid').safeIntegers(true).all(resource) as { token: bigint; writer: string }[];
       return rows;

@@ -7,7 +7,6 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -17,7 +16,8 @@ import { createSqliteFenceTable, fencedWriteSync } from '../../src/backends/sqli
 import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import type { LeaseLostError } from '../../src/core/errors.js';
 
-const DRIVER = createRequire(import.meta.url).resolve('better-sqlite3');
+// The driver leasehold picks on this Node (node:sqlite on 22/24, better-sqlite3 on 20).
+const DRIVER = new URL('../../src/backends/sqlite/driver.js', import.meta.url).href;
 const dirs: string[] = [];
 const children = new Set<ChildProcess>();
 
@@ -41,8 +41,9 @@ async function holdWriteLock(path: string, holdMs: number): Promise<{ released: 
   const child = spawn(
     process.execPath,
     [
+      '--input-type=module',
       '-e',
-      `const Database = require(${JSON.stringify(DRIVER)});
+      `const Database = (await import(${JSON.stringify(DRIVER)})).loadSqliteDriver();
        const db = new Database(${JSON.stringify(path)});
        db.pragma('busy_timeout = 10000');
        db.exec('BEGIN IMMEDIATE');

@@ -47,6 +47,9 @@ function env(app: string): NodeJS.ProcessEnv {
   const e: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('LEASEHOLD_') && k !== 'NODE_PATH' && k !== 'NODE_OPTIONS') e[k] = v;
   e['XDG_STATE_HOME'] = join(app, 'state');
+  // better-sqlite3's absence is what this file proves; on Node 22.13+ the default driver is
+  // node:sqlite, which needs no package (test/stores/sqlite-driver-node.test.ts).
+  e['LEASEHOLD_SQLITE_DRIVER'] = 'better-sqlite3';
   return e;
 }
 

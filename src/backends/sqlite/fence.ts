@@ -2,6 +2,8 @@ import { realpathSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term, type TermFenceWrite } from '../../core/lease.js';
+import { asSqliteDatabase } from './driver.js';
+import type { DatabaseSyncLike } from './node-sqlite.js';
 import { SqliteStore, immediate, type SqliteDatabaseLike } from './store.js';
 import { classifyFenceFailureSync, rotateFenceNonceSync } from './term-fence.js';
 
@@ -33,8 +35,8 @@ function tableName(table = 'leasehold_fences'): string {
   return `"${table}"`;
 }
 
-export function createSqliteFenceTable(db: SqliteDatabaseLike, table?: string): void {
-  db.exec(`CREATE TABLE IF NOT EXISTS ${tableName(table)} (resource TEXT PRIMARY KEY, token INTEGER NOT NULL, updated_at INTEGER NOT NULL)`);
+export function createSqliteFenceTable(db: SqliteDatabaseLike | DatabaseSyncLike, table?: string): void {
+  asSqliteDatabase(db).exec(`CREATE TABLE IF NOT EXISTS ${tableName(table)} (resource TEXT PRIMARY KEY, token INTEGER NOT NULL, updated_at INTEGER NOT NULL)`);
 }
 
 function canonical(path: string): string {
@@ -67,8 +69,9 @@ class NotOurs extends Error {}
 
 /**
  * The SQLite fence: one IMMEDIATE transaction that advances the resource's high-water mark to
- * `token` (refusing a lower one), runs `fn`, and commits. better-sqlite3 is synchronous, so
- * `fn` is too: that is what keeps another process from slipping in between.
+ * `token` (refusing a lower one), runs `fn`, and commits. `db` is a better-sqlite3 Database or a
+ * node:sqlite DatabaseSync; both are synchronous, so `fn` is too: that is what keeps another
+ * process from slipping in between.
  *
  * With `term` (db is the lease store's file), the transaction's last step, after `fn`, checks
  * the lease row and swaps its fence nonce (see backends/sqlite/term-fence.ts).
@@ -77,7 +80,9 @@ class NotOurs extends Error {}
  * @throws {LeaseLostError} (with `term`) the term is over, in this process or in the store; reason
  *   'cloned' when another process wrote with the same term. Nothing was changed; the term's signal aborts.
  */
-export function fencedWriteSync<T>(db: SqliteDatabaseLike, options: SqliteFenceOptions, fn: (db: SqliteDatabaseLike) => T): T {
+export function fencedWriteSync<T>(handle: SqliteDatabaseLike | DatabaseSyncLike, options: SqliteFenceOptions, fn: (db: SqliteDatabaseLike) => T): T {
+  // A node:sqlite DatabaseSync gets better-sqlite3's shape; `fn` is given that wrapper.
+  const db = asSqliteDatabase(handle);
   const term = options.term;
   const token = options.token ?? term?.token;
   if (typeof token !== 'bigint') throw new ConfigError('fence token must be a bigint (the lease token), or pass the term');

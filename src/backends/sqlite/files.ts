@@ -77,7 +77,7 @@ export function storeFileModes(path: string): StoreFileMode[] {
  * SQLite's findings: `['ok']` for a sound file. A page too damaged to read makes SQLite throw
  * SQLITE_CORRUPT or SQLITE_NOTADB; that is reported as a finding too.
  *
- * @throws {ConfigError} better-sqlite3 is not installed.
+ * @throws {ConfigError} the SQLite driver does not load (see ./driver.ts).
  * @throws the driver's error when the file cannot be opened at all (missing, no permission).
  */
 export function quickCheck(path: string): string[] {

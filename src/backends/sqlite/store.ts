@@ -19,12 +19,16 @@ import type {
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { canEndTerm, CONFLICT_DETAIL, decideClaim, leaseState, type LeaseRowState } from '../../core/claim-rule.js';
-import { loadSqliteDriver } from './driver.js';
+import { asSqliteDatabase, driverOf, resolveSqliteDriver, type SqliteDriverName } from './driver.js';
 import { createPrivately } from './files.js';
+import type { DatabaseSyncLike } from './node-sqlite.js';
 
 export const SQLITE_SCHEMA_VERSION = 2;
 
-/** The subset of a better-sqlite3 `Database` leasehold needs. */
+/**
+ * The subset of a better-sqlite3 `Database` leasehold needs. node:sqlite's DatabaseSync is
+ * given this shape by `NodeSqliteDatabase` (./node-sqlite.ts).
+ */
 export interface SqliteDatabaseLike {
   prepare(sql: string): SqliteStatementLike;
   exec(sql: string): unknown;
@@ -50,8 +54,14 @@ export interface SqliteStoreOptions {
   /** `sqlite:/path/to/file.db`, or pass `path`, or `database`. */
   url?: string;
   path?: string;
-  /** Your own better-sqlite3 Database (leasehold will not close it). */
-  database?: SqliteDatabaseLike;
+  /** Your own better-sqlite3 Database or node:sqlite DatabaseSync (leasehold will not close it). */
+  database?: SqliteDatabaseLike | DatabaseSyncLike;
+  /**
+   * The driver that opens `url` / `path`: 'auto' (the default: node:sqlite where this Node has
+   * it, 22.13+ and 24; better-sqlite3 where it does not), or one of the two by name. Unset, the
+   * LEASEHOLD_SQLITE_DRIVER environment variable decides, with the same values.
+   */
+  driver?: SqliteDriverName | 'auto';
   /**
    * How long a store call waits for another process's write lock before failing (retryable).
    * Default 2s. The wait is asynchronous (short retries on timers): the event loop is never
@@ -140,6 +150,8 @@ export class SqliteStore implements LeaseStore {
   readonly kind = 'sqlite';
   readonly description: string;
   readonly path: string;
+  /** The SQLite driver under this store. */
+  readonly driver: SqliteDriverName;
   private readonly db: SqliteDatabaseLike;
   private readonly ownsDb: boolean;
   private closed = false;
@@ -147,6 +159,15 @@ export class SqliteStore implements LeaseStore {
   private readonly busyTimeoutMs: number;
   private readonly busyOff: SqliteStatementLike;
   private readonly busyOn: SqliteStatementLike;
+
+  /**
+   * The same shape as every other store's `create` (PostgresStore, RedisStore, EtcdStore), so
+   * code that picks a backend at run time constructs each one the same way. Opening a SQLite
+   * file is synchronous; the constructor stays public for code that cannot await.
+   */
+  static async create(options: SqliteStoreOptions): Promise<SqliteStore> {
+    return new SqliteStore(options);
+  }
 
   constructor(options: SqliteStoreOptions) {
     const busy = options.busyTimeoutMs ?? 2000;
@@ -158,13 +179,15 @@ export class SqliteStore implements LeaseStore {
       path = parseSqliteUrl(options.url);
     }
     if (options.database !== undefined) {
-      this.db = options.database;
+      this.db = asSqliteDatabase(options.database);
       this.ownsDb = false;
-      this.path = options.database.name;
+      this.path = this.db.name;
+      this.driver = driverOf(this.db);
     } else {
       this.path = path === ':memory:' ? path : resolve(path!);
       // Before anything touches the file: a missing driver is the first thing to report.
-      const Database = loadSqliteDriver();
+      const { Database, name } = resolveSqliteDriver(options.driver);
+      this.driver = name;
       if (this.path !== ':memory:') {
         try {
           createPrivately(this.path);
