@@ -105,21 +105,5 @@ export function downUrl(kind: StoreKind): string | undefined {
   }
 }
 
-/** Wraps a store and counts claim calls and requests: the follower-load budget. */
-export function countingStore(inner: LeaseStore): LeaseStore & { calls: number; requests: number } {
-  const counts = { calls: 0, requests: 0 };
-  return new Proxy(inner, {
-    get(target, prop) {
-      if (prop === 'calls' || prop === 'requests') return counts[prop];
-      if (prop === 'claim') {
-        return (reqs: Parameters<LeaseStore['claim']>[0], opts: Parameters<LeaseStore['claim']>[1]) => {
-          counts.calls++;
-          counts.requests += reqs.length;
-          return target.claim(reqs, opts);
-        };
-      }
-      const v: unknown = Reflect.get(target, prop, target);
-      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-    },
-  }) as LeaseStore & { calls: number; requests: number };
-}
+/** Wraps a store and counts claim calls and requests (the follower-load budget): the exported suite's. */
+export { countingStore } from '../../src/conformance/suite.js';
