@@ -225,7 +225,7 @@ function watchBackoff(attempt = 0): BackoffLike {
   };
 }
 
-export interface ParsedEtcdUrl {
+interface ParsedEtcdUrl {
   hosts: string[];
   tls: boolean;
   username?: string;

@@ -3,5 +3,4 @@
  * dependency `etcd3`, loaded on first use. Design notes: ./README.md.
  */
 export { EtcdStore, createEtcdStore, type EtcdStoreOptions } from './store.js';
-export { parseEtcdUrl, type Etcd3Like, type ParsedEtcdUrl } from './client.js';
-export { SCHEMA_VERSION as ETCD_SCHEMA_VERSION } from './keys.js';
+export { parseEtcdUrl, type Etcd3Like } from './client.js';
