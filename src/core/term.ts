@@ -254,7 +254,7 @@ export class TermMachine implements Term {
   }
 }
 
-/** @internal fence: one fenced write's view of its term; see Lease.fenceWrite. */
+/** Fence: one fenced write's view of its term; see Lease.fenceWrite. */
 export interface TermFenceWrite {
   readonly name: string;
   readonly holder: string;
