@@ -161,14 +161,16 @@ export class Nemesis {
         rec.targets = [t.w.id];
         rec.role = t.role;
         if (t.role === 'leader') await this.midUnit(t.w);
-        const ms = Math.round(ttl * prng.range(1.5, 3));
+        // Past the TTL the store grants (etcd rounds up to whole seconds, 2s at least): a pause
+        // shorter than that leaves the leader's lease alive, and it rightly carries on leading.
+        const ms = Math.round(timing.storeTtlMs * prng.range(1.5, 3));
         rec.params = { ms };
         rec.start = monoMs();
         t.w.signal('SIGSTOP');
         await sleep(ms);
         t.w.signal('SIGCONT');
         rec.heal = monoMs();
-        rec.note = `SIGSTOP ${t.w.id} for ${ms}ms (TTL ${ttl}ms), then SIGCONT`;
+        rec.note = `SIGSTOP ${t.w.id} for ${ms}ms (TTL ${timing.storeTtlMs}ms as the store grants it), then SIGCONT`;
         break;
       }
       case 'kill': {
