@@ -65,7 +65,8 @@ export interface AcquireOptions {
 
 export interface LeaseEvents {
   acquired: [term: Term];
-  renewed: [term: Term, expiresInMs: number];
+  /** expiresInMs by the store's clock; roundTripMs from the renewal's send to its answer (monotonic). */
+  renewed: [term: Term, expiresInMs: number, roundTripMs: number];
   jeopardy: [term: Term, error: unknown];
   recovered: [term: Term];
   lost: [term: Term, error: LeaseLostError];
@@ -492,7 +493,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
           this.host.logger.info({ lease: this.name, token: String(t.token) }, 'leasehold: renewal landed, out of jeopardy');
           this.emit('recovered', t);
         }
-        this.emit('renewed', t, outcome.expiresInMs);
+        this.emit('renewed', t, outcome.expiresInMs, outcome.roundTripMs);
     }
   }
 

@@ -43,7 +43,7 @@ export type TermOutcome =
   | { kind: 'none' }
   /** The local deadline has passed: the term must end (see {@link TermMachine.deadlineVerdict}). */
   | { kind: 'deadline' }
-  | { kind: 'renewed'; expiresInMs: number; storeAdvanceMs: number; localAdvanceMs: number; recovered: boolean }
+  | { kind: 'renewed'; expiresInMs: number; roundTripMs: number; storeAdvanceMs: number; localAdvanceMs: number; recovered: boolean }
   /** The store ended it. `conflict`: re-contend under a new identity (a clone may share ours). */
   | { kind: 'lost'; reason: LeaseLostReason; detail: string; conflict: string | undefined }
   | { kind: 'jeopardy'; error: unknown };
@@ -194,7 +194,7 @@ export class TermMachine implements Term {
       this.failures = 0;
       const recovered = this.phase === 'jeopardy';
       this.phase = 'leading';
-      return { kind: 'renewed', expiresInMs: Math.round(result.expiresAtMs - result.storeNowMs), storeAdvanceMs, localAdvanceMs, recovered };
+      return { kind: 'renewed', expiresInMs: Math.round(result.expiresAtMs - result.storeNowMs), roundTripMs: now - sentAt, storeAdvanceMs, localAdvanceMs, recovered };
     }
     if (result.outcome === 'lost') {
       const why: Record<typeof result.reason, [LeaseLostReason, string]> = {

@@ -12,7 +12,7 @@ import type { Leasehold, SuspicionDetector } from '../core/leasehold.js';
 export interface MetricsSink {
   termWon(lease: string): void;
   termLost(lease: string, reason: string): void;
-  /** Seconds from sending a renewal to its answer (derived; see renewalSeconds). */
+  /** Seconds from sending a renewal to its answer (the 'renewed' event's round trip). */
   renewal(lease: string, seconds: number): void;
   jeopardy(lease: string): void;
   suspicion(detector: SuspicionDetector): void;
@@ -37,20 +37,6 @@ export interface LeaseGaugeValues {
   leader: 0 | 1;
   /** The current term's token; null when this process holds no term. */
   token: bigint | null;
-}
-
-/**
- * The renewal round trip, from what the `renewed` event tells: the engine sets the local
- * deadline to send time + the store-reported time left - the safety margin, so send time =
- * now + msUntilDeadline - expiresInMs + margin. Undefined when it cannot be trusted.
- */
-export function renewalSeconds(lease: Lease, expiresInMs: number): number | undefined {
-  const left = lease.msUntilDeadline;
-  if (left === undefined) return undefined;
-  const ms = expiresInMs - lease.timing.marginMs - left;
-  // Rounding of expiresInMs can make a fast answer read -0.5ms; anything past a TTL is nonsense.
-  if (ms < -1 || ms > lease.timing.ttlMs) return undefined;
-  return Math.max(0, ms) / 1000;
 }
 
 export class MetricsTracker {
@@ -91,10 +77,7 @@ export class MetricsTracker {
     const acquired = (): void => sink.termWon(name);
     const lost = (_t: unknown, error: { reason: string }): void => sink.termLost(name, error.reason);
     const jeopardy = (): void => sink.jeopardy(name);
-    const renewed = (_t: unknown, expiresInMs: number): void => {
-      const s = renewalSeconds(lease, expiresInMs);
-      if (s !== undefined) sink.renewal(name, s);
-    };
+    const renewed = (_t: unknown, _expiresInMs: number, roundTripMs: number): void => sink.renewal(name, roundTripMs / 1000);
     lease.on('acquired', acquired);
     lease.on('lost', lost);
     lease.on('jeopardy', jeopardy);

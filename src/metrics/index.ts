@@ -21,7 +21,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Leasehold } from '../core/leasehold.js';
 import { MetricsTracker, type MetricsSink, type TrackOptions } from './core.js';
 
-export { MetricsTracker, renewalSeconds, type MetricsSink, type TrackOptions, type LeaseGaugeValues } from './core.js';
+export { MetricsTracker, type MetricsSink, type TrackOptions, type LeaseGaugeValues } from './core.js';
 
 export interface RegisterMetricsOptions extends TrackOptions {
   registry: Registry;

@@ -10,98 +10,18 @@
  */
 import { after, afterEach, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
 import { prepareResource, writersOf } from '../fixtures/fenced-resource.js';
-import type { Command, WorkerConfig } from '../fixtures/clone-worker.js';
+import { Worker, live } from '../fixtures/worker-process.js';
 
-const workerJs = fileURLToPath(new URL('../fixtures/clone-worker.js', import.meta.url));
 const uniq = (p: string): string => `${p}-${randomBytes(4).toString('hex')}`;
 const note = (line: string): void => {
   process.stdout.write(`# ${line}\n`);
 };
-
-type Ev = { event: string } & Record<string, unknown>;
-const live = new Set<Worker>();
-
-/** One clone-worker process: JSON events on stdout, JSON commands on stdin. */
-class Worker {
-  readonly child: ChildProcess;
-  readonly events: Ev[] = [];
-  private readonly wakers = new Set<() => void>();
-  private stderr = '';
-  private exit: string | undefined;
-
-  constructor(
-    readonly label: string,
-    config: WorkerConfig,
-  ) {
-    this.child = spawn(process.execPath, [workerJs, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'pipe'] });
-    live.add(this);
-    let buf = '';
-    this.child.stdout!.on('data', (d: Buffer) => {
-      buf += d.toString();
-      let i;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        try {
-          this.events.push(JSON.parse(line) as Ev);
-        } catch {
-          this.stderr += `(stdout) ${line}\n`;
-        }
-        for (const w of [...this.wakers]) w();
-      }
-    });
-    this.child.stderr!.on('data', (d: Buffer) => {
-      this.stderr += d.toString();
-    });
-    this.child.on('exit', (code, signal) => {
-      this.exit = `exited (code ${code}, signal ${signal})`;
-      live.delete(this);
-      for (const w of [...this.wakers]) w();
-    });
-    this.child.stdin!.on('error', () => {});
-  }
-
-  send(cmd: Command): void {
-    this.child.stdin!.write(`${JSON.stringify(cmd)}\n`);
-  }
-
-  async next(event: string, from = 0, timeoutMs = 20_000, match: (e: Ev) => boolean = () => true): Promise<Ev> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = this.events.slice(from).find((e) => e.event === event && match(e));
-      if (found !== undefined) return found;
-      const err = this.events.find((e) => e.event === 'error');
-      if (err !== undefined) throw new Error(`${this.label} failed: ${String(err['message'])}\n${this.stderr}`);
-      if (this.exit !== undefined) throw new Error(`${this.label} ${this.exit} before "${event}"\n${this.stderr}`);
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`${this.label} never reported "${event}" within ${timeoutMs}ms; events ${JSON.stringify(this.events)}\n${this.stderr}`);
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          clearTimeout(timer);
-          this.wakers.delete(done);
-          resolve();
-        };
-        const timer = setTimeout(done, Math.min(left, 200));
-        this.wakers.add(done);
-      });
-    }
-  }
-
-  async kill(): Promise<void> {
-    if (this.exit !== undefined) return;
-    const exited = new Promise<void>((r) => this.child.once('exit', () => r()));
-    this.child.kill('SIGKILL');
-    await exited;
-  }
-}
 
 const stores = selectedStores().filter((k) => k === 'postgres' || k === 'sqlite');
 if (stores.length === 0) note('clone-fence: neither postgres nor sqlite selected in LEASEHOLD_TEST_STORES; nothing to run');

@@ -11,11 +11,10 @@
  */
 import { after, afterEach, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { Leasehold, type SuspicionDetector } from '../../src/core/leasehold.js';
 import { LeaseLostError } from '../../src/core/errors.js';
@@ -24,9 +23,8 @@ import type { ClaimResult, LeaseStore } from '../../src/backends/store.js';
 import { idempotencyKey } from '../../src/fence/index.js';
 import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { fencedWrite, prepareResource, writersOf } from '../fixtures/fenced-resource.js';
-import type { Command, WorkerConfig } from '../fixtures/clone-worker.js';
+import { Worker, live, type Ev } from '../fixtures/worker-process.js';
 
-const workerJs = fileURLToPath(new URL('../fixtures/clone-worker.js', import.meta.url));
 const FAKETIME_LIB = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
 const monoMs = (): number => Number(process.hrtime.bigint()) / 1e6;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -82,116 +80,6 @@ function setFakeOffset(file: string, offset: string): void {
 
 const faketimeSkip = faketimeProblem();
 if (faketimeSkip !== undefined) note(`libfaketime does not work on this machine, the wall-clock tests skip: ${faketimeSkip}`);
-
-// ---- a worker process -----------------------------------------------------------------------------
-
-type Ev = { event: string; mono: number; pid: number } & Record<string, unknown>;
-const live = new Set<Worker>();
-
-class Worker {
-  readonly child: ChildProcess;
-  readonly events: Ev[] = [];
-  private readonly wakers = new Set<() => void>();
-  private stderr = '';
-  private exit: string | undefined;
-
-  constructor(
-    readonly label: string,
-    config: WorkerConfig,
-    env: NodeJS.ProcessEnv = {},
-  ) {
-    this.child = spawn(process.execPath, [workerJs, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-    live.add(this);
-    let buf = '';
-    this.child.stdout!.on('data', (d: Buffer) => {
-      buf += d.toString();
-      let i;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        try {
-          this.events.push(JSON.parse(line) as Ev);
-        } catch {
-          this.stderr += `(stdout) ${line}\n`;
-        }
-        this.wake();
-      }
-    });
-    this.child.stderr!.on('data', (d: Buffer) => {
-      this.stderr += d.toString();
-    });
-    this.child.on('exit', (code, signal) => {
-      this.exit = `exited (code ${code}, signal ${signal})`;
-      live.delete(this);
-      this.wake();
-    });
-    this.child.stdin!.on('error', () => {});
-  }
-
-  private wake(): void {
-    for (const w of [...this.wakers]) w();
-  }
-
-  get cursor(): number {
-    return this.events.length;
-  }
-
-  get pid(): number {
-    return this.child.pid!;
-  }
-
-  send(cmd: Command): void {
-    this.child.stdin!.write(`${JSON.stringify(cmd)}\n`);
-  }
-
-  /** The first event from index `from` on that matches. */
-  async waitFor(what: string, match: (e: Ev) => boolean, timeoutMs = 15_000, from = 0): Promise<Ev> {
-    const deadline = monoMs() + timeoutMs;
-    for (;;) {
-      const found = this.events.slice(from).find(match);
-      if (found !== undefined) return found;
-      const err = this.events.find((e) => e.event === 'error');
-      if (err !== undefined) throw new Error(`${this.label} failed: ${String(err['message'])}\n${this.stderr}`);
-      if (this.exit !== undefined) throw new Error(`${this.label} ${this.exit} before ${what}; events ${this.dump()}\n${this.stderr}`);
-      const left = deadline - monoMs();
-      if (left <= 0) throw new Error(`${this.label} never reported ${what} within ${timeoutMs}ms; events ${this.dump()}\n${this.stderr}`);
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          clearTimeout(timer);
-          this.wakers.delete(done);
-          resolve();
-        };
-        const timer = setTimeout(done, Math.min(left, 200));
-        this.wakers.add(done);
-      });
-    }
-  }
-
-  next(event: string, from = 0, timeoutMs = 15_000, extra: (e: Ev) => boolean = () => true): Promise<Ev> {
-    return this.waitFor(`"${event}"`, (e) => e.event === event && extra(e), timeoutMs, from);
-  }
-
-  async request(cmd: Command & { id: string }, event: string, timeoutMs = 15_000): Promise<Ev> {
-    const from = this.cursor;
-    this.send(cmd);
-    return this.next(event, from, timeoutMs, (e) => e['id'] === cmd.id);
-  }
-
-  status(): Promise<Ev> {
-    return this.request({ cmd: 'status', id: uniq('status') }, 'status');
-  }
-
-  dump(): string {
-    return JSON.stringify(this.events.filter((e) => e.event !== 'renewed').map(({ event, mono: _m, pid: _p, ...rest }) => ({ event, ...rest })));
-  }
-
-  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
-    if (this.exit !== undefined) return;
-    const exited = new Promise<void>((r) => this.child.once('exit', () => r()));
-    this.child.kill(signal);
-    if (signal === 'SIGKILL') await exited;
-  }
-}
 
 const s = (e: Ev, k: string): string => String(e[k]);
 const tok = (e: Ev): bigint => BigInt(s(e, 'token'));
