@@ -35,6 +35,11 @@ export interface CheckInput {
   history: HistoryEntry[];
   faults: FaultRecord[];
   slack: FailoverSlack;
+  /**
+   * The store's transactions run inside the worker process and hold a lock every other process
+   * needs (SQLite's file write lock): a process frozen inside one freezes the store for all.
+   */
+  inProcessLocks?: boolean;
 }
 
 /** What "a small bound" is, on top of TTL + renew interval + the longest unit. */
@@ -84,6 +89,8 @@ export interface Failover {
   ms: number | null;
   boundMs: number;
   by: string | null;
+  /** Set when failover is measured from somewhere other than the fault's usual reference. */
+  from?: string;
 }
 
 export interface Budget {
@@ -126,6 +133,13 @@ const MAX_LISTED = 25;
 
 function verdict(name: string, title: string, safety: boolean, violations: string[], detail: string): Verdict {
   return { name, title, safety, ok: violations.length === 0, detail, violations: violations.slice(0, MAX_LISTED) };
+}
+
+/** True when a target of the pause sent a claim before the SIGSTOP and got its answer after it. */
+function frozeInsideClaim(workers: WorkerInfo[], f: FaultRecord): boolean {
+  return workers.some(
+    (w) => f.targets.includes(w.id) && w.events.some((e) => e.ev === 'claim' && e.sent <= f.start && e.t >= f.start),
+  );
 }
 
 export function grantsOf(workers: WorkerInfo[]): Grant[] {
@@ -313,7 +327,15 @@ export function check(input: CheckInput): CheckResult {
     const base = timing.storeTtlMs + timing.renewMs + timing.workMaxMs;
     for (let k = 0; k < injected.length; k++) {
       const f = injected[k]!;
-      const boundMs = Math.round(base + (PROCESS_FAULTS.has(f.kind) ? input.slack.processMs : input.slack.storeMs));
+      // A SIGSTOP that landed inside a SQLite transaction (a renewal's fsync, say) leaves the
+      // file's write lock with a frozen process: no other process can claim until it resumes,
+      // which is SQLite's single-writer design, not a failover the engine can shorten. That
+      // pause is a store outage to everyone else, measured from its heal like one.
+      const frozenInStore =
+        input.inProcessLocks === true && f.kind === 'pause' && f.heal > 0 && frozeInsideClaim(input.workers, f);
+      const ref = frozenInStore ? f.heal : f.ref;
+      const processFault = PROCESS_FAULTS.has(f.kind) && !frozenInStore;
+      const boundMs = Math.round(base + (processFault ? input.slack.processMs : input.slack.storeMs));
       // Writes that do not show a leader is back: from the faulted process's old term (frozen,
       // draining, standing down after a clock jump) or from restored copies of it. A fork or a
       // new old-clock process leaves the leader alone, and a store fault touches everyone.
@@ -321,13 +343,20 @@ export function check(input: CheckInput): CheckResult {
       const untouched = new Set([...compromised, ...(f.kind === 'snapshot' ? f.spawned : [])]);
       const next = injected[k + 1]?.start ?? input.runEnd;
       const first = writes.find((w) => {
-        if (w.t < f.ref) return false;
+        if (w.t < ref) return false;
         if (!untouched.has(w.worker)) return true;
         const g = grantByTerm.get(`${w.holder}|${w.token}`);
         return g !== undefined && g.sent >= f.start; // the faulted process itself, in a term begun after the fault
       });
-      const ms = first === undefined ? null : Math.round(first.t - f.ref);
-      failovers.push({ n: f.n, kind: f.kind, ms, boundMs, by: first === undefined ? null : `${first.worker} (token ${first.token})` });
+      const ms = first === undefined ? null : Math.round(first.t - ref);
+      failovers.push({
+        n: f.n,
+        kind: f.kind,
+        ms,
+        boundMs,
+        by: first === undefined ? null : `${first.worker} (token ${first.token})`,
+        ...(frozenInStore ? { from: 'heal: frozen inside a store transaction' } : {}),
+      });
       if (ms === null) bad.push(`fault #${f.n} (${f.kind}): no healthy term wrote after it`);
       else if (first!.t > next && ms > boundMs) bad.push(`fault #${f.n} (${f.kind}): no healthy term wrote before the next fault began`);
       else if (ms > boundMs) bad.push(`fault #${f.n} (${f.kind}): first write from a healthy term after ${ms}ms (bound ${boundMs}ms)`);

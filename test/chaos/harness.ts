@@ -209,6 +209,7 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
     history,
     faults,
     slack: { processMs: 1000, storeMs: 2 * timing.ttlMs + 1000 },
+    inProcessLocks: o.store === 'sqlite',
   });
 
   let exitCode: number;

@@ -349,7 +349,7 @@ export function renderHtml(r: ChaosReport, svg: string): string {
   const faultRows = r.faults
     .map((f) => {
       const x = fo.get(f.n);
-      return `<tr><td>${f.n}</td><td><span class="k" style="background:${KIND_COLOR[f.kind]}"></span>${esc(f.kind)}</td><td>${esc(f.targets.join(', '))}</td><td>${esc(f.role)}</td><td>${rel(f.start)}</td><td>${s(f.heal - f.start)}</td><td>${x === undefined ? '' : `${s(x.ms)} / ${s(x.boundMs)}`}</td><td>${esc(f.note)}</td></tr>`;
+      return `<tr><td>${f.n}</td><td><span class="k" style="background:${KIND_COLOR[f.kind]}"></span>${esc(f.kind)}</td><td>${esc(f.targets.join(', '))}</td><td>${esc(f.role)}</td><td>${rel(f.start)}</td><td>${s(f.heal - f.start)}</td><td>${x === undefined ? '' : `${s(x.ms)} / ${s(x.boundMs)}${x.from === undefined ? '' : ` (from ${esc(x.from)})`}`}</td><td>${esc(f.note)}</td></tr>`;
     })
     .join('\n');
   const verdictRows = r.result.verdicts
