@@ -118,7 +118,8 @@ async function withClient<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>
  * log's id order is the commit order. Unfenced (the negative control): a bare INSERT.
  * @throws anything but a fence or idempotency refusal (the outcome is then unknown).
  */
-export async function writeUnit(pool: pg.Pool, schema: string, w: UnitWrite, unfenced: boolean): Promise<WriteOutcome> {
+/** `idleTimeoutMs`: a worker frozen mid-write frees the fence row after this (see fencedTransaction). */
+export async function writeUnit(pool: pg.Pool, schema: string, w: UnitWrite, unfenced: boolean, idleTimeoutMs?: number): Promise<WriteOutcome> {
   const s = quoteSchema(schema);
   const insert = (db: { query(text: string, values?: unknown[]): Promise<unknown> }): Promise<unknown> =>
     db.query(`INSERT INTO ${s}.log (token, worker, pid, holder, seq, term, wall_ms, mono_ms, fenced) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, [
@@ -132,12 +133,13 @@ export async function writeUnit(pool: pg.Pool, schema: string, w: UnitWrite, unf
       w.mono,
       !unfenced,
     ]);
+  const idle = idleTimeoutMs === undefined ? {} : { idleTimeout: idleTimeoutMs };
   try {
     if (unfenced) await insert(pool);
-    else if (POOLED_FENCE) await fencedTransaction(pool, { resource: RESOURCE_NAME, token: w.token, table: `${schema}.fences` }, insert);
+    else if (POOLED_FENCE) await fencedTransaction(pool, { resource: RESOURCE_NAME, token: w.token, table: `${schema}.fences`, ...idle }, insert);
     else {
       await withClient(pool, (c) =>
-        fencedTransaction({ query: (text: string, values?: unknown[]) => c.query(text, values) }, { resource: RESOURCE_NAME, token: w.token, table: `${schema}.fences` }, insert),
+        fencedTransaction({ query: (text: string, values?: unknown[]) => c.query(text, values) }, { resource: RESOURCE_NAME, token: w.token, table: `${schema}.fences`, ...idle }, insert),
       );
     }
     return { outcome: 'accepted' };

@@ -171,7 +171,7 @@ const MAX_UNITS = 10_000_000;
 async function write(token: bigint, unitSeq: number, holder: string, resumed: boolean): Promise<void> {
   const base = { token: String(token), seq: unitSeq, ...(resumed ? { resumed } : {}) };
   try {
-    const r = await writeUnit(pool, schema, { token, worker: id, pid: process.pid, holder, seq: unitSeq, mono: monoMs() }, unfenced);
+    const r = await writeUnit(pool, schema, { token, worker: id, pid: process.pid, holder, seq: unitSeq, mono: monoMs() }, unfenced, ttlMs);
     if (r.outcome === 'fenced') log({ ev: 'fenced', ...base, highWater: r.highWater === null ? null : String(r.highWater) });
     else log({ ev: r.outcome, ...base });
   } catch (err) {

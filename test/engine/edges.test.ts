@@ -15,6 +15,10 @@ import type { ClaimRequest, LeaseStore } from '../../src/backends/store.js';
 import { makeTestStore, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+async function until(pred: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !pred(); i++) await sleep(10);
+  assert.ok(pred(), 'condition not reached in 5s');
+}
 const uniq = (p: string): string => `${p}-${randomBytes(4).toString('hex')}`;
 
 /** A real store whose renewals (claims with `expect`) go through `fault` first. */
@@ -217,6 +221,59 @@ void describe('edge cases on postgres only', () => {
       );
     } finally {
       await client.end();
+      await t.cleanup();
+    }
+  });
+
+  void it("fencedTransaction's idleTimeout frees the fence row from a writer frozen mid-transaction; without it the newer term waits", async () => {
+    const t = await makeTestStore('postgres');
+    const schema = new URL(t.url).searchParams.get('schema')!;
+    const pool = new pg.Pool({ connectionString: TEST_PG_URL, max: 4 });
+    const order: string[] = [];
+    // From the server's side a frozen process is a session idle in its transaction: the old
+    // term has advanced the fence row (locking it) and then does nothing until `thaw`.
+    const frozenWriter = (token: bigint, thaw: Promise<void>, idleTimeout?: number): Promise<void> =>
+      fencedTransaction(pool, { resource: 'r', token, table: `${schema}.fences`, ...(idleTimeout === undefined ? {} : { idleTimeout }) }, async (tx) => {
+        order.push(`frozen ${token} locked`);
+        await thaw;
+        await tx.query(`INSERT INTO "${schema}".w VALUES ($1)`, [token.toString()]);
+      }).then(() => void order.push(`frozen ${token} committed`));
+    const newerWriter = (token: bigint): Promise<void> =>
+      fencedTransaction(pool, { resource: 'r', token, table: `${schema}.fences` }, (tx) => tx.query(`INSERT INTO "${schema}".w VALUES ($1)`, [token.toString()])).then(
+        () => void order.push(`newer ${token} committed`),
+      );
+    try {
+      await pool.query(`CREATE TABLE "${schema}".w (token bigint)`);
+      // Bounded: the frozen transaction is ended after 300ms and the newer term commits while
+      // the old process is still frozen; on thawing, it learns nothing was committed.
+      let thaw!: () => void;
+      const frozen = frozenWriter(1n, new Promise<void>((r) => (thaw = r)), 300);
+      await until(() => order.includes('frozen 1 locked'));
+      const newer = newerWriter(2n);
+      await Promise.race([newer, sleep(5000)]); // bounded, so a build without the bound fails instead of hanging
+      order.push('thaw');
+      thaw();
+      await newer;
+      await assert.rejects(frozen, (e: unknown) => e instanceof StoreUnavailableError && /idleTimeout/.test(e.message) && /nothing was committed/.test(e.message));
+      assert.deepEqual(order, ['frozen 1 locked', 'newer 2 committed', 'thaw']);
+      // Unbounded (token only, no idleTimeout): the newer term waits for the thaw.
+      order.length = 0;
+      let thaw2!: () => void;
+      const frozen2 = frozenWriter(3n, new Promise<void>((r) => (thaw2 = r)));
+      await until(() => order.includes('frozen 3 locked'));
+      const newer2 = newerWriter(4n);
+      await sleep(600);
+      order.push('thaw');
+      thaw2();
+      await Promise.all([frozen2, newer2]);
+      assert.deepEqual(order, ['frozen 3 locked', 'thaw', 'frozen 3 committed', 'newer 4 committed']);
+      const rows = await pool.query(`SELECT token FROM "${schema}".w ORDER BY token`);
+      assert.deepEqual(
+        rows.rows.map((x: { token: string }) => x.token),
+        ['2', '3', '4'],
+      );
+    } finally {
+      await pool.end();
       await t.cleanup();
     }
   });

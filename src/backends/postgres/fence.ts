@@ -1,5 +1,6 @@
 import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term } from '../../core/lease.js';
+import { parseDuration, type Duration } from '../../core/config.js';
 import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike } from './store.js';
 import { classifyFenceFailure, rotateFenceNonce } from './term-fence.js';
 
@@ -12,6 +13,16 @@ export type PgFenceOptions = {
    * (with `term`, the default is the lease store's own schema).
    */
   table?: string;
+  /**
+   * How long this transaction may sit idle between statements before PostgreSQL rolls it back
+   * (`idle_in_transaction_session_timeout`, set for this transaction only). The fence row stays
+   * locked until commit, so a writer frozen mid-transaction (SIGSTOP, a paused VM, a long GC)
+   * would make every newer term's write wait for as long as the freeze lasts; past this bound
+   * the frozen transaction is ended, its connection closed, and the newer term goes ahead.
+   * Default: with `term`, the lease's TTL (by then the frozen term has expired anyway); with
+   * `token` only, no bound of ours. `false` for none. A duration string or milliseconds.
+   */
+  idleTimeout?: Duration | false;
 } & (
   | {
       /** The token of the term doing this write. */
@@ -77,6 +88,20 @@ function sameDatabase(term: Term): { lease: Lease; schema: string } {
   return { lease, schema: store.schema };
 }
 
+/** idle_in_transaction_session_timeout's FATAL (SQLSTATE 25P03). */
+function endedIdle(err: unknown): boolean {
+  return (err as { code?: unknown } | undefined)?.code === '25P03';
+}
+
+/** The idle-in-transaction bound in ms, or undefined for none of ours (PostgreSQL's 0 would mean "none" too). */
+function idleBound(option: Duration | false | undefined, term: Term | undefined): number | undefined {
+  if (option === false) return undefined;
+  if (option === undefined) return term === undefined ? undefined : leaseOf(term)?.timing.ttlMs;
+  const ms = parseDuration(option, 'idleTimeout');
+  if (ms < 1) throw new ConfigError('idleTimeout must be at least 1ms; pass false for no bound');
+  return ms;
+}
+
 /**
  * Runs `fn` inside one transaction that first advances the resource's high-water mark to
  * `token`, refusing if the mark is already higher. The mark's row stays locked until commit,
@@ -89,6 +114,8 @@ function sameDatabase(term: Term): { lease: Lease; schema: string } {
  * @throws {LeaseLostError} (with `term`) the term is over, in this process or in the store; reason
  *   'cloned' when another process wrote with the same term. Rolled back; the term's signal aborts.
  * @throws {SchemaError} the fence table is missing.
+ * @throws {StoreUnavailableError} the transaction sat idle past `idleTimeout` and PostgreSQL
+ *   ended it (nothing committed).
  */
 export async function fencedTransaction<T>(
   target: PgFenceTarget,
@@ -103,6 +130,7 @@ export async function fencedTransaction<T>(
   if (term?.signal.aborted) throw term.signal.reason as Error;
   const tableOption = options.table ?? (same === undefined ? undefined : `${same.schema}.fences`);
   const table = fenceTableName(tableOption);
+  const idleMs = idleBound(options.idleTimeout, term);
   const pooled = isPool(target);
   const client: PgQueryableLike = pooled ? await target.connect().catch((err: unknown) => Promise.reject(mapPgError(err, 'fence'))) : target;
   let broken: Error | undefined;
@@ -110,13 +138,20 @@ export async function fencedTransaction<T>(
   // the connection mid-transaction, an unhandled 'error' event would crash the process. The
   // query in flight rejects anyway; remember the client is broken so the pool discards it.
   const onError = (err: Error): void => {
-    broken = err;
+    broken ??= err; // the first says why (a FATAL with its SQLSTATE); "Connection terminated" follows
   };
-  const emitter = pooled ? (client as unknown as { on?(e: 'error', l: (err: Error) => void): unknown; off?(e: 'error', l: (err: Error) => void): unknown }) : undefined;
+  // With an idle bound the server may end the session itself (a process frozen mid-transaction,
+  // resumed): listen on a client you hold too, for the transaction only, so that ending arrives
+  // as this call's typed error and not as an unhandled 'error' event.
+  const emitter =
+    pooled || idleMs !== undefined
+      ? (client as unknown as { on?(e: 'error', l: (err: Error) => void): unknown; off?(e: 'error', l: (err: Error) => void): unknown })
+      : undefined;
   emitter?.on?.('error', onError);
   let open = false;
   try {
-    await client.query('BEGIN');
+    // One round trip either way: a simple query may carry two statements.
+    await client.query(idleMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`);
     open = true;
     let advanced;
     try {
@@ -155,15 +190,20 @@ export async function fencedTransaction<T>(
   } catch (err) {
     if (open) {
       await client.query('ROLLBACK').catch((e: unknown) => {
-        broken = e as Error;
+        broken ??= e as Error;
       });
+    }
+    if (idleMs !== undefined && endedIdle(broken ?? err)) {
+      throw new StoreUnavailableError(
+        `PostgreSQL ended the fenced transaction on "${options.resource}" after it sat idle for ${idleMs}ms (idleTimeout), ` +
+          'usually because this process was frozen mid-transaction: nothing was committed; retry with a live term',
+        { cause: broken ?? err },
+      );
     }
     throw err;
   } finally {
-    if (pooled) {
-      emitter?.off?.('error', onError);
-      (client as unknown as { release(err?: Error): void }).release(broken);
-    }
+    emitter?.off?.('error', onError);
+    if (pooled) (client as unknown as { release(err?: Error): void }).release(broken);
   }
 }
 
