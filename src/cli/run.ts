@@ -407,7 +407,7 @@ type Fields = Record<string, unknown>;
  * JSON object per line for a log collector. JSON lines carry the current term's token (a
  * string: it overflows a JSON number after 2^53) and holder once there is a term.
  */
-class Reporter {
+export class Reporter {
   private term: { token: string; holder: string } | undefined;
 
   constructor(
@@ -656,7 +656,7 @@ interface ChildResult {
 }
 
 /** Runs one command for one term and kills its process group if the term ends. */
-class Supervisor {
+export class Supervisor {
   private child: ChildProcess | undefined;
   private pgid: number | undefined;
   private exited = false;
