@@ -129,25 +129,25 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const signal = options.signal === undefined ? stop.signal : AbortSignal.any([stop.signal, options.signal]);
   const { schedule } = options;
   const clock = leasehold.clock;
-  let handle: CronHandle | undefined;
-  const emit = (e: SlotEvent): void => void handle?.emit('slot', e);
+  const emit = (e: SlotEvent): void => void handle.emit('slot', e);
   const elector = leasehold.elect(
     name,
     {
       onElected: (term) => {
-        handle?.track(
+        handle.track(
           lead(term).catch(async (e: unknown) => {
             if (term.signal.aborted) return;
             // Not retryable (schema, SQL): leading without a working ledger would run slots unrecorded.
-            handle?.emit('error', e);
-            await handle?.stop();
+            handle.emit('error', e);
+            await handle.stop();
           }),
         );
       },
     },
     { ...options, signal },
   );
-  handle = new CronHandle(elector, stop);
+  // onElected runs after an await inside the elector, never before this line.
+  const handle = new CronHandle(elector, stop);
 
   /** Store time minus local wall time, from the last ledger answer. */
   let offsetMs = 0;
@@ -178,13 +178,15 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     if (stale === undefined || stale.fenced) return;
     const now = noteStoreNow(stale.storeNowMs);
     const windowStart = now - windowMs;
-    const recent = await call(term, () => ledger.records(name, { sinceMs: windowStart, limit: 100_000 }));
+    const recent = await call(term, () => ledger.records(name, { sinceMs: windowStart, limit: 1_000_000 }));
     if (recent === undefined) return;
-    const ever = recent.length > 0 ? recent : await call(term, () => ledger.records(name, { sinceMs: 0, limit: 1 }));
-    if (ever === undefined) return;
+    // Slots before the name's first row were never owed: a name the ledger has never seen
+    // starts with its next slot, and one first run 10 minutes ago owes nothing from before that.
+    const older = await call(term, () => ledger.records(name, { sinceMs: 0, untilMs: windowStart, limit: 1 }));
+    if (older === undefined) return;
+    const lower = older.length > 0 ? windowStart : (recent.find((r) => r.slotAtMs !== null)?.slotAtMs ?? now);
     const known = new Map(recent.map((r) => [r.key, r]));
-    // A name the ledger has never seen missed nothing: it starts with the next slot.
-    const due = ever.length === 0 ? [] : slotsBetween(schedule, windowStart, now);
+    const due = slotsBetween(schedule, lower, now);
     const missed = due.filter((t) => !known.has(slotKey(t)));
     const interrupted = recent.filter((r) => r.status === 'interrupted' && r.token < term.token && r.slotAtMs !== null).map((r) => r.slotAtMs!);
     let run = missed;
@@ -196,7 +198,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     }
     // Interrupted slots go through the claim, which reruns or skips them per --on-interrupted.
     const owed = [...new Set([...interrupted, ...run])].sort((a, b) => a - b);
-    let cursor: number | undefined = await runAll(term, lease, owed, due.at(-1) ?? now);
+    let cursor: number | undefined = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
     while (cursor !== undefined && !term.signal.aborted) {
       const next = schedule.next(cursor);
       if (next === null) return;

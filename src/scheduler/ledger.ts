@@ -83,8 +83,11 @@ export interface SlotLedgerPort {
   complete(req: SlotCompletion): Promise<{ completed: boolean; storeNowMs: number }>;
   /** Marks every slot an earlier term of `name` left 'claimed' as 'interrupted'. Fenced like a claim. */
   interruptStale(term: SlotTerm): Promise<{ fenced: boolean; interrupted: number; storeNowMs: number }>;
-  /** The newest `limit` rows of `name` (default 1000), oldest first; with `sinceMs`, scheduled slots after it only. */
-  records(name: string, options?: { sinceMs?: number; limit?: number }): Promise<SlotRecord[]>;
+  /**
+   * The newest `limit` rows of `name` (default 1000), oldest first; with `sinceMs` / `untilMs`,
+   * only scheduled slots in (sinceMs, untilMs].
+   */
+  records(name: string, options?: { sinceMs?: number; untilMs?: number; limit?: number }): Promise<SlotRecord[]>;
   close(): Promise<void>;
 }
 

@@ -151,13 +151,14 @@ export class PostgresSlotLedger implements SlotLedgerPort {
     });
   }
 
-  async records(name: string, options: { sinceMs?: number; limit?: number } = {}): Promise<SlotRecord[]> {
+  async records(name: string, options: { sinceMs?: number; untilMs?: number; limit?: number } = {}): Promise<SlotRecord[]> {
     const since = options.sinceMs;
     const r = await this.pool
       .query(
         `SELECT * FROM (SELECT ${COLUMNS} FROM ${this.s}.slots WHERE name = $1 AND ($2::float8 IS NULL OR slot_at > to_timestamp($2::float8 / 1000))
+            AND ($4::float8 IS NULL OR slot_at <= to_timestamp($4::float8 / 1000))
           ORDER BY coalesce(slot_at, started_at) DESC, slot DESC LIMIT $3) x ORDER BY coalesce(slot_at_ms, started_ms), slot`,
-        [name, since ?? null, options.limit ?? 1000],
+        [name, since ?? null, options.limit ?? 1000, options.untilMs ?? null],
       )
       .catch((err: unknown) => {
         throw mapPgError(err, this.schema);

@@ -116,15 +116,15 @@ export class SqliteSlotLedger implements SlotLedgerPort {
     });
   }
 
-  records(name: string, options: { sinceMs?: number; limit?: number } = {}): Promise<SlotRecord[]> {
+  records(name: string, options: { sinceMs?: number; untilMs?: number; limit?: number } = {}): Promise<SlotRecord[]> {
     try {
       const rows = this.db
         .prepare(
-          `SELECT * FROM (SELECT * FROM ${SLOTS} WHERE name = ? AND (? IS NULL OR slot_at > ?) ORDER BY coalesce(slot_at, started_at) DESC, slot DESC LIMIT ?)
+          `SELECT * FROM (SELECT * FROM ${SLOTS} WHERE name = ? AND (? IS NULL OR slot_at > ?) AND (? IS NULL OR slot_at <= ?) ORDER BY coalesce(slot_at, started_at) DESC, slot DESC LIMIT ?)
             ORDER BY coalesce(slot_at, started_at), slot`,
         )
         .safeIntegers(true)
-        .all(name, options.sinceMs ?? null, options.sinceMs ?? null, options.limit ?? 1000) as Row[];
+        .all(name, options.sinceMs ?? null, options.sinceMs ?? null, options.untilMs ?? null, options.untilMs ?? null, options.limit ?? 1000) as Row[];
       return Promise.resolve(rows.map(toRecord));
     } catch (err) {
       return Promise.reject(mapSqliteError(err));
