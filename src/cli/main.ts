@@ -38,6 +38,7 @@ const COMMANDS: Record<string, Entry> = {
   doctor: { load: async () => (await import('./doctor.js')).doctorCommand, spec: async () => (await import('./doctor.js')).DOCTOR_SPEC },
   dashboard: { load: async () => (await import('./dashboard.js')).dashboardCommand, spec: async () => (await import('./dashboard.js')).DASHBOARD_SPEC },
   demo: { load: async () => (await import('./demo.js')).demoCommand, spec: async () => (await import('./demo.js')).DEMO_SPEC },
+  cron: { load: async () => (await import('./cron.js')).cronCommand, spec: async () => (await import('./cron.js')).CRON_SPEC },
 };
 
 interface CommandInfo {

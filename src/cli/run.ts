@@ -107,6 +107,14 @@ if it cannot be executed, exit 126, and no lease is taken.`,
         'exit N (0-255) instead of 75 when another process holds the lease (--no-wait, or a --wait that ran out), like flock -E: ' +
         'with 0, cron and systemd do not count "another replica ran it" as a failure. A store outage is still 3',
     },
+    'once-per': {
+      type: 'string',
+      value: 'KEY',
+      help:
+        'run COMMAND at most once per KEY across replicas (a crontab line: --once-per "$(date -u +%Y-%m-%dT%H:%M)"): once leader, KEY is claimed ' +
+        'in the slot ledger (PostgreSQL or SQLite) before COMMAND starts; if it already succeeded, exit --busy-exit without running. ' +
+        'A KEY whose run failed or was interrupted runs again. COMMAND gets LEASEHOLD_SLOT=KEY and LEASEHOLD_IDEMPOTENCY_KEY=leasehold:NAME:slot:KEY',
+    },
     marker: {
       type: 'string',
       value: 'PATH',
@@ -195,8 +203,10 @@ export interface RunSettings {
   schema: string | undefined;
   marker: string | undefined;
   progressTimeoutMs: number | undefined;
-  /** The exit code when another process holds the lease; undefined: 75. */
+  /** The exit code when another process holds the lease (or --once-per KEY already ran); undefined: 75. */
   busyExit: number | undefined;
+  /** `--once-per KEY`: the slot ledger key claimed before COMMAND starts. */
+  oncePer?: string | undefined;
   logFormat: LogFormat;
   metricsPort?: number | undefined;
   healthPort?: number | undefined;
@@ -269,6 +279,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     marker: flagOrEnv(values.marker, 'LEASEHOLD_MARKER', env)?.value,
     progressTimeoutMs: progressTimeout(values['progress-timeout'], env),
     busyExit: busyExit(values['busy-exit'], env),
+    oncePer: oncePerKey(values['once-per']),
     logFormat: logFormat(values.json === true, values['log-format'], env),
     metricsPort: portOption(values['metrics-port'], 'metrics-port', 'LEASEHOLD_METRICS_PORT', env),
     healthPort: portOption(values['health-port'], 'health-port', 'LEASEHOLD_HEALTH_PORT', env),
@@ -299,6 +310,14 @@ function busyExit(flag: string | undefined, env: NodeJS.ProcessEnv): number | un
     throw usageError(`${what} ${JSON.stringify(v.value)} is not an exit code; give a whole number from 0 to 255 (0: "another replica holds it" is not a failure)`);
   }
   return Number(v.value);
+}
+
+function oncePerKey(flag: string | undefined): string | undefined {
+  if (flag === undefined) return undefined;
+  if (flag.trim() === '' || flag.length > 512 || /[\u0000-\u001f]/.test(flag)) {
+    throw usageError(`--once-per ${JSON.stringify(flag.slice(0, 40))} is not a key; give 1 to 512 printable characters, like a date: --once-per "$(date -u +%F)"`);
+  }
+  return flag;
 }
 
 function logFormat(json: boolean, flag: string | undefined, env: NodeJS.ProcessEnv): LogFormat {
@@ -407,7 +426,7 @@ type Fields = Record<string, unknown>;
  * JSON object per line for a log collector. JSON lines carry the current term's token (a
  * string: it overflows a JSON number after 2^53) and holder once there is a term.
  */
-class Reporter {
+export class Reporter {
   private term: { token: string; holder: string } | undefined;
 
   constructor(
@@ -564,6 +583,12 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
         LEASEHOLD_IDEMPOTENCY_KEY: `leasehold:${name}:${term.token}`,
       };
       if (settings.schema !== undefined) env['LEASEHOLD_SCHEMA'] = settings.schema;
+      const once = settings.oncePer === undefined ? undefined : await claimOncePer(store, url, term, settings.oncePer, report);
+      if (once !== undefined && once.run === false) {
+        await lease.release();
+        return once.exit ?? settings.busyExit ?? EXIT.NOT_LEADER;
+      }
+      if (once !== undefined) Object.assign(env, once.env);
       const progress = settings.progressTimeoutMs === undefined ? undefined : watchProgressFile(lease, settings.progressTimeoutMs);
       if (progress !== undefined) env['LEASEHOLD_PROGRESS_FILE'] = progress.path;
       lease.on('renewed', supervisor.noteRenewed);
@@ -575,6 +600,7 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
         lease.off('renewed', supervisor.noteRenewed);
         progress?.stop();
       }
+      await once?.complete(result.status, result.lost);
       if (result.lost !== undefined) {
         report.event('exit', `exiting ${EXIT.LOST}: the lease was lost while the command ran (${result.lost.reason})`, {
           status: EXIT.LOST,
@@ -592,6 +618,62 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
   } finally {
     for (const s of FORWARDED) process.off(s, onSignal);
   }
+}
+
+/**
+ * `--once-per KEY`: claims KEY in the slot ledger with this term's token (fenced by the lease
+ * row), or says it already ran. The completion is refused if a later term has re-claimed KEY.
+ */
+async function claimOncePer(
+  store: Awaited<ReturnType<typeof openStoreFromFlags>>['store'],
+  url: string,
+  term: Term,
+  key: string,
+  report: Reporter,
+): Promise<
+  | { run: false; exit?: number }
+  | { run: true; env: NodeJS.ProcessEnv; complete(status: number, lost: LeaseLostError | undefined): Promise<void> }
+> {
+  const { openSlotLedger } = await import('./cron.js');
+  const { slotIdempotencyKey } = await import('../scheduler/ledger.js');
+  const ledger = await openSlotLedger(store, url);
+  const who = { name: term.name, holder: term.holder, token: term.token };
+  const claim = await ledger.claim({ ...who, key, slotAtMs: null, onInterrupted: 'rerun', rerunFailed: true }).catch(async (e: unknown) => {
+    await ledger.close();
+    throw e;
+  });
+  if (claim.outcome !== 'claimed') {
+    await ledger.close();
+    if (claim.outcome === 'fenced') {
+      report.event('exit', `exiting ${EXIT.LOST}: the lease was lost before --once-per ${key} could be claimed`, { status: EXIT.LOST });
+      return { run: false, exit: EXIT.LOST };
+    }
+    const r = claim.outcome === 'done' ? claim.record : undefined;
+    report.event('once-per-done', `--once-per ${key} already ${r?.status ?? 'handled'} (token ${r?.token ?? '?'}); not running the command`, { key, status: r?.status });
+    return { run: false };
+  }
+  if (claim.rerunOf !== null) report.event('once-per-rerun', `--once-per ${key}: running again (term ${claim.rerunOf} failed or was interrupted)`, { key });
+  return {
+    run: true,
+    env: { LEASEHOLD_SLOT: key, LEASEHOLD_IDEMPOTENCY_KEY: slotIdempotencyKey(term.name, key) },
+    async complete(status, lost) {
+      try {
+        const done = await ledger.complete({
+          ...who,
+          key,
+          status: lost !== undefined ? 'interrupted' : status === 0 ? 'succeeded' : 'failed',
+          exitCode: status,
+          reason: lost === undefined ? null : `lease lost (${lost.reason})`,
+        });
+        if (!done.completed) report.problem('once-per-refused', `--once-per ${key}: completion refused: a later term has claimed it`, { key });
+      } catch (e) {
+        // Left 'claimed': the next run of KEY sees an ended term's claim and runs it again.
+        report.problem('once-per-unrecorded', `--once-per ${key}: could not record the outcome (${errorMessage(e)}); the next run of ${key} will run it again`, { key });
+      } finally {
+        await ledger.close();
+      }
+    },
+  };
 }
 
 /**
@@ -656,7 +738,7 @@ interface ChildResult {
 }
 
 /** Runs one command for one term and kills its process group if the term ends. */
-class Supervisor {
+export class Supervisor {
   private child: ChildProcess | undefined;
   private pgid: number | undefined;
   private exited = false;

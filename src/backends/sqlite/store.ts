@@ -22,8 +22,9 @@ import { canEndTerm, CONFLICT_DETAIL, decideClaim, leaseState, type LeaseRowStat
 import { asSqliteDatabase, driverOf, resolveSqliteDriver, type SqliteDriverName } from './driver.js';
 import { createPrivately } from './files.js';
 import type { DatabaseSyncLike } from './node-sqlite.js';
+import { SQLITE_SLOTS_MIGRATION } from './slots-schema.js';
 
-export const SQLITE_SCHEMA_VERSION = 2;
+export const SQLITE_SCHEMA_VERSION = 3;
 
 /**
  * The subset of a better-sqlite3 `Database` leasehold needs. node:sqlite's DatabaseSync is
@@ -116,6 +117,7 @@ CREATE TABLE ${T.fences} (
 ALTER TABLE ${T.leases} ADD COLUMN fence_token INTEGER;
 ALTER TABLE ${T.leases} ADD COLUMN fence_nonce TEXT;
 `,
+  SQLITE_SLOTS_MIGRATION,
 ];
 
 /**

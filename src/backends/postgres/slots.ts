@@ -1,0 +1,191 @@
+/**
+ * The slot ledger on PostgreSQL. Each call is one transaction on one pooled connection: the
+ * lease row is read FOR SHARE (held by this holder, with this token, unexpired by now() of this
+ * database), so a takeover's claim, which locks the row FOR UPDATE, waits for this transaction
+ * and then issues a larger token; the slot row is read FOR UPDATE, and the rule in
+ * src/scheduler/ledger.ts decides. A stale term's claim therefore never lands after a newer
+ * term's, whatever the timing.
+ */
+import { ConfigError } from '../../core/errors.js';
+import {
+  decideSlotClaim,
+  type SlotClaimRequest,
+  type SlotClaimResult,
+  type SlotCompletion,
+  type SlotLedgerPort,
+  type SlotRecord,
+  type SlotSkipRequest,
+  type SlotStatus,
+  type SlotTerm,
+} from '../../scheduler/ledger.js';
+import { validateSchemaName } from './schema.js';
+import { mapPgError, parsePostgresUrl, type PgPoolLike, type PgQueryableLike } from './store.js';
+
+export interface PostgresSlotLedgerOptions {
+  /** A pool on the lease store's database (the ledger's claims check the lease row). */
+  pool: PgPoolLike;
+  /** The lease store's schema. Default `leasehold`. */
+  schema?: string;
+}
+
+const COLUMNS = `name, slot, (extract(epoch FROM slot_at) * 1000)::float8 AS slot_at_ms, status, token, holder,
+  (extract(epoch FROM started_at) * 1000)::float8 AS started_ms, (extract(epoch FROM ended_at) * 1000)::float8 AS ended_ms, exit_code, reason`;
+
+export class PostgresSlotLedger implements SlotLedgerPort {
+  readonly kind = 'postgres';
+  private readonly pool: PgPoolLike;
+  private readonly schema: string;
+  private readonly s: string;
+  private readonly end: (() => Promise<void>) | undefined;
+
+  constructor(options: PostgresSlotLedgerOptions, end?: () => Promise<void>) {
+    this.pool = options.pool;
+    this.schema = validateSchemaName(options.schema ?? 'leasehold');
+    this.s = `"${this.schema}"`;
+    this.end = end;
+  }
+
+  /** A ledger with a small pool of its own, for the store at `url` (what the CLI uses). */
+  static async fromUrl(url: string, schema?: string): Promise<PostgresSlotLedger> {
+    const parsed = parsePostgresUrl(url);
+    let pg: { Pool: new (c: Record<string, unknown>) => PgPoolLike & { on(e: 'error', l: () => void): unknown; end(): Promise<void> } };
+    try {
+      const mod = (await import('pg')) as unknown as { default?: typeof pg } & typeof pg;
+      pg = mod.default ?? mod;
+    } catch (err) {
+      throw new ConfigError('the PostgreSQL slot ledger needs the "pg" package: npm install pg', { cause: err });
+    }
+    const pool = new pg.Pool({ connectionString: parsed.connectionString, max: 2, connectionTimeoutMillis: 5000, query_timeout: 10_000, allowExitOnIdle: true });
+    pool.on('error', () => {});
+    return new PostgresSlotLedger({ pool, schema: schema ?? parsed.schema ?? 'leasehold' }, () => pool.end());
+  }
+
+  private async tx<T>(fn: (db: PgQueryableLike, nowMs: number, held: (t: SlotTerm) => Promise<boolean>) => Promise<T>): Promise<T> {
+    let client;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      throw mapPgError(err, this.schema);
+    }
+    try {
+      await client.query('BEGIN');
+      const now = Number((await client.query(`SELECT (extract(epoch FROM now()) * 1000)::float8 AS now`)).rows[0]!['now']);
+      const held = async (t: SlotTerm): Promise<boolean> =>
+        (
+          await client.query(`SELECT 1 FROM ${this.s}.leases WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now() FOR SHARE`, [
+            t.name,
+            t.holder,
+            t.token.toString(),
+          ])
+        ).rows.length === 1;
+      const result = await fn(client, now, held);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw mapPgError(err, this.schema);
+    } finally {
+      client.release();
+    }
+  }
+
+  claim(req: SlotClaimRequest): Promise<SlotClaimResult> {
+    return this.tx(async (db, now, held) => {
+      const isHeld = await held(req);
+      const cur = (await db.query(`SELECT ${COLUMNS} FROM ${this.s}.slots WHERE name = $1 AND slot = $2 FOR UPDATE`, [req.name, req.key])).rows[0];
+      const row = cur === undefined ? undefined : toRecord(cur);
+      const d = decideSlotClaim(row, req, isHeld, now);
+      const w = d.write;
+      if (w.kind !== 'none') {
+        const ended = w.status === 'skipped';
+        await db.query(
+          `INSERT INTO ${this.s}.slots (name, slot, slot_at, status, token, holder, started_at, ended_at, exit_code, reason)
+           VALUES ($1, $2, to_timestamp($3::float8 / 1000), $4, $5, $6, now(), CASE WHEN $7 THEN now() END, NULL, $8)
+           ON CONFLICT (name, slot) DO UPDATE SET status = EXCLUDED.status, token = EXCLUDED.token, holder = EXCLUDED.holder,
+             started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, exit_code = NULL, reason = EXCLUDED.reason`,
+          [req.name, req.key, req.slotAtMs, w.status, req.token.toString(), req.holder, ended, w.reason],
+        );
+      }
+      if (d.outcome === 'done') {
+        const after = (await db.query(`SELECT ${COLUMNS} FROM ${this.s}.slots WHERE name = $1 AND slot = $2`, [req.name, req.key])).rows[0]!;
+        return { outcome: 'done', storeNowMs: now, record: toRecord(after) };
+      }
+      if (d.outcome === 'claimed') return { outcome: 'claimed', storeNowMs: now, rerunOf: d.rerunOf };
+      return { outcome: d.outcome, storeNowMs: now };
+    });
+  }
+
+  skip(req: SlotSkipRequest): Promise<{ fenced: boolean; skipped: number; storeNowMs: number }> {
+    return this.tx(async (db, now, held) => {
+      if (!(await held(req))) return { fenced: true, skipped: 0, storeNowMs: now };
+      const r = await db.query(
+        `INSERT INTO ${this.s}.slots (name, slot, slot_at, status, token, holder, started_at, ended_at, reason)
+         SELECT $1, k, to_timestamp(t / 1000), 'skipped', $4, $5, now(), now(), $6 FROM unnest($2::text[], $3::float8[]) AS u(k, t)
+         ON CONFLICT (name, slot) DO NOTHING`,
+        [req.name, req.slots.map((x) => x.key), req.slots.map((x) => x.slotAtMs), req.token.toString(), req.holder, req.reason],
+      );
+      return { fenced: false, skipped: r.rowCount ?? 0, storeNowMs: now };
+    });
+  }
+
+  complete(req: SlotCompletion): Promise<{ completed: boolean; storeNowMs: number }> {
+    return this.tx(async (db, now) => {
+      const r = await db.query(
+        `UPDATE ${this.s}.slots SET status = $4, ended_at = now(), exit_code = $5, reason = coalesce($6, reason)
+          WHERE name = $1 AND slot = $2 AND token = $3 AND status = 'claimed'`,
+        [req.name, req.key, req.token.toString(), req.status, req.exitCode, req.reason],
+      );
+      return { completed: r.rowCount === 1, storeNowMs: now };
+    });
+  }
+
+  interruptStale(term: SlotTerm): Promise<{ fenced: boolean; interrupted: number; storeNowMs: number }> {
+    return this.tx(async (db, now, held) => {
+      if (!(await held(term))) return { fenced: true, interrupted: 0, storeNowMs: now };
+      const r = await db.query(
+        `UPDATE ${this.s}.slots SET status = 'interrupted', ended_at = now(), reason = 'its term ended before it completed (seen by term ' || $2 || ')'
+          WHERE name = $1 AND status = 'claimed' AND token < $2`,
+        [term.name, term.token.toString()],
+      );
+      return { fenced: false, interrupted: r.rowCount ?? 0, storeNowMs: now };
+    });
+  }
+
+  async records(name: string, options: { sinceMs?: number; untilMs?: number; limit?: number } = {}): Promise<SlotRecord[]> {
+    const since = options.sinceMs;
+    const r = await this.pool
+      .query(
+        `SELECT * FROM (SELECT ${COLUMNS} FROM ${this.s}.slots WHERE name = $1 AND ($2::float8 IS NULL OR slot_at > to_timestamp($2::float8 / 1000))
+            AND ($4::float8 IS NULL OR slot_at <= to_timestamp($4::float8 / 1000))
+          ORDER BY coalesce(slot_at, started_at) DESC, slot DESC LIMIT $3) x ORDER BY coalesce(slot_at_ms, started_ms), slot`,
+        [name, since ?? null, options.limit ?? 1000, options.untilMs ?? null],
+      )
+      .catch((err: unknown) => {
+        throw mapPgError(err, this.schema);
+      });
+    return r.rows.map(toRecord);
+  }
+
+  async close(): Promise<void> {
+    await this.end?.();
+  }
+}
+
+function num(v: unknown): number | null {
+  return v === null || v === undefined ? null : Number(v);
+}
+
+function toRecord(row: Record<string, unknown>): SlotRecord {
+  return {
+    name: row['name'] as string,
+    key: row['slot'] as string,
+    slotAtMs: num(row['slot_at_ms']),
+    status: row['status'] as SlotStatus,
+    token: BigInt(row['token'] as string),
+    holder: (row['holder'] as string | null) ?? null,
+    startedAtMs: num(row['started_ms']),
+    endedAtMs: num(row['ended_ms']),
+    exitCode: num(row['exit_code']),
+    reason: (row['reason'] as string | null) ?? null,
+  };
+}

@@ -1,0 +1,17 @@
+/** The slot ledger's table (src/scheduler/ledger.ts), one migration entry in ./store.ts. Times in ms, by the store's clock. */
+export const SQLITE_SLOTS_MIGRATION = `
+CREATE TABLE IF NOT EXISTS leasehold_slots (
+  name       TEXT NOT NULL,
+  slot       TEXT NOT NULL,
+  slot_at    INTEGER,
+  status     TEXT NOT NULL CHECK (status IN ('claimed', 'succeeded', 'failed', 'interrupted', 'skipped')),
+  token      INTEGER NOT NULL,
+  holder     TEXT,
+  started_at INTEGER,
+  ended_at   INTEGER,
+  exit_code  INTEGER,
+  reason     TEXT,
+  PRIMARY KEY (name, slot)
+);
+CREATE INDEX IF NOT EXISTS leasehold_slots_name_slot_at ON leasehold_slots (name, slot_at);
+`;

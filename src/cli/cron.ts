@@ -1,0 +1,309 @@
+/**
+ * `leasehold cron`: a scheduled singleton. Every replica runs the same line; only the leader of
+ * lease NAME fires, and each slot is claimed in the slot ledger with its fencing token before
+ * COMMAND starts (see src/scheduler/cron.ts for the rules). COMMAND runs under the same
+ * supervision as `leasehold run` (own process group, reaper, SIGTERM then SIGKILL on lease loss).
+ * `leasehold cron history NAME` prints the ledger.
+ */
+import { DEFAULT_TTL_MS, parseDuration, resolveTiming, validateLeaseName } from '../core/config.js';
+import { ConfigError, LeaseholdError, errorMessage } from '../core/errors.js';
+import { Leasehold } from '../core/leasehold.js';
+import type { LeaseStore } from '../backends/store.js';
+import { startCron, type CatchUp, type SlotEvent } from '../scheduler/cron.js';
+import { cronSchedule, everySchedule, type Schedule } from '../scheduler/schedule.js';
+import type { SlotLedgerPort } from '../scheduler/ledger.js';
+import {
+  EXIT,
+  durationOption,
+  errorLine,
+  exitCodeFor,
+  flagOrEnv,
+  formatMs,
+  logFormatOption,
+  openStoreFromFlags,
+  out,
+  requireCurrentSchema,
+  setLogContext,
+  table,
+  toJson,
+  usageError,
+} from './common.js';
+import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+import { RUN_SPEC, Reporter, Supervisor, checkCommand, childStoreUrl } from './run.js';
+
+export const CRON_SPEC = defineCommand({
+  name: 'cron',
+  operands: '[history NAME]',
+  summary:
+    'Run COMMAND once per slot of a schedule across every replica running the same line: only the leader of lease NAME fires, and each ' +
+    'slot is claimed in the slot ledger with its fencing token first. `cron history NAME` lists the slots.',
+  trailing: '-- COMMAND [ARGS...]',
+  about: `Every replica runs the same \`leasehold cron\` line. Each contends for lease NAME; the leader
+claims each slot in the slot ledger (PostgreSQL or SQLite: the store's own database) with its
+fencing token, runs COMMAND as \`leasehold run\` would, and records the outcome. COMMAND gets
+LEASEHOLD_SLOT (the slot's time, ISO 8601 UTC), LEASEHOLD_TOKEN, LEASEHOLD_NAME, LEASEHOLD_HOLDER,
+LEASEHOLD_STORE and LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:slot:SLOT, the same for a rerun of
+the slot). A slot is due by the store's clock. A slot that comes due while COMMAND still runs is
+recorded skipped (overlap). A new leader marks slots an ended term left running as interrupted
+and reruns them (--on-interrupted), and handles slots missed within --catch-up-window per
+--catch-up. \`leasehold cron history NAME [--json]\` lists the ledger of NAME.`,
+  flags: {
+    name: { type: 'string', value: 'NAME', env: 'LEASEHOLD_NAME', required: true, help: 'the lease (and ledger name) that makes the schedule a singleton' },
+    schedule: { type: 'string', value: 'EXPR', or: 'every', help: 'a cron expression: 5 fields, or 6 with seconds first ("30 2 * * *")' },
+    every: { type: 'string', value: 'D', help: 'a fixed period instead of --schedule, aligned to the Unix epoch (--every 5m fires at :00, :05, ...)' },
+    tz: { type: 'string', value: 'ZONE', help: 'the IANA time zone of --schedule', default: 'UTC' },
+    'catch-up': {
+      type: 'string',
+      value: 'latest|all|none',
+      help: 'slots missed while no replica led, within the window: run the newest once (others recorded skipped), run all in order, or skip all',
+      default: 'latest',
+    },
+    'catch-up-window': { type: 'string', value: 'D', help: 'how far back a new leader looks for missed and interrupted slots', default: '1h' },
+    'on-interrupted': {
+      type: 'string',
+      value: 'rerun|skip',
+      help: 'a slot whose leader lost its lease mid-run: run it again (at-least-once: fence the job\'s writes) or record it skipped',
+      default: 'rerun',
+    },
+    ...STORE_FLAGS,
+    ttl: RUN_SPEC.flags.ttl,
+    renew: RUN_SPEC.flags.renew,
+    grace: RUN_SPEC.flags.grace,
+    limit: { type: 'string', value: 'N', help: 'cron history: the most recent N slots, 1 to 100000', default: '50' },
+    quiet: { type: 'boolean', help: 'no progress lines on stderr (errors still print)' },
+    json: {
+      type: 'boolean',
+      help:
+        'cron: every stderr line is a JSON object (events slot-started with delayMs, slot-succeeded, slot-failed, slot-interrupted, slot-skipped, ...); ' +
+        'cron history: an array of { name, slot, slotAt, status, token, holder, startedAt, endedAt, exitCode, reason } on stdout',
+    },
+    ...LOG_FLAGS,
+  },
+  footer: `Exit (cron): runs until SIGTERM/SIGINT/SIGHUP (a running COMMAND gets the signal and is waited
+for), then 128+N; 2 usage (bad expression, unknown zone, conflicting flags, a store without a
+slot ledger: Redis, etcd); 3 store unreachable or schema missing.
+Exit (cron history): 0 with the slots; 2 usage; 3 store unreachable or schema missing.`,
+});
+
+const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+
+/** The slot ledger in the lease store's own database; Redis and etcd have none. */
+export async function openSlotLedger(store: LeaseStore, url: string): Promise<SlotLedgerPort> {
+  if (store.kind === 'sqlite') {
+    const { SqliteStore } = await import('../backends/sqlite/store.js');
+    const { SqliteSlotLedger } = await import('../backends/sqlite/slots.js');
+    if (store instanceof SqliteStore) return new SqliteSlotLedger(store.database);
+  }
+  if (store.kind === 'postgres') {
+    const { PostgresStore } = await import('../backends/postgres/store.js');
+    const { PostgresSlotLedger } = await import('../backends/postgres/slots.js');
+    if (store instanceof PostgresStore) return PostgresSlotLedger.fromUrl(url, store.schema);
+  }
+  throw new ConfigError(`the slot ledger (cron, run --once-per) needs a PostgreSQL or SQLite store; ${store.description} is ${store.kind}`);
+}
+
+interface CronSettings {
+  name: string;
+  command: string[];
+  schedule: Schedule;
+  catchUp: CatchUp;
+  catchUpWindowMs: number;
+  onInterrupted: 'rerun' | 'skip';
+  values: ReturnType<typeof parseCommand<typeof CRON_SPEC.flags>>['values'];
+}
+
+function parseCronArgs(argv: string[], env: NodeJS.ProcessEnv): CronSettings | 'help' | { history: string } {
+  const sep = argv.indexOf('--');
+  const { values, positionals } = parseCommand(CRON_SPEC, sep === -1 ? argv : argv.slice(0, sep));
+  if (values.help === true) return 'help';
+  setLogContext({ format: logFormatOption(values['log-format']) });
+  if (positionals[0] === 'history') {
+    if (positionals.length !== 2) throw usageError('cron history takes one lease name: leasehold cron history NAME [--json]');
+    return { history: validateLeaseName(positionals[1]) };
+  }
+  if (positionals.length > 0) throw usageError(`unexpected argument ${JSON.stringify(positionals[0])} before \`--\`; options go before \`--\`, the command after it`);
+  const command = sep === -1 ? [] : argv.slice(sep + 1);
+  if (command.length === 0 || command[0] === '') throw usageError('cron needs a command after `--`; write leasehold cron --name NAME --schedule EXPR -- COMMAND [ARGS...]');
+  const nameOpt = flagOrEnv(values.name, 'LEASEHOLD_NAME', env);
+  if (nameOpt === undefined) throw usageError('cron needs --name NAME (or LEASEHOLD_NAME): the lease that makes the schedule a singleton');
+  const name = validateLeaseName(nameOpt.value);
+  if (values.schedule !== undefined && values.every !== undefined) throw usageError('--schedule and --every contradict each other; pick one');
+  if (values.schedule === undefined && values.every === undefined) throw usageError('cron needs --schedule EXPR or --every D');
+  if (values.tz !== undefined && values.every !== undefined) throw usageError('--tz applies to --schedule, not --every (a period has no time zone); drop --tz');
+  let schedule: Schedule;
+  try {
+    schedule = values.every !== undefined ? everySchedule(parseDuration(values.every, '--every')) : cronSchedule(values.schedule!, values.tz ?? 'UTC');
+  } catch (e) {
+    throw usageError(errorMessage(e));
+  }
+  const catchUp = values['catch-up'] ?? 'latest';
+  if (catchUp !== 'latest' && catchUp !== 'all' && catchUp !== 'none') throw usageError(`--catch-up ${JSON.stringify(catchUp)} is not latest, all or none`);
+  const onInterrupted = values['on-interrupted'] ?? 'rerun';
+  if (onInterrupted !== 'rerun' && onInterrupted !== 'skip') throw usageError(`--on-interrupted ${JSON.stringify(onInterrupted)} is not rerun or skip`);
+  const catchUpWindowMs = durationOption(values['catch-up-window'], 'catch-up-window', 'LEASEHOLD_CATCH_UP_WINDOW', {}) ?? 3_600_000;
+  return { name, command, schedule, catchUp, catchUpWindowMs, onInterrupted, values };
+}
+
+export async function cronCommand(argv: string[]): Promise<number> {
+  const env = process.env;
+  const parsed = parseCronArgs(argv, env);
+  if (parsed === 'help') {
+    out(helpText(CRON_SPEC));
+    return EXIT.OK;
+  }
+  if ('history' in parsed) return history(parsed.history, argv);
+  const { name, command, values } = parsed;
+  const ttlMs = durationOption(values.ttl, 'ttl', 'LEASEHOLD_TTL', env) ?? DEFAULT_TTL_MS;
+  const renewMs = durationOption(values.renew, 'renew', 'LEASEHOLD_RENEW', env);
+  const base = resolveTiming({ ttl: ttlMs, ...(renewMs === undefined ? {} : { renewInterval: renewMs }) });
+  const graceMs = durationOption(values.grace, 'grace', 'LEASEHOLD_GRACE', env) ?? Math.min(5000, Math.floor(base.ttlMs / 6));
+  if (graceMs >= base.ttlMs - base.renewMs) throw usageError(`--grace ${graceMs}ms must be shorter than ttl - renew (${base.ttlMs - base.renewMs}ms); lower --grace or raise --ttl`);
+  const timing = resolveTiming({ ttl: base.ttlMs, renewInterval: base.renewMs, safetyMargin: base.marginMs + graceMs });
+  const json = values.json === true || flagOrEnv(values['log-format'], 'LEASEHOLD_LOG_FORMAT', env)?.value.toLowerCase() === 'json';
+  const report = new Reporter(name, json ? 'json' : 'text', values.quiet === true);
+  checkCommand(command[0]!);
+
+  const { store, url } = await openStoreFromFlags(values);
+  let ledger: SlotLedgerPort | undefined;
+  const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
+  try {
+    await requireCurrentSchema(store);
+    ledger = await openSlotLedger(store, url);
+    let supervisor: Supervisor | undefined;
+    let stopSignal: NodeJS.Signals | undefined;
+    const cron = startCron(
+      lh,
+      ledger,
+      name,
+      {
+        schedule: parsed.schedule,
+        catchUp: parsed.catchUp,
+        catchUpWindow: parsed.catchUpWindowMs,
+        onInterrupted: parsed.onInterrupted,
+        ttl: timing.ttlMs,
+        renewInterval: timing.renewMs,
+        safetyMargin: timing.marginMs,
+      },
+      async ({ term, lease, slot, idempotencyKey }) => {
+        // A stop signal between the claim and here: nothing starts; the slot stays claimed and
+        // the next leader reruns it as interrupted.
+        if (stopSignal !== undefined) throw new Error(`not started: ${stopSignal} arrived`);
+        const sup = new Supervisor(name, term, timing, graceMs, report);
+        supervisor = sup;
+        lease.on('renewed', sup.noteRenewed);
+        try {
+          const r = await sup.run(command, {
+            ...process.env,
+            LEASEHOLD_NAME: name,
+            LEASEHOLD_TOKEN: term.token.toString(),
+            LEASEHOLD_HOLDER: term.holder,
+            LEASEHOLD_STORE: childStoreUrl(url),
+            LEASEHOLD_SLOT: slot,
+            LEASEHOLD_IDEMPOTENCY_KEY: idempotencyKey,
+            ...(values.schema === undefined ? {} : { LEASEHOLD_SCHEMA: values.schema }),
+          });
+          return { exitCode: r.status };
+        } finally {
+          lease.off('renewed', sup.noteRenewed);
+          supervisor = undefined;
+        }
+      },
+    );
+    cron.elector.lease.on('acquired', (t) => {
+      report.forTerm(t);
+      report.event('acquired', `leader: token ${t.token} (holder ${t.holder}); schedule ${parsed.schedule.description}`);
+    });
+    cron.on('slot', (e) => reportSlot(report, e));
+    return await new Promise<number>((resolve) => {
+      let stopping = false;
+      const finish = (code: number): void => {
+        for (const s of FORWARDED) process.off(s, onSignal);
+        void cron.stop().then(() => resolve(code));
+      };
+      function onSignal(sig: NodeJS.Signals): void {
+        stopSignal ??= sig;
+        const code = 128 + (sig === 'SIGINT' ? 2 : sig === 'SIGHUP' ? 1 : 15);
+        if (stopping) return;
+        stopping = true;
+        const running = supervisor;
+        if (running === undefined) return finish(code);
+        // A running COMMAND gets the signal and is waited for before the lease is released.
+        running.forward(sig);
+        const wait = (): void => (supervisor === undefined ? finish(code) : void setTimeout(wait, 50));
+        wait();
+      }
+      for (const s of FORWARDED) process.on(s, onSignal);
+      cron.on('error', (e) => {
+        report.problem('error', errorLine(e, 'cron').replace(/^leasehold: /, ''), { exit: exitCodeFor(e), ...(e instanceof LeaseholdError ? { error: e.code } : {}) });
+        finish(exitCodeFor(e));
+      });
+    });
+  } finally {
+    await ledger?.close();
+    await lh.close();
+  }
+}
+
+function reportSlot(report: Reporter, e: SlotEvent): void {
+  const fields = { slot: e.slot, slotToken: e.token.toString(), ...(e.delayMs === undefined ? {} : { delayMs: e.delayMs }), ...(e.reason === undefined ? {} : { reason: e.reason }), ...(e.exitCode === undefined ? {} : { exitCode: e.exitCode }) };
+  const what: Record<SlotEvent['event'], string> = {
+    started: `slot ${e.slot}: started (${formatMs(e.delayMs ?? 0)} after its time)${e.reason === undefined ? '' : `; ${e.reason}`}`,
+    succeeded: `slot ${e.slot}: succeeded`,
+    failed: `slot ${e.slot}: failed (exit ${e.exitCode ?? '?'})${e.reason === undefined ? '' : `: ${e.reason}`}`,
+    interrupted: `slot ${e.slot}: interrupted: ${e.reason ?? ''}`,
+    skipped: `slot ${e.slot}: skipped: ${e.reason ?? ''}`,
+    'done-already': `slot ${e.slot}: already handled (${e.reason ?? ''})`,
+    'completion-refused': `slot ${e.slot}: completion refused: a later term has claimed it`,
+  };
+  if (e.event === 'failed' || e.event === 'completion-refused') report.problem(`slot-${e.event}`, what[e.event], fields);
+  else report.event(`slot-${e.event}`, what[e.event], fields);
+}
+
+async function history(name: string, argv: string[]): Promise<number> {
+  const { values } = parseCommand(CRON_SPEC, argv);
+  let limit = 50;
+  if (values.limit !== undefined) {
+    if (!/^\d+$/.test(values.limit) || Number(values.limit) < 1 || Number(values.limit) > 100_000) {
+      throw usageError(`--limit ${JSON.stringify(values.limit)} is not a count; give a whole number from 1 to 100000`);
+    }
+    limit = Number(values.limit);
+  }
+  const { store, url } = await openStoreFromFlags(values);
+  try {
+    await requireCurrentSchema(store);
+    const ledger = await openSlotLedger(store, url);
+    try {
+      const rows = (await ledger.records(name, { limit })).map((r) => ({
+        name: r.name,
+        slot: r.key,
+        slotAt: r.slotAtMs === null ? null : new Date(r.slotAtMs).toISOString(),
+        status: r.status,
+        token: r.token.toString(),
+        holder: r.holder,
+        startedAt: r.startedAtMs === null ? null : new Date(r.startedAtMs).toISOString(),
+        endedAt: r.endedAtMs === null ? null : new Date(r.endedAtMs).toISOString(),
+        exitCode: r.exitCode,
+        reason: r.reason,
+      }));
+      if (values.json === true) {
+        out(toJson(rows));
+        return EXIT.OK;
+      }
+      if (rows.length === 0) {
+        out(`no slots for ${JSON.stringify(name)} in ${store.description}`);
+        return EXIT.OK;
+      }
+      out(
+        table(
+          ['SLOT', 'STATUS', 'TOKEN', 'HOLDER', 'STARTED (STORE CLOCK)', 'ENDED', 'EXIT', 'REASON'],
+          rows.map((r) => [r.slot, r.status, r.token, r.holder ?? '-', r.startedAt ?? '-', r.endedAt ?? '-', r.exitCode === null ? '-' : String(r.exitCode), r.reason ?? '']),
+        ),
+      );
+      return EXIT.OK;
+    } finally {
+      await ledger.close();
+    }
+  } finally {
+    await store.close();
+  }
+}

@@ -1,0 +1,310 @@
+/**
+ * A scheduled singleton: every replica calls {@link startCron} with the same schedule; each
+ * contends for the lease `name` through an Elector, and only the leader fires. Each slot is
+ * claimed in the ledger with the leader's fencing token before the job starts and completed
+ * with its outcome after, so each slot runs once across replicas, through failovers.
+ *
+ * Rules (the README's "Run a nightly job once across replicas" says the same):
+ *  - Time: "is this slot due" is judged by the store's clock. The leader sleeps on its own clock
+ *    until its estimate of the store's time (the offset seen on the last ledger answer) reaches
+ *    the slot; the claim refuses a slot the store says is not due yet ('early'), and the leader
+ *    sleeps the difference and tries again.
+ *  - Catch-up, on winning a term: slots in (store now - window, store now] that the ledger has
+ *    no row for were missed while no replica led. 'latest' runs the newest and records the
+ *    others skipped; 'all' runs them in order; 'none' records them all skipped. A name with no
+ *    scheduled row at all has missed nothing: its first slot is the next one. Slots older than
+ *    the window are not recorded.
+ *  - Interrupted: slots an earlier term left 'claimed' are marked 'interrupted' when a term is
+ *    won; those within the window are run again ('rerun', at-least-once) or recorded skipped.
+ *  - No overlap: the leader runs one job at a time. A slot that comes due while a job is still
+ *    running is recorded 'skipped' with reason 'overlap'; the next run is the first slot after
+ *    the job ended.
+ *  - A store error in a ledger call is retried while the term lasts (a claim or completion by
+ *    the same token is idempotent). A completion that never lands leaves the slot 'claimed':
+ *    the next term marks it interrupted, and by default reruns it.
+ */
+import { EventEmitter } from 'node:events';
+import { parseDuration, type Duration } from '../core/config.js';
+import { sleepOn } from '../core/clock.js';
+import { ConfigError, LeaseLostError, errorMessage, isRetryableError } from '../core/errors.js';
+import type { Elector } from '../core/elector.js';
+import type { Lease, LeaseOptions, Term } from '../core/lease.js';
+import type { Leasehold } from '../core/leasehold.js';
+import { slotsBetween, type Schedule } from './schedule.js';
+import { slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotTerm } from './ledger.js';
+
+export type CatchUp = 'latest' | 'all' | 'none';
+
+export interface CronOptions extends LeaseOptions {
+  schedule: Schedule;
+  /** Default 'latest'. */
+  catchUp?: CatchUp;
+  /** How far back a new leader looks for missed or interrupted slots. Default 1h. */
+  catchUpWindow?: Duration;
+  /** Default 'rerun'. */
+  onInterrupted?: 'rerun' | 'skip';
+  signal?: AbortSignal;
+}
+
+export interface SlotContext {
+  name: string;
+  /** The slot's key (its ISO 8601 UTC time) and time. */
+  slot: string;
+  slotAtMs: number;
+  token: bigint;
+  term: Term;
+  lease: Lease;
+  /** Aborts when the term ends: stop, the slot will be marked interrupted. */
+  signal: AbortSignal;
+  /** The same for every run of this slot (see slotIdempotencyKey). */
+  idempotencyKey: string;
+  /** The token of the interrupted term this run repeats, or null. */
+  rerunOf: bigint | null;
+}
+
+/** Resolve (or return nothing) for success; `{ exitCode }` non-zero or a throw records 'failed'. */
+export type SlotJob = (ctx: SlotContext) => Promise<{ exitCode: number; reason?: string } | void> | { exitCode: number; reason?: string } | void;
+
+export interface SlotEvent {
+  name: string;
+  slot: string;
+  slotAtMs: number | null;
+  token: bigint;
+  event: 'started' | 'succeeded' | 'failed' | 'interrupted' | 'skipped' | 'done-already' | 'completion-refused';
+  reason?: string;
+  exitCode?: number | null;
+  /** For 'started': the store's time at the claim minus the slot's time. */
+  delayMs?: number;
+}
+
+export interface CronEvents {
+  slot: [event: SlotEvent];
+  /** A ledger call failed in a way retrying will not fix; the cron stopped. */
+  error: [error: unknown];
+}
+
+export class CronHandle extends EventEmitter<CronEvents> {
+  readonly elector: Elector;
+  private readonly stopController: AbortController;
+  private readonly loops = new Set<Promise<void>>();
+
+  /** @internal built by startCron */
+  constructor(elector: Elector, stopController: AbortController) {
+    super();
+    this.elector = elector;
+    this.stopController = stopController;
+  }
+
+  /** @internal */
+  track(loop: Promise<void>): void {
+    this.loops.add(loop);
+    void loop.finally(() => this.loops.delete(loop));
+  }
+
+  /** Stops contending; a running job's signal aborts, and the lease is released once it has settled. */
+  async stop(): Promise<void> {
+    this.stopController.abort();
+    await this.elector.stop();
+    await Promise.allSettled([...this.loops]);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}
+
+/**
+ * Runs `job` once per slot of `options.schedule` across every replica that calls this with the
+ * same `name` and store. `ledger` must live in the same database as the lease store (its claims
+ * check the lease row): `PostgresSlotLedger` or `SqliteSlotLedger`.
+ * @throws {ConfigError} bad options.
+ */
+export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: string, options: CronOptions, job: SlotJob): CronHandle {
+  const catchUp = options.catchUp ?? 'latest';
+  if (!['latest', 'all', 'none'].includes(catchUp)) throw new ConfigError(`catchUp ${JSON.stringify(catchUp)} is not one of latest, all, none`);
+  const onInterrupted = options.onInterrupted ?? 'rerun';
+  if (onInterrupted !== 'rerun' && onInterrupted !== 'skip') throw new ConfigError(`onInterrupted ${JSON.stringify(onInterrupted)} is not rerun or skip`);
+  const windowMs = parseDuration(options.catchUpWindow ?? '1h', 'catchUpWindow');
+  const stop = new AbortController();
+  const signal = options.signal === undefined ? stop.signal : AbortSignal.any([stop.signal, options.signal]);
+  const { schedule } = options;
+  const clock = leasehold.clock;
+  const emit = (e: SlotEvent): void => void handle.emit('slot', e);
+  const elector = leasehold.elect(
+    name,
+    {
+      onElected: (term) => {
+        handle.track(
+          lead(term).catch(async (e: unknown) => {
+            if (term.signal.aborted) return;
+            // Not retryable (schema, SQL): leading without a working ledger would run slots unrecorded.
+            handle.emit('error', e);
+            await handle.stop();
+          }),
+        );
+      },
+    },
+    { ...options, signal },
+  );
+  // onElected runs after an await inside the elector, never before this line.
+  const handle = new CronHandle(elector, stop);
+
+  /** Store time minus local wall time, from the last ledger answer. */
+  let offsetMs = 0;
+  const noteStoreNow = (storeNowMs: number): number => {
+    offsetMs = storeNowMs - clock.wallNow();
+    return storeNowMs;
+  };
+  const storeNow = (): number => clock.wallNow() + offsetMs;
+
+  /** A ledger call, retried while the term lives when the store is merely unavailable. */
+  async function call<T>(term: Term, fn: () => Promise<T>): Promise<T | undefined> {
+    for (let attempt = 0; ; attempt++) {
+      if (term.signal.aborted) return undefined;
+      try {
+        return await fn();
+      } catch (e) {
+        if (!isRetryableError(e)) throw e;
+        leasehold.logger.warn({ lease: name, err: errorMessage(e) }, 'leasehold: slot ledger call failed; retrying');
+        await sleepOn(clock, Math.min(2000, 100 * 2 ** attempt), term.signal);
+      }
+    }
+  }
+
+  async function lead(term: Term): Promise<void> {
+    const lease = elector.lease;
+    const who: SlotTerm = { name, holder: term.holder, token: term.token };
+    const stale = await call(term, () => ledger.interruptStale(who));
+    if (stale === undefined || stale.fenced) return;
+    const now = noteStoreNow(stale.storeNowMs);
+    const windowStart = now - windowMs;
+    const recent = await call(term, () => ledger.records(name, { sinceMs: windowStart, limit: 1_000_000 }));
+    if (recent === undefined) return;
+    // Slots before the name's first row were never owed: a name the ledger has never seen
+    // starts with its next slot, and one first run 10 minutes ago owes nothing from before that.
+    const older = await call(term, () => ledger.records(name, { sinceMs: 0, untilMs: windowStart, limit: 1 }));
+    if (older === undefined) return;
+    const lower = older.length > 0 ? windowStart : (recent.find((r) => r.slotAtMs !== null)?.slotAtMs ?? now);
+    const known = new Map(recent.map((r) => [r.key, r]));
+    const due = slotsBetween(schedule, lower, now);
+    const missed = due.filter((t) => !known.has(slotKey(t)));
+    const interrupted = recent.filter((r) => r.status === 'interrupted' && r.token < term.token && r.slotAtMs !== null).map((r) => r.slotAtMs!);
+    let run = missed;
+    if (catchUp !== 'all' && missed.length > 0) {
+      run = catchUp === 'latest' ? missed.slice(-1) : [];
+      const skipped = catchUp === 'latest' ? missed.slice(0, -1) : missed;
+      const reason = catchUp === 'latest' ? `missed while no replica led; --catch-up latest ran ${slotKey(missed.at(-1)!)}` : 'missed while no replica led; --catch-up none';
+      if (!(await skip(term, skipped, reason))) return;
+    }
+    // Interrupted slots go through the claim, which reruns or skips them per --on-interrupted.
+    const owed = [...new Set([...interrupted, ...run])].sort((a, b) => a - b);
+    let cursor: number | undefined = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
+    while (cursor !== undefined && !term.signal.aborted) {
+      const next = schedule.next(cursor);
+      if (next === null) return;
+      const wait = next - storeNow();
+      if (wait > 0) {
+        await sleepOn(clock, wait, term.signal);
+        continue;
+      }
+      // Woken late (a paused process, a slow store): more than one slot is due, and all but
+      // the newest were missed by this leader. They follow --catch-up like a failover's.
+      const late = slotsBetween(schedule, cursor, storeNow());
+      let toRun: number[] = [next];
+      if (late.length > 1) {
+        toRun = catchUp === 'all' ? late : catchUp === 'latest' ? late.slice(-1) : [];
+        const reason = `missed: the leader was late (paused or slow); --catch-up ${catchUp}`;
+        if (!(await skip(term, late.filter((t) => !toRun.includes(t)), reason))) return;
+      }
+      cursor = await runAll(term, lease, toRun, Math.max(next, late.at(-1) ?? next));
+    }
+  }
+
+  /**
+   * Runs `slots` in order, then records the slots that came due while the last job ran as
+   * overlap. Resolves with the new cursor (everything up to it is handled), or undefined when
+   * the term is over.
+   */
+  async function runAll(term: Term, lease: Lease, slots: number[], cursor: number): Promise<number | undefined> {
+    const last = Math.max(cursor, ...slots);
+    let ended = last;
+    for (const t of slots) {
+      const e = await runSlot(term, lease, t);
+      if (e === undefined) return undefined;
+      ended = Math.max(ended, e);
+    }
+    if (!(await skip(term, slotsBetween(schedule, last, ended), `overlap: the job of an earlier slot was still running`))) return undefined;
+    return ended;
+  }
+
+  /** Records `slots` skipped; false when the term is over (fenced or aborted). */
+  async function skip(term: Term, slots: number[], reason: string): Promise<boolean> {
+    if (slots.length === 0) return true;
+    const r = await call(term, () => ledger.skip({ name, holder: term.holder, token: term.token, reason, slots: slots.map((t) => ({ key: slotKey(t), slotAtMs: t })) }));
+    if (r === undefined || r.fenced) return false;
+    noteStoreNow(r.storeNowMs);
+    for (const t of slots) emit({ name, slot: slotKey(t), slotAtMs: t, token: term.token, event: 'skipped', reason });
+    return true;
+  }
+
+  /**
+   * Claims, runs and completes one slot. Resolves with the store's time at completion (the slot's
+   * own time when there was nothing to run), or undefined when the term is over.
+   */
+  async function runSlot(term: Term, lease: Lease, slotAtMs: number): Promise<number | undefined> {
+    const key = slotKey(slotAtMs);
+    const base = { name, slot: key, slotAtMs, token: term.token };
+    for (;;) {
+      const claim = await call(term, () =>
+        ledger.claim({ name, holder: term.holder, token: term.token, key, slotAtMs, onInterrupted, rerunFailed: false }),
+      );
+      if (claim === undefined || claim.outcome === 'fenced') return undefined;
+      noteStoreNow(claim.storeNowMs);
+      if (claim.outcome === 'early') {
+        await sleepOn(clock, Math.max(1, slotAtMs - claim.storeNowMs), term.signal);
+        continue;
+      }
+      if (claim.outcome === 'done') {
+        const r = claim.record;
+        emit({ ...base, event: r.status === 'skipped' && r.token === term.token ? 'skipped' : 'done-already', reason: r.reason ?? r.status });
+        // No job ran: nothing came due "during" it.
+        return slotAtMs;
+      }
+      emit({ ...base, event: 'started', delayMs: claim.storeNowMs - slotAtMs, ...(claim.rerunOf === null ? {} : { reason: `rerun of term ${claim.rerunOf}` }) });
+      let status: 'succeeded' | 'failed' | 'interrupted';
+      let exitCode: number | null = null;
+      let reason: string | null = null;
+      try {
+        const r = await job({ name, slot: key, slotAtMs, token: term.token, term, lease, signal: term.signal, idempotencyKey: slotIdempotencyKey(name, key), rerunOf: claim.rerunOf });
+        exitCode = r?.exitCode ?? 0;
+        reason = r?.reason ?? null;
+        status = exitCode === 0 ? 'succeeded' : 'failed';
+      } catch (e) {
+        status = 'failed';
+        reason = errorMessage(e);
+      }
+      if (term.signal.aborted) {
+        const why: unknown = term.signal.reason;
+        status = 'interrupted';
+        reason = `the term ended while the job ran (${why instanceof LeaseLostError ? why.reason : 'stopped'})`;
+      }
+      // Completed even after the term ended: the row still carries this token unless a later
+      // term re-claimed it, and then the store refuses this completion.
+      let done: { completed: boolean; storeNowMs: number } | undefined;
+      for (let attempt = 0; done === undefined && attempt < 5; attempt++) {
+        try {
+          done = await ledger.complete({ name, holder: term.holder, token: term.token, key, status, exitCode, reason });
+        } catch (e) {
+          if (!isRetryableError(e)) throw e;
+          await sleepOn(clock, 200 * 2 ** attempt, term.signal.aborted ? undefined : term.signal);
+        }
+      }
+      if (done === undefined) return term.signal.aborted ? undefined : storeNow();
+      noteStoreNow(done.storeNowMs);
+      emit({ ...base, event: done.completed ? status : 'completion-refused', exitCode, ...(reason === null ? {} : { reason }) });
+      return term.signal.aborted ? undefined : done.storeNowMs;
+    }
+  }
+
+  return handle;
+}

@@ -1,0 +1,26 @@
+/**
+ * `leasehold/scheduler`: scheduled singletons. Every replica runs the same schedule; each slot
+ * runs once across them, claimed in a slot ledger with the leader's fencing token.
+ *
+ *   const leasehold = new Leasehold({ store: await SqliteStore.create({ url }) });
+ *   const ledger = new SqliteSlotLedger(store.database);
+ *   const cron = startCron(leasehold, ledger, 'nightly-report', { schedule: cronSchedule('30 2 * * *', 'Europe/Berlin') },
+ *     async ({ slot, token, idempotencyKey, signal }) => { ... });
+ *
+ * PostgreSQL: `new PostgresSlotLedger({ pool, schema })` on the lease store's database.
+ */
+export { startCron, CronHandle, type CronOptions, type CatchUp, type SlotContext, type SlotJob, type SlotEvent, type CronEvents } from './cron.js';
+export { cronSchedule, everySchedule, type Schedule } from './schedule.js';
+export {
+  slotIdempotencyKey,
+  type SlotLedgerPort,
+  type SlotRecord,
+  type SlotStatus,
+  type SlotTerm,
+  type SlotClaimRequest,
+  type SlotClaimResult,
+  type SlotSkipRequest,
+  type SlotCompletion,
+} from './ledger.js';
+export { PostgresSlotLedger, type PostgresSlotLedgerOptions } from '../backends/postgres/slots.js';
+export { SqliteSlotLedger } from '../backends/sqlite/slots.js';

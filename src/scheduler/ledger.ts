@@ -1,0 +1,141 @@
+/**
+ * The slot ledger: one row per (lease name, slot key), so that each slot of a schedule runs once
+ * across replicas, through failovers. A lease alone stops two jobs running at the same time; it
+ * does not stop the same slot running twice (two hosts' crontabs 300 ms apart both win in turn).
+ *
+ * Glossary:
+ *  - slot key: the ISO 8601 UTC time of a scheduled slot (`2026-03-30T01:00:00.000Z`), or the
+ *    caller's key for `leasehold run --once-per KEY`.
+ *  - claim: the row is written 'claimed' with the caller's fencing token, in one transaction
+ *    that also checks the LEASE row: held by this holder, with this token, not expired by the
+ *    store's clock. A term that has lost its lease cannot claim anything.
+ *  - completion: 'claimed' becomes 'succeeded', 'failed' or 'interrupted', only while the row
+ *    still carries the completing term's token: once a later term has re-claimed the slot, the
+ *    stale term's completion is refused.
+ *
+ * What a claim does to an existing row is decided here, by {@link decideSlotClaim}; each store
+ * (backends/postgres/slots.ts, backends/sqlite/slots.ts) reads the rows under lock and applies it.
+ */
+
+export type SlotStatus = 'claimed' | 'succeeded' | 'failed' | 'interrupted' | 'skipped';
+
+export interface SlotRecord {
+  name: string;
+  key: string;
+  /** The scheduled time (ms, UTC); null for a `--once-per` key. */
+  slotAtMs: number | null;
+  status: SlotStatus;
+  /** The token of the term that last wrote the row. */
+  token: bigint;
+  holder: string | null;
+  /** By the store's clock. */
+  startedAtMs: number | null;
+  endedAtMs: number | null;
+  exitCode: number | null;
+  reason: string | null;
+}
+
+/** The term a ledger call is made for: it must hold the lease `name` in the store. */
+export interface SlotTerm {
+  name: string;
+  holder: string;
+  token: bigint;
+}
+
+export interface SlotClaimRequest extends SlotTerm {
+  key: string;
+  slotAtMs: number | null;
+  /** A slot an ended term had claimed: run it again, or record it skipped. */
+  onInterrupted: 'rerun' | 'skip';
+  /** A slot that failed in an earlier term runs again (`--once-per`); a schedule's does not. */
+  rerunFailed: boolean;
+}
+
+export type SlotClaimResult =
+  /** Claimed for this term: run the job. `rerunOf` is the token of the term whose claim this replaces. */
+  | { outcome: 'claimed'; storeNowMs: number; rerunOf: bigint | null }
+  /** Nothing to run: the row is final (or was just recorded skipped by --on-interrupted skip). */
+  | { outcome: 'done'; storeNowMs: number; record: SlotRecord }
+  /** The slot is not due yet by the store's clock. */
+  | { outcome: 'early'; storeNowMs: number }
+  /** This term no longer holds the lease, or a later term has the slot. */
+  | { outcome: 'fenced'; storeNowMs: number };
+
+export interface SlotSkipRequest extends SlotTerm {
+  slots: readonly { key: string; slotAtMs: number | null }[];
+  reason: string;
+}
+
+export interface SlotCompletion extends SlotTerm {
+  key: string;
+  status: 'succeeded' | 'failed' | 'interrupted';
+  exitCode: number | null;
+  reason: string | null;
+}
+
+/** The calls the scheduler makes; a store implements them (structurally: nothing to extend). */
+export interface SlotLedgerPort {
+  readonly kind: string;
+  claim(req: SlotClaimRequest): Promise<SlotClaimResult>;
+  /** Records slots as skipped where the ledger has no row for them yet. Fenced like a claim. */
+  skip(req: SlotSkipRequest): Promise<{ fenced: boolean; skipped: number; storeNowMs: number }>;
+  /** False when the row no longer carries this term's claim. */
+  complete(req: SlotCompletion): Promise<{ completed: boolean; storeNowMs: number }>;
+  /** Marks every slot an earlier term of `name` left 'claimed' as 'interrupted'. Fenced like a claim. */
+  interruptStale(term: SlotTerm): Promise<{ fenced: boolean; interrupted: number; storeNowMs: number }>;
+  /**
+   * The newest `limit` rows of `name` (default 1000), oldest first; with `sinceMs` / `untilMs`,
+   * only scheduled slots in (sinceMs, untilMs].
+   */
+  records(name: string, options?: { sinceMs?: number; untilMs?: number; limit?: number }): Promise<SlotRecord[]>;
+  close(): Promise<void>;
+}
+
+/** What a store writes for a claim: nothing, a new row, or the existing row rewritten. */
+type SlotWrite =
+  | { kind: 'none' }
+  | { kind: 'insert' | 'update'; status: 'claimed' | 'skipped'; reason: string | null };
+
+/**
+ * The claim rule, given the lease check's answer and the slot's row as read under lock.
+ * Why a lower token's 'claimed' row means "interrupted": the caller holds a live term, tokens
+ * only grow, and only one term is live at a time, so the term that claimed it has ended.
+ */
+export function decideSlotClaim(
+  row: Pick<SlotRecord, 'status' | 'token'> | undefined,
+  req: SlotClaimRequest,
+  leaseHeld: boolean,
+  storeNowMs: number,
+): { write: SlotWrite; outcome: 'claimed' | 'done' | 'early' | 'fenced'; rerunOf: bigint | null } {
+  const none = { kind: 'none' } as const;
+  if (!leaseHeld) return { write: none, outcome: 'fenced', rerunOf: null };
+  if (req.slotAtMs !== null && req.slotAtMs > storeNowMs) return { write: none, outcome: 'early', rerunOf: null };
+  if (row === undefined) return { write: { kind: 'insert', status: 'claimed', reason: null }, outcome: 'claimed', rerunOf: null };
+  if (row.token > req.token) return { write: none, outcome: 'fenced', rerunOf: null };
+  if (row.token === req.token) return { write: none, outcome: row.status === 'claimed' ? 'claimed' : 'done', rerunOf: null };
+  if (row.status === 'claimed' || row.status === 'interrupted') {
+    if (req.onInterrupted === 'skip') {
+      return { write: { kind: 'update', status: 'skipped', reason: `interrupted in term ${row.token}; --on-interrupted skip` }, outcome: 'done', rerunOf: null };
+    }
+    return { write: { kind: 'update', status: 'claimed', reason: `rerun: term ${row.token} was interrupted` }, outcome: 'claimed', rerunOf: row.token };
+  }
+  if (row.status === 'failed' && req.rerunFailed) {
+    return { write: { kind: 'update', status: 'claimed', reason: `rerun: failed in term ${row.token}` }, outcome: 'claimed', rerunOf: row.token };
+  }
+  return { write: none, outcome: 'done', rerunOf: null };
+}
+
+/** The slot key of a scheduled time: ISO 8601 UTC, the same on every replica. */
+export function slotKey(slotAtMs: number): string {
+  return new Date(slotAtMs).toISOString();
+}
+
+/**
+ * The same for every run of one slot, reruns by a later term included, and different for every
+ * other slot: `leasehold:NAME:slot:KEY`. Unlike a term's key (`leasehold:NAME:TOKEN`, see
+ * `idempotencyKey` in leasehold/fence) it has no token in it, because an interrupted slot's rerun
+ * must be recognised as the same piece of work by a receiver that deduplicates.
+ */
+export function slotIdempotencyKey(name: string, key: string): string {
+  return `leasehold:${name}:slot:${key}`;
+}

@@ -1,0 +1,62 @@
+/**
+ * When slots fall: a cron expression in a time zone (croner), or a fixed period. Every replica
+ * must compute the same slots from the same flags, so a period is aligned to the Unix epoch
+ * (`--every 5m` falls on :00, :05, ...), never to the moment a process started.
+ */
+import { Cron } from 'croner';
+import { ConfigError, errorMessage } from '../core/errors.js';
+
+export interface Schedule {
+  /** As a person would write it: `0 3 * * * (Europe/Berlin)`, `every 1s`. */
+  readonly description: string;
+  /** The first slot strictly after `afterMs`, or null when there is none (a cron that never fires again). */
+  next(afterMs: number): number | null;
+}
+
+/** Slots in (afterMs, untilMs], oldest first. Throws past `max`: a window that large is a mistake, not a backlog. */
+export function slotsBetween(schedule: Schedule, afterMs: number, untilMs: number, max = 100_000): number[] {
+  const out: number[] = [];
+  for (let t = schedule.next(afterMs); t !== null && t <= untilMs; t = schedule.next(t)) {
+    out.push(t);
+    if (out.length > max) throw new ConfigError(`more than ${max} slots of ${schedule.description} fall in the catch-up window; shorten --catch-up-window`);
+  }
+  return out;
+}
+
+/** A period of `everyMs`, aligned to the epoch. */
+export function everySchedule(everyMs: number): Schedule {
+  if (!Number.isInteger(everyMs) || everyMs < 1000) throw new ConfigError(`a schedule period of ${everyMs}ms is too short; use at least 1s`);
+  return {
+    description: `every ${everyMs % 1000 === 0 ? `${everyMs / 1000}s` : `${everyMs}ms`}`,
+    next: (afterMs) => (Math.floor(afterMs / everyMs) + 1) * everyMs,
+  };
+}
+
+/**
+ * A cron expression (5 fields, or 6 with seconds first) in an IANA zone (default UTC, so that
+ * replicas on hosts with different TZ settings agree). Across DST, croner runs a local time that
+ * does not exist (02:30 on a spring-forward day) at the first instant after the gap, and a local
+ * time that occurs twice (fall-back) once, at its first occurrence: every day has one slot.
+ * @throws {ConfigError} a bad expression or an unknown zone.
+ */
+export function cronSchedule(expression: string, zone = 'UTC'): Schedule {
+  checkZone(zone);
+  let cron: Cron;
+  try {
+    cron = new Cron(expression, { timezone: zone, paused: true });
+  } catch (e) {
+    throw new ConfigError(`schedule ${JSON.stringify(expression)} is not a cron expression (${errorMessage(e).replace(/^CronPattern: /, '')}); write 5 fields, like "30 2 * * *"`);
+  }
+  return {
+    description: `${expression} (${zone})`,
+    next: (afterMs) => cron.nextRun(new Date(afterMs))?.getTime() ?? null,
+  };
+}
+
+function checkZone(zone: string): void {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: zone });
+  } catch {
+    throw new ConfigError(`time zone ${JSON.stringify(zone)} is unknown; give an IANA name like Europe/Berlin or UTC`);
+  }
+}

@@ -1,0 +1,90 @@
+/** `leasehold cron` and `run --once-per` as subprocesses, on SQLite and PostgreSQL. */
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { randomBytes } from 'node:crypto';
+import { Sandbox, assertOneLineError, dropSchema, freshSchema, pgUrl } from '../cli/helpers.js';
+
+const sb = new Sandbox('cron');
+const schemas: string[] = [];
+after(async () => {
+  sb.cleanup();
+  for (const s of schemas) await dropSchema(s);
+});
+
+function storeFor(kind: 'sqlite' | 'postgres'): string {
+  if (kind === 'sqlite') return `sqlite:${sb.path(`${randomBytes(4).toString('hex')}.db`)}`;
+  const s = freshSchema();
+  schemas.push(s);
+  return pgUrl(s);
+}
+
+void describe('leasehold cron: usage errors are exit 2 with one line', () => {
+  const cases: Array<[string, string[], RegExp]> = [
+    ['a bad expression', ['--schedule', '61 * * * *'], /not a cron expression/],
+    ['an unknown zone', ['--schedule', '0 3 * * *', '--tz', 'Mars/Olympus'], /time zone "Mars\/Olympus" is unknown/],
+    ['--schedule with --every', ['--schedule', '0 3 * * *', '--every', '1m'], /--schedule and --every contradict/],
+    ['--tz with --every', ['--every', '1m', '--tz', 'UTC'], /--tz applies to --schedule/],
+    ['neither', [], /needs --schedule EXPR or --every D/],
+    ['a bad --catch-up', ['--every', '1m', '--catch-up', 'some'], /--catch-up "some" is not latest, all or none/],
+    ['a bad --every', ['--every', 'soon'], /--every/],
+  ];
+  for (const [what, flags, pattern] of cases) {
+    void it(what, async () => {
+      const r = await sb.run(['cron', '--name', 'x', '--store', `sqlite:${sb.path('usage.db')}`, ...flags, '--', 'true']);
+      assertOneLineError(r, 2, pattern);
+    });
+  }
+  void it('a store without a slot ledger (Redis) is exit 2 before anything runs', async () => {
+    const r = await sb.run(['cron', '--name', 'x', '--every', '1s', '--store', 'redis://127.0.0.1:6379', '--', 'true']);
+    assertOneLineError(r, 2, /needs a PostgreSQL or SQLite store/);
+  });
+});
+
+for (const kind of ['sqlite', 'postgres'] as const) {
+  void describe(`on ${kind}`, () => {
+    void it('--once-per KEY on three hosts at once runs the command once; the others exit --busy-exit', async () => {
+      const store = storeFor(kind);
+      if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
+      const out = sb.path(`once-${kind}.log`);
+      const job = sb.script(`once-${kind}.sh`, `echo "$LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${out}; sleep 0.3`);
+      const runs = [0, 1, 2].map(() =>
+        sb.run(['run', '--name', 'minute-report', '--once-per', '2026-12-01T03:00', '--busy-exit', '0', '--wait', '10s', '--ttl', '3s', '--store', store, '--', job]),
+      );
+      const done = await Promise.all(runs);
+      for (const d of done) assert.equal(d.code, 0, d.stderr);
+      assert.deepEqual(sb.read(`once-${kind}.log`).trim().split('\n').length, 1, sb.read(`once-${kind}.log`));
+      assert.equal(done.filter((d) => /already succeeded/.test(d.stderr)).length, 2);
+      const h = await sb.run(['cron', 'history', 'minute-report', '--json', '--store', store]);
+      const rows = JSON.parse(h.stdout) as { slot: string; status: string; slotAt: string | null }[];
+      assert.deepEqual(rows.map((r) => [r.slot, r.status, r.slotAt]), [['2026-12-01T03:00', 'succeeded', null]]);
+      // Without --busy-exit the default is 75.
+      const again = await sb.run(['run', '--name', 'minute-report', '--once-per', '2026-12-01T03:00', '--store', store, '--', job]);
+      assert.equal(again.code, 75);
+    });
+
+    void it('a slow job does not overlap: slots that come due while it runs are recorded skipped (overlap)', async () => {
+      const store = storeFor(kind);
+      if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
+      const out = sb.path(`slow-${kind}.log`);
+      const job = sb.script(`slow-${kind}.sh`, `echo "start $LEASEHOLD_SLOT $(date +%s%N)" >> ${out}; sleep 2.2; echo "end $LEASEHOLD_SLOT $(date +%s%N)" >> ${out}`);
+      const cron = sb.start(['cron', '--name', 'slow', '--every', '1s', '--ttl', '3s', '--store', store, '--', job]);
+      await new Promise((r) => setTimeout(r, 7000));
+      cron.proc.kill('SIGTERM');
+      const d = await cron.done;
+      assert.equal(d.code, 143, d.stderr);
+      const lines = sb.read(`slow-${kind}.log`).trim().split('\n').map((l) => l.split(' '));
+      // Never two at once: every start follows the previous end.
+      let running = false;
+      for (const [what] of lines) {
+        assert.equal(what === 'start', !running, `overlap in ${JSON.stringify(lines)}`);
+        running = what === 'start';
+      }
+      const h = await sb.run(['cron', 'history', 'slow', '--json', '--store', store]);
+      const rows = JSON.parse(h.stdout) as { slot: string; status: string; reason: string | null }[];
+      const overlap = rows.filter((r) => r.status === 'skipped' && /overlap/.test(r.reason ?? ''));
+      assert.ok(overlap.length >= 2, JSON.stringify(rows));
+      assert.ok(rows.filter((r) => r.status === 'succeeded').length >= 2, JSON.stringify(rows));
+      assert.equal(new Set(rows.map((r) => r.slot)).size, rows.length);
+    });
+  });
+}

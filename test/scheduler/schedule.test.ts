@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ConfigError } from '../../src/core/errors.js';
+import { cronSchedule, everySchedule, slotsBetween } from '../../src/scheduler/schedule.js';
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+const at = (s: string): number => Date.parse(s);
+
+void describe('schedules', () => {
+  void it('a 02:30 daily job in Europe/Berlin runs once on the spring-forward day, at 03:00 CEST, and once on the fall-back day', () => {
+    const s = cronSchedule('30 2 * * *', 'Europe/Berlin');
+    // 2025-03-30: 02:00 CET jumps to 03:00 CEST; 02:30 does not exist.
+    assert.deepEqual(slotsBetween(s, at('2025-03-29T00:00:00Z'), at('2025-03-31T23:59:59Z')).map(iso), [
+      '2025-03-29T01:30:00.000Z', // 02:30 CET
+      '2025-03-30T01:00:00.000Z', // the first instant after the gap: 03:00 CEST
+      '2025-03-31T00:30:00.000Z', // 02:30 CEST
+    ]);
+    // 2025-10-26: 03:00 CEST falls back to 02:00 CET; 02:30 happens twice, the job runs once.
+    assert.deepEqual(slotsBetween(s, at('2025-10-25T00:00:00Z'), at('2025-10-27T23:59:59Z')).map(iso), [
+      '2025-10-25T00:30:00.000Z',
+      '2025-10-26T00:30:00.000Z',
+      '2025-10-27T01:30:00.000Z',
+    ]);
+  });
+
+  void it('a period is aligned to the epoch, so every replica computes the same slots', () => {
+    const s = everySchedule(5000);
+    assert.equal(s.next(at('2026-01-01T00:00:03.123Z')), at('2026-01-01T00:00:05Z'));
+    assert.equal(s.next(at('2026-01-01T00:00:05Z')), at('2026-01-01T00:00:10Z'), 'strictly after');
+    assert.deepEqual(slotsBetween(s, at('2026-01-01T00:00:00Z'), at('2026-01-01T00:00:15Z')).length, 3);
+  });
+
+  void it('bad expressions, unknown zones and periods under 1s are ConfigErrors that say what to write', () => {
+    assert.throws(() => cronSchedule('61 * * * *'), (e: unknown) => e instanceof ConfigError && /not a cron expression.*minute/.test(e.message));
+    assert.throws(() => cronSchedule('every day'), (e: unknown) => e instanceof ConfigError && /5 fields/.test(e.message));
+    assert.throws(() => cronSchedule('* * * * *', 'Mars/Olympus'), (e: unknown) => e instanceof ConfigError && /time zone "Mars\/Olympus" is unknown/.test(e.message));
+    assert.throws(() => everySchedule(500), ConfigError);
+  });
+});
