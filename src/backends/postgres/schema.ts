@@ -1,7 +1,8 @@
 import { ConfigError } from '../../core/errors.js';
+import { fleetMigration } from './fleet-schema.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 export function validateSchemaName(schema: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
@@ -161,5 +162,7 @@ CREATE TRIGGER leases_freed AFTER UPDATE OF holder ON ${s}.leases
 -- fenced write never races this process's own renewal's compare-and-swap.
 ALTER TABLE ${s}.leases ADD COLUMN fence_token bigint, ADD COLUMN fence_nonce text;
 `,
+    // The fleet registry (src/fleet): agents, ownership, the generation counter.
+    fleetMigration(s),
   ];
 }
