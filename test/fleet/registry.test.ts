@@ -109,6 +109,14 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sql
       assert.equal((await fleet.place('d-job-2', { labels: { pool: 'drain' } })).agent, 'd1');
       await assert.rejects(fleet.drain('nobody'), ConfigError);
 
+      // `fleet owner` gives the same answer however often it is asked while nothing changes.
+      const answers = [];
+      for (let i = 0; i < 3; i++) {
+        const r = await cli(['fleet', 'owner', 'd-job', '--store', ts.url]);
+        answers.push([r.code, r.stdout]);
+      }
+      assert.deepEqual(answers, Array(3).fill([0, `d1 generation ${first.generation} live\n`]));
+
       d.kill('SIGTERM');
       assert.deepEqual(await d.exited, { code: 0, signal: null });
       // Deregistered: dead at once, without waiting for stale-after, and said so.
