@@ -106,9 +106,10 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sql
 
     void it('thousands of lookups, zero false dead verdicts; a killed agent is then reported dead', async () => {
       const fleet = await openFleet(ts.store);
-      // Heartbeat 100ms, stale after 500ms, event-loop stalls of up to 250ms: heartbeats land
-      // late by up to ~350ms, always inside the threshold.
-      const config = { heartbeatMs: 100, staleAfterMs: 500, maxStallMs: 250 };
+      // Heartbeat 100ms, event-loop stalls of up to 250ms: heartbeats land late by up to ~350ms.
+      // Stale after 800ms leaves room for a loaded test machine; the claim is about the cache,
+      // which must add no dead verdict of its own to whatever the store says.
+      const config = { heartbeatMs: 100, staleAfterMs: 800, maxStallMs: 250 };
       const agents: AgentProcess[] = ['j1', 'j2', 'j3'].map((id) => startJitteryAgent(ts.url, id, config));
       await Promise.all(agents.map((a) => a.live()));
       const resources = Array.from({ length: 30 }, (_, i) => `jr-${i}`);

@@ -92,6 +92,9 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sql
 
       // Reassign: refused from the wrong owner, then moved with a larger generation.
       await assert.rejects(fleet.reassign('job-1', { from: survivor }), (e: unknown) => e instanceof OwnerChangedError && e.owner === p.agent);
+      await assert.rejects(fleet.reassign('job-1', { from: p.agent, to: p.agent }), ConfigError);
+      await assert.rejects(fleet.reassign('job-1', { from: p.agent, to: 'never-started' }), NoLiveAgentError);
+      assert.equal((await fleet.owner('job-1').catch((e: unknown) => e as OwnerDeadError)).generation, p.generation, 'a refused reassign changed nothing');
       const moved = await fleet.reassign('job-1', { from: p.agent });
       assert.equal(moved.agent, survivor);
       assert.ok(moved.generation > p.generation);
