@@ -6,7 +6,18 @@
 import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { parseDuration } from '../core/config.js';
-import { ConfigError, NotAcquiredError, SchemaError, StoreUnavailableError, errorMessage } from '../core/errors.js';
+import {
+  AlreadyOwnedError,
+  ConfigError,
+  NoLiveAgentError,
+  NoOwnerError,
+  NotAcquiredError,
+  OwnerChangedError,
+  OwnerDeadError,
+  SchemaError,
+  StoreUnavailableError,
+  errorMessage,
+} from '../core/errors.js';
 import { openStore, resolveStoreUrl } from '../backends/index.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 
@@ -19,6 +30,14 @@ export const EXIT = {
   USAGE: 2,
   /** The store is unreachable, or its schema is missing or of another version. */
   STORE: 3,
+  /** `fleet owner`: no ownership record for the resource. */
+  NO_OWNER: 4,
+  /** `fleet owner`: a record exists, but its agent is not alive by the store's clock. */
+  OWNER_DEAD: 5,
+  /** `fleet place` / `reassign`: no live, non-draining agent can take it. */
+  NO_LIVE_AGENT: 6,
+  /** `fleet place`: already owned; `fleet reassign`: the owner is not --from. */
+  CONFLICT: 7,
   /** `run`: never became leader (`--no-wait`, or `--wait D` ran out). EX_TEMPFAIL. */
   NOT_LEADER: 75,
   /** `run`: the lease was lost while the command was running; the command was killed. */
@@ -50,6 +69,10 @@ export function exitCodeFor(err: unknown): number {
     return cause instanceof StoreUnavailableError || cause instanceof SchemaError ? EXIT.STORE : EXIT.NOT_LEADER;
   }
   if (isParseArgsError(err)) return EXIT.USAGE;
+  if (err instanceof NoOwnerError) return EXIT.NO_OWNER;
+  if (err instanceof OwnerDeadError) return EXIT.OWNER_DEAD;
+  if (err instanceof NoLiveAgentError) return EXIT.NO_LIVE_AGENT;
+  if (err instanceof AlreadyOwnedError || err instanceof OwnerChangedError) return EXIT.CONFLICT;
   return EXIT.FAILED;
 }
 

@@ -9,6 +9,10 @@
  *   2    usage or configuration: unknown flag, missing `--`, bad duration, bad store URL,
  *        bad lease name, inconsistent timing (renew > ttl/2, grace too large)
  *   3    the store is unreachable, or its schema is missing/old (run `leasehold migrate`)
+ *   4    `fleet owner`: no owner on record
+ *   5    `fleet owner`: an owner on record that is not alive (by the store's clock)
+ *   6    `fleet place`/`reassign`: no live, non-draining agent can take the resource
+ *   7    `fleet place`: already owned; `fleet reassign`: the owner is not --from
  *   75   `run` never became leader (`--no-wait`, or `--wait D` ran out)
  *   76   `run` lost the lease while the command was running; the command was killed
  */
@@ -37,6 +41,8 @@ const COMMANDS: Record<string, Entry> = {
   migrate: { load: async () => (await import('./migrate.js')).migrateCommand, spec: async () => (await import('./migrate.js')).MIGRATE_SPEC },
   doctor: { load: async () => (await import('./doctor.js')).doctorCommand, spec: async () => (await import('./doctor.js')).DOCTOR_SPEC },
   dashboard: { load: async () => (await import('./dashboard.js')).dashboardCommand, spec: async () => (await import('./dashboard.js')).DASHBOARD_SPEC },
+  agent: { load: async () => (await import('./agent.js')).agentCommand, spec: async () => (await import('./agent.js')).AGENT_SPEC },
+  fleet: { load: async () => (await import('./fleet.js')).fleetCommand, spec: async () => (await import('./fleet.js')).FLEET_SPEC },
   demo: { load: async () => (await import('./demo.js')).demoCommand, spec: async () => (await import('./demo.js')).DEMO_SPEC },
   cron: { load: async () => (await import('./cron.js')).cronCommand, spec: async () => (await import('./cron.js')).CRON_SPEC },
 };
@@ -85,6 +91,10 @@ Exit codes:
   1    doctor found a failure; release found nothing to revoke; unexpected error
   2    usage or configuration error (one line on stderr says what to fix)
   3    store unreachable, or schema missing/old (run \`leasehold migrate\`)
+  4    fleet owner: no owner on record
+  5    fleet owner: the owner on record is not alive (stale or deregistered)
+  6    fleet place/reassign: no live, non-draining agent can take it
+  7    fleet place: already owned; fleet reassign: the owner is not --from
   75   run: never became leader (--no-wait, or --wait ran out)
   76   run: lost the lease while COMMAND was running (COMMAND was killed)
 `;

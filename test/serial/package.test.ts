@@ -196,10 +196,12 @@ import { registerOtelMetrics } from 'leasehold/metrics/otel';
 import { healthCheck } from 'leasehold/health';
 import { observe } from 'leasehold/observe';
 import { MemoryStore, snapshotLease } from 'leasehold/testing';
+import { Agent, OwnerCache, openFleet } from 'leasehold/fleet';
+import { startCron, cronSchedule, SqliteSlotLedger, PostgresSlotLedger } from 'leasehold/scheduler';
 
 // Every public entry's types load with skipLibCheck off (a type stripped from one .d.ts but
 // named by another shows up here, not in the repository's own build).
-export const entries = [runConformance, registerMetrics, registerOtelMetrics, healthCheck, observe, MemoryStore, snapshotLease];
+export const entries = [runConformance, registerMetrics, registerOtelMetrics, healthCheck, observe, MemoryStore, snapshotLease, Agent, OwnerCache, openFleet, startCron, cronSchedule, SqliteSlotLedger, PostgresSlotLedger];
 
 export async function main(url: string, pool: pg.Pool): Promise<bigint> {
   const store: LeaseStore = await openStore(url);

@@ -1,8 +1,9 @@
 import { ConfigError } from '../../core/errors.js';
 import { slotsMigration } from './slots-schema.js';
+import { fleetMigration } from './fleet-schema.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 export function validateSchemaName(schema: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
@@ -163,5 +164,7 @@ CREATE TRIGGER leases_freed AFTER UPDATE OF holder ON ${s}.leases
 ALTER TABLE ${s}.leases ADD COLUMN fence_token bigint, ADD COLUMN fence_nonce text;
 `,
     slotsMigration(s),
+    // The fleet registry (src/fleet): agents, ownership, the generation counter.
+    fleetMigration(s),
   ];
 }

@@ -123,6 +123,11 @@ export class PostgresStore implements LeaseStore {
     }
   }
 
+  /** @internal the fleet registry (./fleet.ts) runs its statements on this store's pool, with its error mapping. */
+  fleetQuery(text: string, values: unknown[], options?: CallOptions): Promise<PgResultLike> {
+    return this.q(text, values, options);
+  }
+
   async migrate(options?: MigrateOptions): Promise<MigrateResult> {
     options?.signal?.throwIfAborted();
     const minToken = options?.minToken === undefined ? undefined : validateMinToken(options.minToken, MAX_SQL_FLOOR, 'PostgreSQL');

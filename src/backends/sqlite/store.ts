@@ -23,8 +23,9 @@ import { asSqliteDatabase, driverOf, resolveSqliteDriver, type SqliteDriverName 
 import { createPrivately } from './files.js';
 import type { DatabaseSyncLike } from './node-sqlite.js';
 import { SQLITE_SLOTS_MIGRATION } from './slots-schema.js';
+import { SQLITE_FLEET_MIGRATION } from './fleet-schema.js';
 
-export const SQLITE_SCHEMA_VERSION = 3;
+export const SQLITE_SCHEMA_VERSION = 4;
 
 /**
  * The subset of a better-sqlite3 `Database` leasehold needs. node:sqlite's DatabaseSync is
@@ -118,6 +119,8 @@ ALTER TABLE ${T.leases} ADD COLUMN fence_token INTEGER;
 ALTER TABLE ${T.leases} ADD COLUMN fence_nonce TEXT;
 `,
   SQLITE_SLOTS_MIGRATION,
+  // The fleet registry (src/fleet): agents, ownership, the generation counter.
+  SQLITE_FLEET_MIGRATION,
 ];
 
 /**
@@ -255,6 +258,11 @@ export class SqliteStore implements LeaseStore {
         await pause(Math.min(backoff, left), signal, err);
       }
     }
+  }
+
+  /** @internal the fleet registry (./fleet.ts) runs its transactions through this store's lock handling. */
+  fleetRun<R>(fn: (db: SqliteDatabaseLike) => R, options?: CallOptions): Promise<R> {
+    return this.guard(() => immediate(this.db, () => fn(this.db)), options);
   }
 
   /** Runs `fn` with SQLite's blocking busy wait turned off for this connection. */

@@ -1,0 +1,195 @@
+import { StoreUnavailableError } from '../../core/errors.js';
+import type { CallOptions } from '../../core/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import type { PostgresStore } from './store.js';
+
+const ms = (col: string): string => `(extract(epoch FROM ${col}) * 1000)::float8`;
+
+/**
+ * The fleet registry in PostgreSQL, on the lease store's own pool. Each call is one statement,
+ * judged by this database's now(): an agent is live while its lease `agent/<id>` has a holder and
+ * an expiry after now(), and it has not deregistered.
+ */
+export class PostgresFleet implements FleetPort {
+  readonly kind = 'postgres';
+  readonly description: string;
+  private readonly store: PostgresStore;
+  private readonly s: string;
+
+  private constructor(store: PostgresStore) {
+    this.store = store;
+    this.s = `"${store.schema}"`;
+    this.description = store.description;
+  }
+
+  /** The fleet beside `store`'s leases (tables from `leasehold migrate`, schema version 4+). */
+  static forStore(store: PostgresStore): Promise<PostgresFleet> {
+    return Promise.resolve(new PostgresFleet(store));
+  }
+
+  private q(text: string, values: unknown[], options?: CallOptions): Promise<{ rows: Record<string, unknown>[] }> {
+    return this.store.fleetQuery(text, values, options);
+  }
+
+  /** The liveness test of agent `a` joined with lease `l`, by this statement's now(). */
+  private get live(): string {
+    return `(a.id IS NOT NULL AND a.deregistered_at IS NULL AND l.holder IS NOT NULL AND l.expires_at > now())`;
+  }
+
+  async registerAgent(id: string, labels: Labels, options?: CallOptions): Promise<void> {
+    await this.q(
+      `INSERT INTO ${this.s}.fleet_agents AS a (id, labels, started_at) VALUES ($1, $2::jsonb, now())
+       ON CONFLICT (id) DO UPDATE SET labels = excluded.labels, started_at = excluded.started_at, deregistered_at = NULL`,
+      [id, JSON.stringify(labels)],
+      options,
+    );
+  }
+
+  async deregisterAgent(id: string, options?: CallOptions): Promise<void> {
+    await this.q(`UPDATE ${this.s}.fleet_agents SET deregistered_at = now() WHERE id = $1`, [id], options);
+  }
+
+  async setDraining(id: string, draining: boolean, options?: CallOptions): Promise<boolean> {
+    const r = await this.q(`UPDATE ${this.s}.fleet_agents SET draining = $2 WHERE id = $1 RETURNING id`, [id, draining], options);
+    return r.rows.length > 0;
+  }
+
+  async agents(options?: CallOptions): Promise<AgentRow[]> {
+    const r = await this.q(
+      `SELECT a.id, a.labels, ${ms('a.started_at')} AS started_ms, a.draining, a.deregistered_at IS NOT NULL AS deregistered,
+              a.owned, ${this.live} AS live, ${ms('l.renewed_at')} AS renewed_ms, ${ms('l.expires_at')} AS expires_ms, ${ms('now()')} AS now_ms
+         FROM ${this.s}.fleet_agents a LEFT JOIN ${this.s}.leases l ON l.name = $1 || a.id
+        ORDER BY a.id`,
+      [AGENT_LEASE_PREFIX],
+      options,
+    );
+    return r.rows.map((row) => {
+      const now = row['now_ms'] as number;
+      const renewed = row['renewed_ms'] as number | null;
+      const expires = row['expires_ms'] as number | null;
+      return {
+        id: row['id'] as string,
+        labels: row['labels'] as Labels,
+        startedAtMs: row['started_ms'] as number,
+        draining: row['draining'] as boolean,
+        deregistered: row['deregistered'] as boolean,
+        live: row['live'] as boolean,
+        owned: Number(row['owned']),
+        heartbeatAgeMs: renewed === null ? null : now - renewed,
+        expiresInMs: expires === null ? null : expires - now,
+        storeNowMs: now,
+      };
+    });
+  }
+
+  async owner(resource: string, options?: CallOptions): Promise<OwnerRow | undefined> {
+    const r = await this.q(
+      `SELECT o.agent, o.generation, ${ms('o.placed_at')} AS placed_ms, a.deregistered_at IS NOT NULL AS deregistered,
+              ${ms('a.deregistered_at')} AS deregistered_ms, ${this.live} AS live,
+              ${ms('l.renewed_at')} AS renewed_ms, ${ms('l.expires_at')} AS expires_ms, ${ms('now()')} AS now_ms
+         FROM ${this.s}.fleet_ownership o
+         LEFT JOIN ${this.s}.fleet_agents a ON a.id = o.agent
+         LEFT JOIN ${this.s}.leases l ON l.name = $2 || o.agent
+        WHERE o.resource = $1`,
+      [resource, AGENT_LEASE_PREFIX],
+      options,
+    );
+    const row = r.rows[0];
+    if (row === undefined) return undefined;
+    const now = row['now_ms'] as number;
+    const renewed = row['renewed_ms'] as number | null;
+    const expires = row['expires_ms'] as number | null;
+    return {
+      resource,
+      agent: row['agent'] as string,
+      generation: BigInt(row['generation'] as string),
+      placedAtMs: row['placed_ms'] as number,
+      live: row['live'] as boolean,
+      deregistered: row['deregistered'] as boolean,
+      deregisteredAtMs: (row['deregistered_ms'] as number | null) ?? null,
+      heartbeatAgeMs: renewed === null ? null : now - renewed,
+      expiresInMs: expires === null ? null : expires - now,
+      storeNowMs: now,
+    };
+  }
+
+  /**
+   * One statement: the candidates (live by now(), not draining, labels contained), the pick
+   * (fewest owned, random ties), the insert (which does nothing if the resource is owned) and
+   * the owner count. When the insert lost a race with a concurrent placement of the same
+   * resource, the statement's snapshot shows neither row: ask again, the winner is then visible.
+   */
+  async place(resource: string, labels: Labels, options?: CallOptions): Promise<PlaceResult> {
+    for (let attempt = 0; ; attempt++) {
+      const r = await this.q(
+        `WITH cand AS (
+           SELECT a.id FROM ${this.s}.fleet_agents a JOIN ${this.s}.leases l ON l.name = $3 || a.id
+            WHERE ${this.live} AND NOT a.draining AND a.labels @> $2::jsonb
+            ORDER BY a.owned, random() LIMIT 1),
+         ins AS (
+           INSERT INTO ${this.s}.fleet_ownership (resource, agent, generation, labels, placed_at)
+           SELECT $1, cand.id, nextval('${this.s}.fleet_generation'), $2::jsonb, now() FROM cand
+           ON CONFLICT (resource) DO NOTHING
+           RETURNING agent, generation),
+         bump AS (UPDATE ${this.s}.fleet_agents a SET owned = a.owned + 1 FROM ins WHERE a.id = ins.agent)
+         SELECT 'placed' AS outcome, agent, generation FROM ins
+         UNION ALL
+         SELECT 'owned', o.agent, o.generation FROM ${this.s}.fleet_ownership o WHERE o.resource = $1
+         UNION ALL
+         SELECT 'no-agent', NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM cand)`,
+        [resource, JSON.stringify(labels), AGENT_LEASE_PREFIX],
+        options,
+      );
+      const rows = r.rows;
+      const pick = rows.find((x) => x['outcome'] === 'placed') ?? rows.find((x) => x['outcome'] === 'owned') ?? rows[0];
+      if (pick !== undefined) {
+        const outcome = pick['outcome'] as PlaceResult['outcome'];
+        if (outcome === 'no-agent') return { outcome };
+        return { outcome, agent: pick['agent'] as string, generation: BigInt(pick['generation'] as string) };
+      }
+      if (attempt >= 3) throw new StoreUnavailableError(`placing "${resource}" raced with concurrent placements of it ${attempt + 1} times; this is retryable`);
+    }
+  }
+
+  async reassign(resource: string, from: string, to: string | null, options?: CallOptions): Promise<ReassignResult> {
+    const r = await this.q(
+      `WITH cur AS (
+         SELECT resource, agent, labels FROM ${this.s}.fleet_ownership WHERE resource = $1 FOR UPDATE),
+       cand AS (
+         SELECT a.id FROM cur, ${this.s}.fleet_agents a JOIN ${this.s}.leases l ON l.name = $4 || a.id
+          WHERE cur.agent = $2 AND a.id <> cur.agent AND ${this.live} AND NOT a.draining
+            AND (CASE WHEN $3::text IS NULL THEN a.labels @> cur.labels ELSE a.id = $3 END)
+          ORDER BY a.owned, random() LIMIT 1),
+       upd AS (
+         UPDATE ${this.s}.fleet_ownership o
+            SET agent = cand.id, generation = nextval('${this.s}.fleet_generation'), placed_at = now()
+           FROM cand WHERE o.resource = $1
+         RETURNING o.agent, o.generation),
+       dec AS (UPDATE ${this.s}.fleet_agents SET owned = owned - 1 WHERE id = $2 AND EXISTS (SELECT 1 FROM upd)),
+       inc AS (UPDATE ${this.s}.fleet_agents a SET owned = a.owned + 1 FROM upd WHERE a.id = upd.agent)
+       SELECT (SELECT agent FROM cur) AS cur_agent, upd.agent, upd.generation FROM (SELECT 1) one LEFT JOIN upd ON true`,
+      [resource, from, to, AGENT_LEASE_PREFIX],
+      options,
+    );
+    const row = r.rows[0]!;
+    if (row['agent'] != null) return { outcome: 'moved', agent: row['agent'] as string, generation: BigInt(row['generation'] as string) };
+    const cur = (row['cur_agent'] as string | null) ?? null;
+    return cur !== from ? { outcome: 'owner-changed', owner: cur } : { outcome: 'no-agent' };
+  }
+
+  async remove(resource: string, from: string, options?: CallOptions): Promise<boolean> {
+    const r = await this.q(
+      `WITH del AS (DELETE FROM ${this.s}.fleet_ownership WHERE resource = $1 AND agent = $2 RETURNING agent),
+       dec AS (UPDATE ${this.s}.fleet_agents a SET owned = a.owned - 1 FROM del WHERE a.id = del.agent)
+       SELECT count(*)::int AS n FROM del`,
+      [resource, from],
+      options,
+    );
+    return (r.rows[0]?.['n'] as number) > 0;
+  }
+
+  /** The pool is the lease store's: closing the fleet leaves it to the store's owner. */
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}

@@ -1,0 +1,130 @@
+/**
+ * `leasehold agent`: one fleet agent in the foreground. It holds the liveness lease
+ * `agent/<id>` and its row in the fleet registry until SIGTERM/SIGINT, when it deregisters and
+ * releases. Signal handling for this command lives here and nowhere else.
+ */
+import { Leasehold } from '../core/leasehold.js';
+import { errorMessage, type LeaseLostError } from '../core/errors.js';
+import { Agent, DEFAULT_HEARTBEAT_MS, DEFAULT_STALE_AFTER_MS } from '../fleet/agent.js';
+import { parseLabels } from '../fleet/labels.js';
+import { openFleet } from '../fleet/open.js';
+import {
+  EXIT,
+  cliLog,
+  durationOption,
+  formatMs,
+  logFormatOption,
+  openStoreFromFlags,
+  out,
+  requireCurrentSchema,
+  setLogContext,
+  toJson,
+  usageError,
+} from './common.js';
+import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+
+export const AGENT_SPEC = defineCommand({
+  name: 'agent',
+  summary: 'Run a fleet agent: heartbeat under an id until SIGTERM, which deregisters it.',
+  about: `Runs one fleet agent in the foreground. It takes the liveness lease agent/ID (TTL =
+--stale-after, renewed every --heartbeat), then registers ID with its labels, and prints one
+line when it is live. Placement (\`leasehold fleet place\`) only picks agents whose lease is
+unexpired by the store's clock. SIGTERM or SIGINT deregisters and releases (exit 0). If the
+lease is lost (the store did not hear a heartbeat in time, an operator revoked it, or a forked
+or restored copy of this process heartbeated under the same term) the agent stands down and
+exits 76; restart it to rejoin.`,
+  flags: {
+    id: { type: 'string', value: 'ID', required: true, help: "the agent's id (the lease agent/ID)" },
+    labels: { type: 'string', value: 'K=V,...', help: 'labels placement can require, e.g. zone=eu-1,gpu=true' },
+    heartbeat: { type: 'string', value: 'D', help: 'how often to heartbeat', default: formatMs(DEFAULT_HEARTBEAT_MS) },
+    'stale-after': {
+      type: 'string',
+      value: 'D',
+      help: 'how long after the last heartbeat the store stops counting the agent alive; at least 2x --heartbeat',
+      default: formatMs(DEFAULT_STALE_AFTER_MS),
+    },
+    wait: {
+      type: 'string',
+      value: 'D',
+      or: 'no-wait',
+      help: 'how long to wait while another process holds agent/ID (a crashed predecessor\'s lease runs out)',
+      default: '--stale-after + --heartbeat',
+    },
+    'no-wait': { type: 'boolean', help: 'exit 75 at once if another process is agent ID' },
+    ...STORE_FLAGS,
+    json: { type: 'boolean', help: 'one JSON object per event on stdout: { event: live|lost|stopped, id, token, ... }' },
+    ...LOG_FLAGS,
+  },
+  footer: `Exit 0 after SIGTERM/SIGINT (deregistered); 2 usage (stale-after below 2x heartbeat, bad id
+or labels); 3 store unreachable or schema missing; 75 another process is agent ID (--no-wait,
+or --wait ran out); 76 the liveness lease was lost (the agent stood down).`,
+});
+
+export async function agentCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parseCommand(AGENT_SPEC, argv);
+  if (values.help === true) {
+    out(helpText(AGENT_SPEC));
+    return EXIT.OK;
+  }
+  setLogContext({ format: logFormatOption(values['log-format']) });
+  if (positionals.length > 0) throw usageError(`agent takes no operands, got ${JSON.stringify(positionals[0])}; write leasehold agent --id ID`);
+  if (values.id === undefined) throw usageError('agent needs --id ID');
+  if (values['no-wait'] === true && values.wait !== undefined) throw usageError('--wait and --no-wait contradict each other; pick one');
+  // No LEASEHOLD_* variables for these: an agent's timing belongs on its command line, where
+  // `ps` shows it. An empty environment makes durationOption read the flag only.
+  const heartbeat = durationOption(values.heartbeat, 'heartbeat', '', {});
+  const staleAfter = durationOption(values['stale-after'], 'stale-after', '', {});
+  const wait = values['no-wait'] === true ? false : durationOption(values.wait, 'wait', '', {});
+  const labels = parseLabels(values.labels);
+  const json = values.json === true;
+
+  const { store } = await openStoreFromFlags(values);
+  const leasehold = new Leasehold({ store, closeStore: true, holderLabel: `agent:${values.id}` });
+  const stop = new AbortController();
+  const onSignal = (): void => stop.abort();
+  process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
+  try {
+    await requireCurrentSchema(store);
+    const fleet = await openFleet(store);
+    let agent: Agent;
+    try {
+      agent = await Agent.start(leasehold, fleet, {
+        id: values.id,
+        labels,
+        ...(heartbeat === undefined ? {} : { heartbeat }),
+        ...(staleAfter === undefined ? {} : { staleAfter }),
+        ...(wait === undefined ? {} : { wait }),
+        signal: stop.signal,
+      });
+    } catch (err) {
+      if (stop.signal.aborted) return EXIT.OK;
+      throw err;
+    }
+    const line = (event: string, text: string, extra: Record<string, unknown> = {}): void => {
+      if (json) out(toJson({ event, id: agent.id, token: agent.token.toString(), ...extra }));
+      else out(text);
+    };
+    line('live', `agent ${agent.id} live (token ${agent.token}, heartbeat ${formatMs(agent.heartbeatMs)}, stale after ${formatMs(agent.staleAfterMs)})`, {
+      labels: agent.labels,
+      heartbeatMs: agent.heartbeatMs,
+      staleAfterMs: agent.staleAfterMs,
+    });
+    const lost = await new Promise<LeaseLostError | undefined>((resolve) => {
+      agent.once('lost', resolve);
+      if (stop.signal.aborted) resolve(undefined);
+      else stop.signal.addEventListener('abort', () => resolve(undefined), { once: true });
+    });
+    if (lost !== undefined) {
+      cliLog().error(`agent ${agent.id} stood down: ${errorMessage(lost)}`, { exitCode: EXIT.LOST, reason: lost.reason });
+      line('lost', `agent ${agent.id} lost its liveness lease (${lost.reason})`, { reason: lost.reason });
+      await agent.stop();
+      return EXIT.LOST;
+    }
+    await agent.stop();
+    line('stopped', `agent ${agent.id} deregistered`);
+    return EXIT.OK;
+  } finally {
+    process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+    await leasehold.close();
+  }
+}

@@ -1,0 +1,146 @@
+import { EventEmitter } from 'node:events';
+import { parseDuration, type Duration } from '../core/config.js';
+import { ConfigError, LeaseLostError, errorMessage } from '../core/errors.js';
+import type { Lease, Term } from '../core/lease.js';
+import type { Leasehold } from '../core/leasehold.js';
+import type { LoggerLike } from '../core/logger.js';
+import type { Fleet } from './fleet.js';
+import { validateAgentId, validateLabels } from './labels.js';
+import { AGENT_LEASE_PREFIX, type Labels } from './port.js';
+
+export const DEFAULT_HEARTBEAT_MS = 10_000;
+export const DEFAULT_STALE_AFTER_MS = 30_000;
+
+export interface AgentOptions {
+  id: string;
+  labels?: Labels;
+  /** How often the agent heartbeats (renews its liveness lease). Default 10s. */
+  heartbeat?: Duration;
+  /** How long after its last heartbeat the store stops counting it alive. Default 30s; at least 2x heartbeat. */
+  staleAfter?: Duration;
+  /**
+   * How long to wait for the id's liveness lease when another process holds it (a crashed
+   * predecessor's lease runs out by itself). Default staleAfter + heartbeat. false: do not wait.
+   */
+  wait?: Duration | false;
+  signal?: AbortSignal;
+}
+
+/** Heartbeat and stale-after, checked once. @throws {ConfigError} staleAfter < 2 x heartbeat. */
+export function resolveAgentTiming(opts: { heartbeat?: Duration; staleAfter?: Duration }): { heartbeatMs: number; staleAfterMs: number } {
+  const heartbeatMs = parseDuration(opts.heartbeat ?? DEFAULT_HEARTBEAT_MS, 'heartbeat');
+  const staleAfterMs = parseDuration(opts.staleAfter ?? DEFAULT_STALE_AFTER_MS, 'stale-after');
+  if (heartbeatMs <= 0) throw new ConfigError('heartbeat must be greater than 0');
+  if (staleAfterMs < 2 * heartbeatMs) {
+    throw new ConfigError(
+      `stale-after ${staleAfterMs}ms is less than twice the heartbeat ${heartbeatMs}ms: one late heartbeat would make a healthy agent ` +
+        `look dead. Use at least ${2 * heartbeatMs}ms (3x, ${3 * heartbeatMs}ms, is the default ratio)`,
+    );
+  }
+  return { heartbeatMs, staleAfterMs };
+}
+
+export interface AgentEvents {
+  /** The liveness lease ended without stop(): expired, revoked, or a clone (fork, restored snapshot) was detected. The agent has stood down. */
+  lost: [error: LeaseLostError];
+}
+
+/**
+ * One running agent: it holds the lease `agent/<id>` (TTL = stale-after, renewed every
+ * heartbeat) and has its row in the fleet's agents table. Its liveness is that lease, judged by
+ * the store's clock. A forked or restored copy presents nonces the store did not issue to it, so
+ * the lease rules end the term and this agent stands down (emits `lost`, aborts `signal`) instead
+ * of heartbeating on beside its twin. It does not come back by itself: restart the process.
+ */
+export class Agent extends EventEmitter<AgentEvents> {
+  readonly id: string;
+  readonly labels: Labels;
+  readonly heartbeatMs: number;
+  readonly staleAfterMs: number;
+  private readonly fleet: Fleet;
+  private readonly lease: Lease;
+  private readonly term: Term;
+  private readonly logger: LoggerLike;
+  private stopping: Promise<void> | undefined;
+
+  private constructor(logger: LoggerLike, fleet: Fleet, lease: Lease, term: Term, id: string, labels: Labels, heartbeatMs: number, staleAfterMs: number) {
+    super();
+    this.logger = logger;
+    this.fleet = fleet;
+    this.lease = lease;
+    this.term = term;
+    this.id = id;
+    this.labels = labels;
+    this.heartbeatMs = heartbeatMs;
+    this.staleAfterMs = staleAfterMs;
+    term.signal.addEventListener(
+      'abort',
+      () => {
+        const reason: unknown = term.signal.reason;
+        if (this.stopping === undefined && reason instanceof LeaseLostError) this.emit('lost', reason);
+      },
+      { once: true },
+    );
+  }
+
+  /** Aborts when the agent is no longer alive in the store's eyes (lost, or stopped). */
+  get signal(): AbortSignal {
+    return this.term.signal;
+  }
+
+  /** The liveness lease's token: a larger one for every new life of this agent id. */
+  get token(): bigint {
+    return this.term.token;
+  }
+
+  /**
+   * Takes the liveness lease, then registers (upserts the agents row). Registration comes
+   * second so that a second process with the same id never rewrites the row while the first
+   * is alive: it waits for the lease, or fails.
+   * @throws {ConfigError} bad id, labels or timing. @throws {NotAcquiredError} the id is alive elsewhere.
+   */
+  static async start(leasehold: Leasehold, fleet: Fleet, options: AgentOptions): Promise<Agent> {
+    const id = validateAgentId(options?.id);
+    const labels = validateLabels(options.labels);
+    const { heartbeatMs, staleAfterMs } = resolveAgentTiming(options);
+    const wait = options.wait === false ? false : parseDuration(options.wait ?? staleAfterMs + heartbeatMs, 'wait');
+    // The lease's own local deadline (margin) keeps this process from believing it is alive
+    // past what the store would say.
+    const lease = leasehold.lease(`${AGENT_LEASE_PREFIX}${id}`, { ttl: staleAfterMs, renewInterval: heartbeatMs });
+    let term: Term;
+    try {
+      term = await lease.acquire({ wait, signal: options.signal });
+    } catch (err) {
+      await lease.close();
+      throw err;
+    }
+    try {
+      await fleet.port.registerAgent(id, labels, { signal: options.signal });
+    } catch (err) {
+      await lease.close();
+      throw err;
+    }
+    return new Agent(leasehold.logger, fleet, lease, term, id, labels, heartbeatMs, staleAfterMs);
+  }
+
+  /**
+   * Graceful shutdown: deregisters (its resources then read as owner-dead, deregistered), then
+   * releases the liveness lease. If the store cannot be told, the lease simply runs out.
+   */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      try {
+        if (!this.term.signal.aborted) await this.fleet.port.deregisterAgent(this.id);
+      } catch (err) {
+        this.logger.warn({ agent: this.id, err: errorMessage(err) }, 'leasehold: could not deregister the agent; its liveness lease is released (or runs out) all the same');
+      } finally {
+        await this.lease.close();
+      }
+    })();
+    return this.stopping;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}

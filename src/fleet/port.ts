@@ -1,0 +1,81 @@
+/**
+ * The fleet's port: the few calls the fleet model makes on a store. Like the engine's LeasePort,
+ * it is structural and small; `backends/postgres/fleet.ts` and `backends/sqlite/fleet.ts`
+ * implement it, each as ONE statement or transaction per call, judged by the store's clock.
+ *
+ * Liveness is not stored here: an agent is alive while it holds the lease named
+ * `agent/<id>` in the same store (see ./agent.ts), so staleness, clones and restores follow
+ * the lease rules. Every call below joins ownership to that lease row.
+ */
+import type { CallOptions } from '../core/port.js';
+
+/** The prefix of an agent's liveness lease: the agent `a1` holds the lease `agent/a1`. */
+export const AGENT_LEASE_PREFIX = 'agent/';
+
+export type Labels = Readonly<Record<string, string>>;
+
+/** One agent as the store sees it, now. Times are the store's, in epoch milliseconds. */
+export interface AgentRow {
+  id: string;
+  labels: Labels;
+  startedAtMs: number;
+  draining: boolean;
+  /** Shut down gracefully; not alive until it registers again. */
+  deregistered: boolean;
+  /** Holds its liveness lease, unexpired by the store's clock, and is not deregistered. */
+  live: boolean;
+  /** Resources it owns. */
+  owned: number;
+  /** Store now minus its last heartbeat (the lease's last renewal); null without a lease row. */
+  heartbeatAgeMs: number | null;
+  /** Its liveness lease's expiry minus store now (negative: stale that long); null without one. */
+  expiresInMs: number | null;
+  storeNowMs: number;
+}
+
+/** The ownership record of one resource, with its owner's liveness by the store's clock. */
+export interface OwnerRow {
+  resource: string;
+  agent: string;
+  generation: bigint;
+  placedAtMs: number;
+  live: boolean;
+  deregistered: boolean;
+  heartbeatAgeMs: number | null;
+  expiresInMs: number | null;
+  /** When it deregistered (store clock), if it did. */
+  deregisteredAtMs: number | null;
+  storeNowMs: number;
+}
+
+export type PlaceResult =
+  | { outcome: 'placed'; agent: string; generation: bigint }
+  | { outcome: 'owned'; agent: string; generation: bigint }
+  | { outcome: 'no-agent' };
+
+export type ReassignResult =
+  | { outcome: 'moved'; agent: string; generation: bigint }
+  /** The owner on record is not `from` (null: no record). */
+  | { outcome: 'owner-changed'; owner: string | null }
+  /** No live, non-draining agent other than `from` (or `to` is not one). */
+  | { outcome: 'no-agent' };
+
+export interface FleetPort {
+  readonly kind: string;
+  readonly description: string;
+  /** Upserts the agent's row (labels, started now, not deregistered). Keeps `draining`: a restart does not undo an operator's drain. */
+  registerAgent(id: string, labels: Labels, options?: CallOptions): Promise<void>;
+  /** Marks it deregistered (its lease is released separately, after). */
+  deregisterAgent(id: string, options?: CallOptions): Promise<void>;
+  /** False when no such agent is registered. */
+  setDraining(id: string, draining: boolean, options?: CallOptions): Promise<boolean>;
+  agents(options?: CallOptions): Promise<AgentRow[]>;
+  owner(resource: string, options?: CallOptions): Promise<OwnerRow | undefined>;
+  /** Atomically: pick a live, non-draining agent matching `labels` (fewest owned, random ties) and record ownership. */
+  place(resource: string, labels: Labels, options?: CallOptions): Promise<PlaceResult>;
+  /** Atomically: if owned by `from`, move to `to` (or a pick as in place, with the placement's labels), with a new generation. */
+  reassign(resource: string, from: string, to: string | null, options?: CallOptions): Promise<ReassignResult>;
+  /** Deletes the record if owned by `from`. The next placement still gets a larger generation. */
+  remove(resource: string, from: string, options?: CallOptions): Promise<boolean>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,157 @@
+/**
+ * The edge cache says "live" or asks the store; it never says "dead" on its own. Proved with a
+ * fake clock (the logic) and with jittery agents as real processes on real stores (the claim).
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { FakeClock } from '../unit/fake-clock.js';
+import { OwnerCache } from '../../src/fleet/cache.js';
+import type { Owner } from '../../src/fleet/fleet.js';
+import { openFleet } from '../../src/fleet/open.js';
+import { NoOwnerError, OwnerDeadError, StoreUnavailableError } from '../../src/core/errors.js';
+import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
+import { reapAgents, startJitteryAgent, type AgentProcess } from './helpers.js';
+
+/** A scripted registry: each lookup takes the next answer (an Owner, or an error to throw). */
+function scripted(answers: (Owner | Error)[]): { owner(resource: string): Promise<Owner>; calls: number } {
+  const s = {
+    calls: 0,
+    owner(): Promise<Owner> {
+      const a = answers[s.calls++];
+      if (a === undefined) return Promise.reject(new Error('no more scripted answers'));
+      return a instanceof Error ? Promise.reject(a) : Promise.resolve(a);
+    },
+  };
+  return s;
+}
+
+const live = (heartbeatAgeMs: number, expiresInMs: number, generation = 7n): Owner => ({ resource: 'r', agent: 'a1', generation, heartbeatAgeMs, expiresInMs });
+
+void describe('owner cache (fake clock)', () => {
+  void it('an agent late by less than the stale threshold when the cache fills is never reported dead', async () => {
+    const clock = new FakeClock();
+    // Stale after 30s; the last heartbeat is 25s old when the cache fills (the store vouches for 5s more).
+    const store = scripted([live(25_000, 5_000), live(100, 29_900)]);
+    const cache = new OwnerCache(store, { ttl: '10s', clock });
+    assert.equal((await cache.owner('r')).agent, 'a1');
+    await clock.advance(4_999);
+    assert.equal((await cache.owner('r')).agent, 'a1');
+    assert.equal(store.calls, 1, 'within what the store vouched for, the cache answers');
+    // Past the store's own expiry (before the cache TTL): the cache does not guess, it asks. The
+    // late heartbeat has landed by now, so the answer is live.
+    await clock.advance(2);
+    const o = await cache.owner('r');
+    assert.equal(store.calls, 2);
+    assert.equal(o.heartbeatAgeMs, 100);
+    assert.deepEqual(cache.stats(), { hits: 1, misses: 2 });
+  });
+
+  void it('a live entry lasts at most the TTL', async () => {
+    const clock = new FakeClock();
+    const store = scripted([live(0, 30_000, 1n), live(0, 30_000, 2n)]);
+    const cache = new OwnerCache(store, { ttl: '1s', clock });
+    assert.equal((await cache.owner('r')).generation, 1n);
+    await clock.advance(999);
+    assert.equal((await cache.owner('r')).generation, 1n);
+    await clock.advance(1);
+    assert.equal((await cache.owner('r')).generation, 2n);
+  });
+
+  void it('dead, no-owner and store errors are the store answering, every time: never cached', async () => {
+    const clock = new FakeClock();
+    const dead = new OwnerDeadError('r', 'a1', 7n, 1200, false);
+    const store = scripted([dead, new NoOwnerError('r'), new StoreUnavailableError('down'), live(50, 29_950)]);
+    const cache = new OwnerCache(store, { ttl: '10s', clock });
+    await assert.rejects(cache.owner('r'), OwnerDeadError);
+    await assert.rejects(cache.owner('r'), NoOwnerError);
+    await assert.rejects(cache.owner('r'), StoreUnavailableError);
+    // No time passed: a negative cache would still be answering "dead" here.
+    assert.equal((await cache.owner('r')).agent, 'a1');
+    assert.equal(store.calls, 4);
+  });
+
+  void it('only the store can say dead: a thousand lookups over jittered liveness give zero dead verdicts from the cache', async () => {
+    const clock = new FakeClock();
+    let calls = 0;
+    let dead = 0;
+    // The store's view: heartbeats every 100ms +/- up to 150ms late, stale after 400ms: always live.
+    const store = {
+      owner(): Promise<Owner> {
+        calls++;
+        const age = Math.floor(Math.random() * 250);
+        return Promise.resolve(live(age, 400 - age));
+      },
+    };
+    const cache = new OwnerCache(store, { ttl: '50ms', clock });
+    for (let i = 0; i < 1000; i++) {
+      await cache.owner('r').catch(() => dead++);
+      await clock.advance(Math.floor(Math.random() * 20));
+    }
+    assert.equal(dead, 0);
+    assert.ok(calls > 10 && calls < 1000, `store calls ${calls}: the cache neither hid the store nor bypassed itself`);
+  });
+});
+
+for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sqlite')) {
+  void describe(`owner cache under jittered heartbeats on ${kind}`, () => {
+    let ts: TestStore;
+    before(async () => {
+      ts = await makeTestStore(kind);
+    });
+    after(async () => {
+      await reapAgents();
+      await ts.cleanup();
+    });
+
+    void it('thousands of lookups, zero false dead verdicts; a killed agent is then reported dead', async () => {
+      const fleet = await openFleet(ts.store);
+      // Heartbeat 100ms, event-loop stalls of up to 250ms: heartbeats land late by up to ~350ms.
+      // Stale after 800ms leaves room for a loaded test machine; the claim is about the cache,
+      // which must add no dead verdict of its own to whatever the store says.
+      const config = { heartbeatMs: 100, staleAfterMs: 800, maxStallMs: 250 };
+      const agents: AgentProcess[] = ['j1', 'j2', 'j3'].map((id) => startJitteryAgent(ts.url, id, config));
+      await Promise.all(agents.map((a) => a.live()));
+      const resources = Array.from({ length: 30 }, (_, i) => `jr-${i}`);
+      for (const r of resources) await fleet.place(r);
+      const cache = new OwnerCache(fleet, { ttl: '50ms' });
+      let lookups = 0;
+      let maxAge = 0;
+      const falseDead: string[] = [];
+      const until = Date.now() + 4000;
+      while (Date.now() < until) {
+        await Promise.all(
+          resources.slice(0, 10).map(async (_, k) => {
+            const r = resources[(lookups + k * 3) % resources.length]!;
+            try {
+              maxAge = Math.max(maxAge, (await cache.owner(r)).heartbeatAgeMs);
+            } catch (e) {
+              falseDead.push(`${r}: ${String(e)}`);
+            }
+          }),
+        );
+        lookups += 10;
+        await sleep(1);
+      }
+      const { hits, misses } = cache.stats();
+      process.stdout.write(
+        `# ${kind}: ${lookups} lookups under jittered heartbeats: ${falseDead.length} false dead, hit rate ${((100 * hits) / (hits + misses)).toFixed(1)}% (${misses} store lookups), ` +
+          `oldest heartbeat seen ${Math.round(maxAge)}ms (stale after ${config.staleAfterMs}ms)\n`,
+      );
+      assert.ok(lookups >= 2000, `only ${lookups} lookups`);
+      assert.deepEqual(falseDead, []);
+      assert.ok(maxAge > 1.5 * config.heartbeatMs, `the heartbeats were never late (oldest ${maxAge}ms): the run proved nothing`);
+      for (const a of agents) assert.equal(a.child.exitCode, null, `agent ${a.id} stood down during the run: ${a.stderr}`);
+
+      // The zero is not for want of looking: kill one agent and its resources do read as dead.
+      const victim = agents[0]!;
+      const owned = [];
+      for (const r of resources) if ((await fleet.owner(r)).agent === victim.id) owned.push(r);
+      assert.ok(owned.length > 0);
+      victim.kill('SIGKILL');
+      await victim.exited;
+      await sleep(config.staleAfterMs + 100);
+      await assert.rejects(cache.owner(owned[0]!), (e: unknown) => e instanceof OwnerDeadError && e.owner === victim.id);
+    });
+  });
+}

@@ -1,0 +1,216 @@
+/**
+ * The fleet registry on real stores, with agents as real processes (`leasehold agent`):
+ * placement only on live agents, ownership lookups that tell "dead owner" from "no owner", and
+ * generations that fence the old owner's writes.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { makeTestStore, selectedStores, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
+import { Fleet } from '../../src/fleet/fleet.js';
+import { Agent, resolveAgentTiming } from '../../src/fleet/agent.js';
+import { openFleet } from '../../src/fleet/open.js';
+import { Leasehold } from '../../src/core/leasehold.js';
+import { AlreadyOwnedError, ConfigError, FencedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../../src/core/errors.js';
+import { fencedTransaction } from '../../src/backends/postgres/fence.js';
+import { fencedWriteSync } from '../../src/backends/sqlite/fence.js';
+import { SqliteStore } from '../../src/backends/sqlite/store.js';
+import { PostgresStore } from '../../src/backends/postgres/store.js';
+import { cli, reapAgents, startCliAgent, type AgentProcess } from './helpers.js';
+
+const HEARTBEAT = '150ms';
+const STALE = '600ms';
+const STALE_MS = 600;
+
+void describe('agent timing', () => {
+  void it('refuses a stale-after below twice the heartbeat, and takes exactly twice', () => {
+    assert.throws(() => resolveAgentTiming({ heartbeat: '10s', staleAfter: '19s' }), ConfigError);
+    assert.deepEqual(resolveAgentTiming({ heartbeat: '10s', staleAfter: '20s' }), { heartbeatMs: 10_000, staleAfterMs: 20_000 });
+    assert.deepEqual(resolveAgentTiming({}), { heartbeatMs: 10_000, staleAfterMs: 30_000 });
+  });
+});
+
+for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sqlite')) {
+  void describe(`fleet registry on ${kind}`, () => {
+    let ts: TestStore;
+    let fleet: Fleet;
+    const agents: AgentProcess[] = [];
+    const start = async (id: string, labels?: string): Promise<AgentProcess> => {
+      const a = startCliAgent(ts.url, id, ['--heartbeat', HEARTBEAT, '--stale-after', STALE, ...(labels === undefined ? [] : ['--labels', labels])]);
+      agents.push(a);
+      await a.live();
+      return a;
+    };
+
+    before(async () => {
+      ts = await makeTestStore(kind);
+      fleet = await openFleet(ts.store);
+    });
+    after(async () => {
+      await reapAgents();
+      await ts.cleanup();
+    });
+
+    void it('three agents, a placement, a killed agent: each lookup says what is true', async () => {
+      const [a1, a2] = await Promise.all([start('a1', 'zone=eu'), start('a2', 'zone=eu'), start('a3', 'zone=us')]);
+      const listed = await fleet.agents();
+      assert.deepEqual(listed.map((a) => [a.id, a.live]), [['a1', true], ['a2', true], ['a3', true]]);
+
+      const p = await fleet.place('job-1', { labels: { zone: 'eu' } });
+      assert.ok(p.agent === 'a1' || p.agent === 'a2', `placed on ${p.agent}, which lacks zone=eu`);
+      const o = await fleet.owner('job-1');
+      assert.equal(o.agent, p.agent);
+      assert.equal(o.generation, p.generation);
+      assert.ok(o.heartbeatAgeMs < STALE_MS);
+
+      await assert.rejects(fleet.place('job-1'), (e: unknown) => e instanceof AlreadyOwnedError && e.owner === p.agent);
+      await assert.rejects(fleet.owner('job-never'), NoOwnerError);
+
+      // kill -9 the owner: no deregistration, its heartbeats just stop.
+      const owner = p.agent === 'a1' ? a1! : a2!;
+      owner.kill('SIGKILL');
+      await owner.exited;
+      await sleep(STALE_MS + 200);
+      const dead = await fleet.owner('job-1').then(
+        () => assert.fail('a killed owner was reported live after stale-after'),
+        (e: unknown) => e,
+      );
+      assert.ok(dead instanceof OwnerDeadError, `expected OwnerDeadError, got ${String(dead)}`);
+      assert.equal(dead.owner, p.agent);
+      assert.equal(dead.deregistered, false);
+      assert.ok(dead.staleForMs !== null && dead.staleForMs > 0, `staleForMs ${dead.staleForMs}`);
+      // Asking again changes nothing: still dead, never "no owner", never a new placement.
+      await assert.rejects(fleet.owner('job-1'), OwnerDeadError);
+      const cliOwner = await cli(['fleet', 'owner', 'job-1', '--store', ts.url]);
+      assert.equal(cliOwner.code, 5, cliOwner.stderr);
+      assert.equal(cliOwner.stdout.trim(), `${p.agent} generation ${p.generation} dead`);
+
+      // Placement skips the dead agent every time.
+      const survivor = p.agent === 'a1' ? 'a2' : 'a1';
+      for (let i = 0; i < 5; i++) assert.equal((await fleet.place(`eu-${i}`, { labels: { zone: 'eu' } })).agent, survivor);
+
+      // Reassign: refused from the wrong owner, then moved with a larger generation.
+      await assert.rejects(fleet.reassign('job-1', { from: survivor }), (e: unknown) => e instanceof OwnerChangedError && e.owner === p.agent);
+      await assert.rejects(fleet.reassign('job-1', { from: p.agent, to: p.agent }), ConfigError);
+      await assert.rejects(fleet.reassign('job-1', { from: p.agent, to: 'never-started' }), NoLiveAgentError);
+      assert.equal((await fleet.owner('job-1').catch((e: unknown) => e as OwnerDeadError)).generation, p.generation, 'a refused reassign changed nothing');
+      const moved = await fleet.reassign('job-1', { from: p.agent });
+      assert.equal(moved.agent, survivor);
+      assert.ok(moved.generation > p.generation);
+      assert.equal((await fleet.owner('job-1')).agent, survivor);
+    });
+
+    void it('drain keeps an agent alive and owning but out of placement; SIGTERM deregisters it', async () => {
+      const d = await start('d1', 'pool=drain');
+      const first = await fleet.place('d-job', { labels: { pool: 'drain' } });
+      assert.equal(first.agent, 'd1');
+      await fleet.drain('d1');
+      await assert.rejects(fleet.place('d-job-2', { labels: { pool: 'drain' } }), NoLiveAgentError);
+      assert.equal((await fleet.owner('d-job')).agent, 'd1', 'a draining agent still owns what it owned');
+      await fleet.undrain('d1');
+      assert.equal((await fleet.place('d-job-2', { labels: { pool: 'drain' } })).agent, 'd1');
+      await assert.rejects(fleet.drain('nobody'), ConfigError);
+
+      // `fleet owner` gives the same answer however often it is asked while nothing changes.
+      const answers = [];
+      for (let i = 0; i < 3; i++) {
+        const r = await cli(['fleet', 'owner', 'd-job', '--store', ts.url]);
+        answers.push([r.code, r.stdout]);
+      }
+      assert.deepEqual(answers, Array(3).fill([0, `d1 generation ${first.generation} live\n`]));
+
+      d.kill('SIGTERM');
+      assert.deepEqual(await d.exited, { code: 0, signal: null });
+      // Deregistered: dead at once, without waiting for stale-after, and said so.
+      const e = await fleet.owner('d-job').catch((x: unknown) => x);
+      assert.ok(e instanceof OwnerDeadError && e.deregistered, String(e));
+      assert.equal((await fleet.agents()).find((a) => a.id === 'd1')?.deregistered, true);
+    });
+
+    void it('places on the agent owning fewest, and spreads ties', async () => {
+      await Promise.all([start('b1', 'pool=b'), start('b2', 'pool=b'), start('b3', 'pool=b')]);
+      for (let i = 0; i < 9; i++) await fleet.place(`b-${i}`, { labels: { pool: 'b' } });
+      const owned = (await fleet.agents()).filter((a) => a.id.startsWith('b')).map((a) => a.owned);
+      assert.deepEqual(owned, [3, 3, 3]);
+    });
+
+    void it('concurrent placements of one resource: exactly one wins, the rest name it', async () => {
+      await start('c1', 'pool=c');
+      await start('c2', 'pool=c');
+      const rs = await Promise.allSettled(Array.from({ length: 8 }, () => fleet.place('contended', { labels: { pool: 'c' } })));
+      const won = rs.filter((r) => r.status === 'fulfilled');
+      assert.equal(won.length, 1);
+      const winner = (won[0] as PromiseFulfilledResult<{ agent: string }>).value.agent;
+      for (const r of rs) if (r.status === 'rejected') assert.ok(r.reason instanceof AlreadyOwnedError && r.reason.owner === winner, String(r.reason));
+    });
+
+    void it('generations only go up, across reassign, removal and placing again', async () => {
+      await start('g1', 'pool=g');
+      await start('g2', 'pool=g');
+      const seen: bigint[] = [];
+      let p = await fleet.place('gen', { labels: { pool: 'g' } });
+      seen.push(p.generation);
+      p = await fleet.reassign('gen', { from: p.agent });
+      seen.push(p.generation);
+      await assert.rejects(fleet.remove('gen', { from: 'nobody' }), OwnerChangedError);
+      await fleet.remove('gen', { from: p.agent });
+      await assert.rejects(fleet.owner('gen'), NoOwnerError);
+      p = await fleet.place('gen', { labels: { pool: 'g' } });
+      seen.push(p.generation);
+      for (let i = 1; i < seen.length; i++) assert.ok(seen[i]! > seen[i - 1]!, `generations ${seen.join(', ')}`);
+    });
+
+    void it('a write fenced with the old generation after a reassign is refused', async () => {
+      await start('f1', 'pool=f');
+      await start('f2', 'pool=f');
+      const old = await fleet.place('fenced', { labels: { pool: 'f' } });
+      const resource = `fleet:fenced:${Math.random()}`;
+      const write = async (generation: bigint): Promise<void> => {
+        if (ts.store instanceof PostgresStore) {
+          const pool = new pg.Pool({ connectionString: TEST_PG_URL, max: 1 });
+          try {
+            await fencedTransaction(pool, { resource, token: generation, table: `${ts.store.schema}.fences` }, async (tx) => {
+              await tx.query('SELECT 1');
+            });
+          } finally {
+            await pool.end();
+          }
+        } else {
+          assert.ok(ts.store instanceof SqliteStore);
+          fencedWriteSync(ts.store.database, { resource, token: generation }, () => undefined);
+        }
+      };
+      await write(old.generation);
+      const moved = await fleet.reassign('fenced', { from: old.agent });
+      await write(moved.generation);
+      await assert.rejects(write(old.generation), (e: unknown) => e instanceof FencedError && e.highWater === moved.generation);
+    });
+
+    void it('an agent whose liveness lease is revoked stands down, and its resources read as dead', async () => {
+      const store = await ts.open();
+      const leasehold = new Leasehold({ store });
+      const own = await openFleet(store);
+      const agent = await Agent.start(leasehold, own, { id: 'rv1', labels: { pool: 'rv' }, heartbeat: 100, staleAfter: 400 });
+      try {
+        await fleet.place('rv-job', { labels: { pool: 'rv' } });
+        const lost = new Promise((resolve) => agent.once('lost', resolve));
+        await ts.store.revoke('agent/rv1', 'test: a fork of this agent was found');
+        const e = await lost;
+        assert.ok(agent.signal.aborted, `lost ${String(e)} but the signal did not abort`);
+        await assert.rejects(fleet.owner('rv-job'), OwnerDeadError);
+        await assert.rejects(fleet.place('rv-2', { labels: { pool: 'rv' } }), NoLiveAgentError);
+      } finally {
+        await agent.stop();
+        await leasehold.close();
+      }
+    });
+
+    void it('a second process with a live agent id is refused (no-wait), not registered over the first', async () => {
+      await start('dup', 'pool=dup');
+      const second = await cli(['agent', '--id', 'dup', '--no-wait', '--labels', 'pool=other', '--store', ts.url]);
+      assert.equal(second.code, 75, second.stderr);
+      assert.deepEqual((await fleet.agents()).find((a) => a.id === 'dup')?.labels, { pool: 'dup' });
+    });
+  });
+}
