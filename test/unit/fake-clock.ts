@@ -13,9 +13,12 @@ interface FakeTimer extends ClockTimer {
  */
 export class FakeClock implements Clock {
   private mono = 1_000;
-  private wall = Date.UTC(2026, 0, 1);
+  // Wall and world time are the monotonic clock plus an offset that only suspensions and steps
+  // change. Summing fractional timer delays onto an epoch-sized number instead lost precision
+  // (2700 came out as 2700.0002), which made exact comparisons flaky.
+  private wallOffset = Date.UTC(2026, 0, 1) - 1_000;
   /** Time as the rest of the world sees it (a store's clock runs on it): suspensions count. */
-  private outside = Date.UTC(2026, 0, 1);
+  private outsideOffset = Date.UTC(2026, 0, 1) - 1_000;
   private seq = 0;
   private readonly timers = new Set<FakeTimer>();
 
@@ -24,7 +27,7 @@ export class FakeClock implements Clock {
   }
 
   wallNow(): number {
-    return this.wall;
+    return this.mono + this.wallOffset;
   }
 
   setTimeout(fn: () => void, ms: number): ClockTimer {
@@ -51,14 +54,10 @@ export class FakeClock implements Clock {
       for (const t of this.timers) if (t.at <= target && (next === undefined || t.at < next.at || (t.at === next.at && t.seq < next.seq))) next = t;
       if (next === undefined) break;
       this.timers.delete(next);
-      this.wall += next.at - this.mono;
-      this.outside += next.at - this.mono;
       this.mono = next.at;
       next.fn();
       await settle();
     }
-    this.wall += target - this.mono;
-    this.outside += target - this.mono;
     this.mono = target;
     await settle();
   }
@@ -76,18 +75,18 @@ export class FakeClock implements Clock {
    * did not count it, and no timer ran in between.
    */
   suspend(ms: number): void {
-    this.wall += ms;
-    this.outside += ms;
+    this.wallOffset += ms;
+    this.outsideOffset += ms;
   }
 
   /** Like suspend(), but the guest's wall clock was not re-synced on waking (only the world moved). */
   suspendUnsynced(ms: number): void {
-    this.outside += ms;
+    this.outsideOffset += ms;
   }
 
   /** The world's time: what a store's clock reads. */
   outsideNow(): number {
-    return this.outside;
+    return this.mono + this.outsideOffset;
   }
 
   /**
@@ -96,13 +95,11 @@ export class FakeClock implements Clock {
    */
   block(ms: number): void {
     this.mono += ms;
-    this.wall += ms;
-    this.outside += ms;
   }
 
   /** The wall clock alone steps (an NTP correction, or a re-sync after a restore). */
   stepWall(ms: number): void {
-    this.wall += ms;
+    this.wallOffset += ms;
   }
 }
 

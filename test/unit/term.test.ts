@@ -84,7 +84,7 @@ void test('renewals that keep failing end the term at the local deadline, before
     assert.equal(w.clock.monoNow() - acquiredAt, TTL - MARGIN);
     // The store still holds the term for the margin: nobody else can have it yet.
     const row = w.store.row('job')!;
-    assert.ok(row.expiresAt! - w.clock.outsideNow() >= MARGIN);
+    assert.ok(row.expiresAt! - w.clock.outsideNow() >= MARGIN, `store expiry ${row.expiresAt} is within the margin of now ${w.clock.outsideNow()} (acquired at ${acquiredAt}, token ${row.token})`);
     assert.deepEqual(suspected, [], 'a term in jeopardy that reaches its deadline is not a suspension');
   } finally {
     await w.close();
