@@ -13,7 +13,8 @@
 // the installing Node's ABI, so on 22 and 24 the SQLite store runs on node:sqlite (the default
 // there); forcing better-sqlite3 on them is the one-line error that test/stores/sqlite-driver
 // checks. The subset, per version:
-//   1. conformance, engine, CLI and store tests on every store (PostgreSQL, SQLite, Redis, etcd);
+//   1. conformance, engine, CLI, store, fleet and scheduler tests on every store (PostgreSQL,
+//      SQLite, Redis, etcd): on 22 and 24 the fleet and the slot ledger run on node:sqlite;
 //   2. the chaos short profile on PostgreSQL and SQLite, with its negative control.
 // Left to the machine's Node: test/serial (an npm install that builds better-sqlite3, and
 // server restarts) and test/stores/etcd.test.ts (it restarts etcd, which would cut the etcd
@@ -83,8 +84,8 @@ const runs =
     ? [{ what: 'chosen files', files: fileArgs, stores: process.env.LEASEHOLD_TEST_STORES }]
     : [
         {
-          what: 'conformance, engine, CLI, stores',
-          files: under('conformance', 'engine', 'cli', 'stores').filter((f) => !f.endsWith(join('stores', 'etcd.test.js'))),
+          what: 'conformance, engine, CLI, stores, fleet, scheduler',
+          files: under('conformance', 'engine', 'cli', 'stores', 'fleet', 'scheduler').filter((f) => !f.endsWith(join('stores', 'etcd.test.js'))),
           stores: undefined,
         },
         { what: 'chaos short profile', files: under('chaos'), stores: 'postgres,sqlite' },
