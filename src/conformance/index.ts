@@ -9,10 +9,12 @@
  *     return { store, open: () => MyStore.open(...same prefix...), cleanup: () => store.close() };
  *   });
  *
- * and run it with `node --test`. The claim cases are checked against `decideClaim`, the one
+ * and run it with `node --test`. A fleet port of your own (src/fleet/port.ts) has its suite too:
+ * `runFleetConformance(label, factory)`, whose factory also returns the fleet over that store. The claim cases are checked against `decideClaim`, the one
  * written claim rule; `MemoryStore` is the reference store that follows it.
  */
 export { runConformance, countingStore, type ConformanceFactory, type ConformanceOptions, type ConformanceTarget } from './suite.js';
+export { runFleetConformance, type FleetConformanceFactory, type FleetConformanceOptions, type FleetConformanceTarget } from './fleet.js';
 export { ROW_STATES, REQUESTS, compare, expected, expectedListing, US, THEM, type Prepared, type RowStateCase, type RequestCase } from './claim-table.js';
 export {
   decideClaim,

@@ -8,6 +8,7 @@ import { Scheduler } from './scheduler.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
 import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore } from './port.js';
+import { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX } from '../fleet/port.js';
 
 export type SuspicionDetector = 'wall-clock-jump' | 'store-clock-advance' | 'deadline-passed' | 'manual';
 
@@ -123,10 +124,17 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
 
   /**
    * A handle on one named lease. Nothing happens until `acquire()`.
-   * @throws {ConfigError} bad name or timing.
+   * @throws {ConfigError} bad name or timing, or a name under `agent/` (reserved for fleet agents).
    */
   lease(name: string, options: LeaseOptions = {}): Lease {
     if (this.closed) throw new ClosedError('this Leasehold is closed; create a new one to take leases again');
+    if (typeof name === 'string' && name.startsWith(AGENT_LEASE_PREFIX) && !AGENT_LEASE_OPTIONS.has(options)) {
+      // Holding agent/<id> is what makes fleet agent <id> alive (src/fleet): only an Agent may.
+      throw new ConfigError(
+        `lease name ${JSON.stringify(name)} is reserved: leases under "${AGENT_LEASE_PREFIX}" are fleet agents' liveness, and holding one would make ` +
+          `agent "${name.slice(AGENT_LEASE_PREFIX.length)}" look alive. Run an agent with \`leasehold agent --id ID\` (or Agent.start), or pick another name`,
+      );
+    }
     const lease = new Lease(this, name, options);
     this.leases.add(lease);
     return lease;

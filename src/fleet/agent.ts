@@ -6,7 +6,7 @@ import type { Leasehold } from '../core/leasehold.js';
 import type { LoggerLike } from '../core/logger.js';
 import type { Fleet } from './fleet.js';
 import { validateAgentId, validateLabels } from './labels.js';
-import { AGENT_LEASE_PREFIX, type Labels } from './port.js';
+import { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX, type Labels } from './port.js';
 
 export const DEFAULT_HEARTBEAT_MS = 10_000;
 export const DEFAULT_STALE_AFTER_MS = 30_000;
@@ -106,7 +106,9 @@ export class Agent extends EventEmitter<AgentEvents> {
     const wait = options.wait === false ? false : parseDuration(options.wait ?? staleAfterMs + heartbeatMs, 'wait');
     // The lease's own local deadline (margin) keeps this process from believing it is alive
     // past what the store would say.
-    const lease = leasehold.lease(`${AGENT_LEASE_PREFIX}${id}`, { ttl: staleAfterMs, renewInterval: heartbeatMs });
+    const leaseOptions = { ttl: staleAfterMs, renewInterval: heartbeatMs };
+    AGENT_LEASE_OPTIONS.add(leaseOptions);
+    const lease = leasehold.lease(`${AGENT_LEASE_PREFIX}${id}`, leaseOptions);
     let term: Term;
     try {
       term = await lease.acquire({ wait, signal: options.signal });

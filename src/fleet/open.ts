@@ -4,7 +4,7 @@ import type { LeaseStore } from '../backends/store.js';
 import { Fleet } from './fleet.js';
 
 /**
- * Opens the fleet registry living beside the leases of `store` (PostgreSQL or SQLite): the
+ * Opens the fleet registry living beside the leases of `store` (PostgreSQL, SQLite or Redis): the
  * agents' liveness is their leases in that same store, so the two must be one database.
  * @throws {ConfigError} for another kind of store.
  */
@@ -22,6 +22,12 @@ export async function openFleet(store: LeaseStore): Promise<Fleet> {
       if (!(store instanceof SqliteStore)) break;
       return new Fleet(new SqliteFleet(store));
     }
+    case 'redis': {
+      const { RedisStore } = await import('../backends/redis/store.js');
+      const { RedisFleet } = await import('../backends/redis/fleet.js');
+      if (!(store instanceof RedisStore)) break;
+      return new Fleet(new RedisFleet(store));
+    }
   }
-  throw new ConfigError(`the fleet registry runs on PostgreSQL and SQLite; ${redactUrl(store.description)} is a ${store.kind} store`);
+  throw new ConfigError(`the fleet registry runs on PostgreSQL, SQLite and Redis; ${redactUrl(store.description)} is a ${store.kind} store`);
 }

@@ -12,6 +12,13 @@ import type { CallOptions } from '../core/port.js';
 /** The prefix of an agent's liveness lease: the agent `a1` holds the lease `agent/a1`. */
 export const AGENT_LEASE_PREFIX = 'agent/';
 
+/**
+ * The options objects the fleet's Agent passes to `leasehold.lease()` for its liveness lease.
+ * Any other `agent/...` lease is refused (core/leasehold.ts): a `leasehold run --name agent/x`
+ * would otherwise make agent x look alive without an agent behind it.
+ */
+export const AGENT_LEASE_OPTIONS = new WeakSet<object>();
+
 export type Labels = Readonly<Record<string, string>>;
 
 /** One agent as the store sees it, now. Times are the store's, in epoch milliseconds. */

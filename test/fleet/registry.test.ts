@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { makeTestStore, selectedStores, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { Fleet } from '../../src/fleet/fleet.js';
 import { Agent, resolveAgentTiming } from '../../src/fleet/agent.js';
 import { openFleet } from '../../src/fleet/open.js';
@@ -15,6 +15,8 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import { AlreadyOwnedError, ConfigError, FencedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../../src/core/errors.js';
 import { fencedTransaction } from '../../src/backends/postgres/fence.js';
 import { fencedWriteSync } from '../../src/backends/sqlite/fence.js';
+import { fencedSet } from '../../src/backends/redis/fence.js';
+import { RedisStore } from '../../src/backends/redis/store.js';
 import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import { cli, reapAgents, startCliAgent, type AgentProcess } from './helpers.js';
@@ -31,7 +33,10 @@ void describe('agent timing', () => {
   });
 });
 
-for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sqlite')) {
+/** The stores openFleet supports: every test below runs on each, with real agent processes. */
+const FLEET_STORES: readonly StoreKind[] = ['postgres', 'sqlite', 'redis'];
+
+for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
   void describe(`fleet registry on ${kind}`, () => {
     let ts: TestStore;
     let fleet: Fleet;
@@ -176,6 +181,9 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sql
           } finally {
             await pool.end();
           }
+        } else if (ts.store instanceof RedisStore) {
+          const tag = `{${ts.store.prefix}}`; // under the test's prefix, so cleanup deletes them
+          await fencedSet(ts.store, { resource, token: generation, key: `${tag}:data`, markKey: `${tag}:mark`, value: String(generation) });
         } else {
           assert.ok(ts.store instanceof SqliteStore);
           fencedWriteSync(ts.store.database, { resource, token: generation }, () => undefined);

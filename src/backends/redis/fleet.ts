@@ -1,0 +1,357 @@
+import { createHash, randomInt } from 'node:crypto';
+import { SchemaError } from '../../core/errors.js';
+import type { CallOptions } from '../../core/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { keysFor } from './keys.js';
+import type { LuaScript } from './scripts.js';
+import type { RedisStore } from './store.js';
+
+/*
+ * The fleet registry in Redis, beside the Redis lease store's keys (same `{prefix}` hash tag):
+ *
+ *   {p}:fleet:agents           set of agent ids ever registered
+ *   {p}:fleet:agent:<id>       hash: labels (JSON), started, draining (0/1), dereg (ms, absent
+ *                              while registered), owned (resources owned, kept in step by every
+ *                              script that changes ownership)
+ *   {p}:fleet:own:<resource>   hash: agent, gen, labels (what the placement asked for), placed
+ *   {p}:fleet:gen              the last generation issued, for every resource
+ *   {p}:lease:agent/<id>       the agent's liveness: the lease store's own hash (holder, exp, renewed)
+ *
+ * One Lua script per call, so each call is atomic, and every script reads `TIME`: liveness is
+ * `holder` present and `exp` > Redis now, exactly the lease store's test. Placement must look
+ * at every agent, so the agent and lease hashes are addressed inside the scripts from the
+ * prefixes passed in ARGV rather than declared in KEYS; they carry the store's hash tag, so a
+ * script still touches one slot.
+ *
+ * Generations: max(last + 1, TIME in microseconds, token floor + 1), as the lease store issues
+ * tokens (see README.md, "Fencing tokens"): a Redis that restarted empty, or a promoted replica
+ * that missed the last writes, still issues a generation larger than any issued before, under
+ * the same clock assumption; `leasehold migrate --min-token` raises generations too.
+ */
+
+function lua(name: string, source: string): LuaScript {
+  return { name: `fleet-${name}`, source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+const PRELUDE = `
+local function fmt(x) return string.format('%.0f', x) end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local AP, LP = ARGV[1], ARGV[2]
+-- An agent as the store sees it now; nil when never registered.
+local function agent(id)
+  local a = redis.call('HMGET', AP .. id, 'labels', 'started', 'draining', 'dereg', 'owned')
+  if not a[1] then return nil end
+  local l = redis.call('HMGET', LP .. id, 'holder', 'exp', 'renewed')
+  local exp = (l[2] and tonumber(l[2])) or nil
+  return { id = id, labels = a[1], started = a[2] or '0', draining = a[3] == '1', dereg = a[4],
+           owned = tonumber(a[5] or '0') or 0, holder = l[1], exp = l[2], renewed = l[3],
+           live = (not a[4]) and (l[1] and true or false) and exp ~= nil and exp > now }
+end
+`;
+
+const PICK = `
+local function contains(have, want)
+  for k, v in pairs(want) do
+    if have[k] ~= v then return false end
+  end
+  return true
+end
+-- Live, non-draining agents carrying \`want\` (or exactly \`only\`), never \`except\`: the fewest
+-- owned, and among those the one at index rand mod count (rand comes from the caller, so the
+-- script itself stays deterministic).
+local function pick(want, only, except, rand)
+  local best, tied = nil, {}
+  for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+    if id ~= except and (only == '' or id == only) then
+      local a = agent(id)
+      if a and a.live and not a.draining and (only ~= '' or contains(cjson.decode(a.labels), want)) then
+        if best == nil or a.owned < best then best, tied = a.owned, { id }
+        elseif a.owned == best then tied[#tied + 1] = id end
+      end
+    end
+  end
+  if #tied == 0 then return nil end
+  table.sort(tied)
+  return tied[(tonumber(rand) % #tied) + 1]
+end
+local function next_generation()
+  local g = (tonumber(redis.call('GET', KEYS[3]) or '0') or 0) + 1
+  local floor = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+  if now_us > g then g = now_us end
+  if floor + 1 > g then g = floor + 1 end
+  if g >= 9007199254740992 then
+    return nil
+  end
+  redis.call('SET', KEYS[3], fmt(g))
+  return fmt(g)
+end
+`;
+
+const GEN_ERROR = "return redis.error_reply('ERR leasehold: the next fleet generation would pass 2^53')";
+
+/** KEYS: [1] agents set, [2] the agent's hash. ARGV: AP, LP, id, labels JSON. */
+const REGISTER = lua(
+  'register',
+  `${PRELUDE}
+redis.call('HSET', KEYS[2], 'labels', ARGV[4], 'started', fmt(now))
+redis.call('HDEL', KEYS[2], 'dereg')
+redis.call('HSETNX', KEYS[2], 'draining', '0')
+redis.call('HSETNX', KEYS[2], 'owned', '0')
+redis.call('SADD', KEYS[1], ARGV[3])
+return { '1' }
+`,
+);
+
+/** KEYS: [1] the agent's hash. Reply: ['1'] if registered. */
+const DEREGISTER = lua(
+  'deregister',
+  `${PRELUDE}
+if redis.call('EXISTS', KEYS[1]) == 0 then return { '0' } end
+redis.call('HSET', KEYS[1], 'dereg', fmt(now))
+return { '1' }
+`,
+);
+
+/** KEYS: [1] the agent's hash. ARGV: AP, LP, '1'/'0'. Reply: ['1'] if registered. */
+const SET_DRAINING = lua(
+  'set-draining',
+  `if redis.call('EXISTS', KEYS[1]) == 0 then return { '0' } end
+redis.call('HSET', KEYS[1], 'draining', ARGV[3])
+return { '1' }
+`,
+);
+
+const AGENT_FIELDS = 9;
+const AGENT_REPLY = `
+local function reply(out, a)
+  out[#out + 1] = a.id
+  out[#out + 1] = a.labels
+  out[#out + 1] = a.started
+  out[#out + 1] = a.draining and '1' or '0'
+  out[#out + 1] = a.dereg or ''
+  out[#out + 1] = fmt(a.owned)
+  out[#out + 1] = a.live and '1' or '0'
+  out[#out + 1] = (a.holder and a.renewed) or ''
+  out[#out + 1] = (a.holder and a.exp) or ''
+end
+`;
+
+/** KEYS: [1] agents set. ARGV: AP, LP. Reply: [now, then 9 per agent (see AGENT_REPLY)]. */
+const AGENTS = lua(
+  'agents',
+  `${PRELUDE}${AGENT_REPLY}
+local out = { fmt(now) }
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local a = agent(id)
+  if a then reply(out, a) end
+end
+return out
+`,
+);
+
+/** KEYS: [1] the ownership hash. ARGV: AP, LP. Reply: [now, agent, gen, placed, registered '1'/'0', then 9 as AGENT_REPLY] or [now]. */
+const OWNER = lua(
+  'owner',
+  `${PRELUDE}${AGENT_REPLY}
+local o = redis.call('HMGET', KEYS[1], 'agent', 'gen', 'placed')
+if not o[1] then return { fmt(now) } end
+local out = { fmt(now), o[1], o[2], o[3] }
+local a = agent(o[1])
+if a then
+  out[#out + 1] = '1'
+  reply(out, a)
+else
+  out[#out + 1] = '0'
+end
+return out
+`,
+);
+
+/**
+ * KEYS: [1] agents set, [2] the ownership hash, [3] generation counter, [4] token floor.
+ * ARGV: AP, LP, labels JSON, random integer. Reply: ['placed'|'owned', agent, gen] or ['no-agent'].
+ */
+const PLACE = lua(
+  'place',
+  `${PRELUDE}${PICK}
+local cur = redis.call('HMGET', KEYS[2], 'agent', 'gen')
+if cur[1] then return { 'owned', cur[1], cur[2] } end
+local id = pick(cjson.decode(ARGV[3]), '', '', ARGV[4])
+if not id then return { 'no-agent' } end
+local g = next_generation()
+if not g then ${GEN_ERROR} end
+redis.call('HSET', KEYS[2], 'agent', id, 'gen', g, 'labels', ARGV[3], 'placed', fmt(now))
+redis.call('HINCRBY', AP .. id, 'owned', 1)
+return { 'placed', id, g }
+`,
+);
+
+/**
+ * KEYS: as PLACE. ARGV: AP, LP, from, to ('' to pick), random integer.
+ * Reply: ['moved', agent, gen] | ['owner-changed', owner or ''] | ['no-agent'].
+ */
+const REASSIGN = lua(
+  'reassign',
+  `${PRELUDE}${PICK}
+local cur = redis.call('HMGET', KEYS[2], 'agent', 'labels')
+if cur[1] ~= ARGV[3] then return { 'owner-changed', cur[1] or '' } end
+local id = pick(cjson.decode(cur[2] or '{}'), ARGV[4], ARGV[3], ARGV[5])
+if not id then return { 'no-agent' } end
+local g = next_generation()
+if not g then ${GEN_ERROR} end
+redis.call('HSET', KEYS[2], 'agent', id, 'gen', g, 'placed', fmt(now))
+if redis.call('EXISTS', AP .. ARGV[3]) == 1 then redis.call('HINCRBY', AP .. ARGV[3], 'owned', -1) end
+redis.call('HINCRBY', AP .. id, 'owned', 1)
+return { 'moved', id, g }
+`,
+);
+
+/** KEYS: [1] the ownership hash. ARGV: AP, LP, from. Reply: ['1'] removed, ['0'] not owned by `from`. */
+const REMOVE = lua(
+  'remove',
+  `local AP = ARGV[1]
+if redis.call('HGET', KEYS[1], 'agent') ~= ARGV[3] then return { '0' } end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', AP .. ARGV[3]) == 1 then redis.call('HINCRBY', AP .. ARGV[3], 'owned', -1) end
+return { '1' }
+`,
+);
+
+function toStrings(reply: unknown): string[] {
+  if (!Array.isArray(reply)) throw new SchemaError(`a leasehold fleet script answered ${typeof reply}, not a list; reinstall leasehold`);
+  return reply.map((x: unknown) => (x === null || x === undefined || x === false ? '' : Buffer.isBuffer(x) ? x.toString() : String(x)));
+}
+
+const num = (s: string | undefined): number | null => (s === undefined || s === '' ? null : Number(s));
+
+interface ParsedAgent {
+  row: Omit<AgentRow, 'storeNowMs'>;
+  deregisteredAtMs: number | null;
+}
+
+function parseAgent(f: string[], at: number, now: number): ParsedAgent {
+  const renewed = num(f[at + 7]);
+  const exp = num(f[at + 8]);
+  const dereg = num(f[at + 4]);
+  return {
+    row: {
+      id: f[at]!,
+      labels: JSON.parse(f[at + 1]!) as Labels,
+      startedAtMs: Number(f[at + 2]),
+      draining: f[at + 3] === '1',
+      deregistered: dereg !== null,
+      live: f[at + 6] === '1',
+      owned: Number(f[at + 5]),
+      heartbeatAgeMs: renewed === null ? null : now - renewed,
+      expiresInMs: exp === null ? null : exp - now,
+    },
+    deregisteredAtMs: dereg,
+  };
+}
+
+/**
+ * The fleet registry in Redis, on the Redis lease store's connection: one Lua script per call,
+ * judged by Redis `TIME`. An agent is live while the lease store's hash of `agent/<id>` has a
+ * holder and an `exp` after Redis now, and it has not deregistered.
+ */
+export class RedisFleet implements FleetPort {
+  readonly kind = 'redis';
+  readonly description: string;
+  private readonly store: RedisStore;
+  private readonly tag: string;
+  private readonly agentsKey: string;
+  private readonly genKey: string;
+  private readonly floorKey: string;
+  /** ARGV[1], ARGV[2] of every script: where agent hashes and their liveness leases live. */
+  private readonly prefixes: [string, string];
+
+  constructor(store: RedisStore) {
+    this.store = store;
+    this.description = store.description;
+    const keys = keysFor(store.prefix);
+    this.tag = `{${store.prefix}}`;
+    this.agentsKey = `${this.tag}:fleet:agents`;
+    this.genKey = `${this.tag}:fleet:gen`;
+    this.floorKey = keys.floor;
+    this.prefixes = [`${this.tag}:fleet:agent:`, keys.lease(AGENT_LEASE_PREFIX)];
+  }
+
+  private agentKey(id: string): string {
+    return `${this.prefixes[0]}${id}`;
+  }
+
+  private ownKey(resource: string): string {
+    return `${this.tag}:fleet:own:${resource}`;
+  }
+
+  private async run(script: LuaScript, keys: string[], args: string[], options?: CallOptions): Promise<string[]> {
+    return toStrings(await this.store.scripts.run(script, keys, [...this.prefixes, ...args], options?.signal));
+  }
+
+  async registerAgent(id: string, labels: Labels, options?: CallOptions): Promise<void> {
+    await this.run(REGISTER, [this.agentsKey, this.agentKey(id)], [id, JSON.stringify(labels)], options);
+  }
+
+  async deregisterAgent(id: string, options?: CallOptions): Promise<void> {
+    await this.run(DEREGISTER, [this.agentKey(id)], [], options);
+  }
+
+  async setDraining(id: string, draining: boolean, options?: CallOptions): Promise<boolean> {
+    const [ok] = await this.run(SET_DRAINING, [this.agentKey(id)], [draining ? '1' : '0'], options);
+    return ok === '1';
+  }
+
+  async agents(options?: CallOptions): Promise<AgentRow[]> {
+    const f = await this.run(AGENTS, [this.agentsKey], [], options);
+    const now = Number(f[0]);
+    const rows: AgentRow[] = [];
+    for (let at = 1; at + AGENT_FIELDS <= f.length; at += AGENT_FIELDS) rows.push({ ...parseAgent(f, at, now).row, storeNowMs: now });
+    return rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+
+  async owner(resource: string, options?: CallOptions): Promise<OwnerRow | undefined> {
+    const f = await this.run(OWNER, [this.ownKey(resource)], [], options);
+    const now = Number(f[0]);
+    if (f.length === 1) return undefined;
+    const a = f[4] === '1' ? parseAgent(f, 5, now) : undefined;
+    return {
+      resource,
+      agent: f[1]!,
+      generation: BigInt(f[2]!),
+      placedAtMs: Number(f[3]),
+      live: a?.row.live ?? false,
+      deregistered: a?.row.deregistered ?? false,
+      deregisteredAtMs: a?.deregisteredAtMs ?? null,
+      heartbeatAgeMs: a?.row.heartbeatAgeMs ?? null,
+      expiresInMs: a?.row.expiresInMs ?? null,
+      storeNowMs: now,
+    };
+  }
+
+  async place(resource: string, labels: Labels, options?: CallOptions): Promise<PlaceResult> {
+    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey];
+    const [outcome, agent, gen] = await this.run(PLACE, keys, [JSON.stringify(labels), String(randomInt(2 ** 47))], options);
+    if (outcome === 'no-agent') return { outcome };
+    return { outcome: outcome === 'owned' ? 'owned' : 'placed', agent: agent!, generation: BigInt(gen!) };
+  }
+
+  async reassign(resource: string, from: string, to: string | null, options?: CallOptions): Promise<ReassignResult> {
+    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey];
+    const [outcome, agent, gen] = await this.run(REASSIGN, keys, [from, to ?? '', String(randomInt(2 ** 47))], options);
+    if (outcome === 'moved') return { outcome, agent: agent!, generation: BigInt(gen!) };
+    if (outcome === 'owner-changed') return { outcome, owner: agent === '' || agent === undefined ? null : agent };
+    return { outcome: 'no-agent' };
+  }
+
+  async remove(resource: string, from: string, options?: CallOptions): Promise<boolean> {
+    const [ok] = await this.run(REMOVE, [this.ownKey(resource)], [from], options);
+    return ok === '1';
+  }
+
+  /** The connection is the lease store's: closing the fleet leaves it to the store's owner. */
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}
