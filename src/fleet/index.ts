@@ -24,5 +24,6 @@ export { parseLabels, validateLabels } from './labels.js';
 export { AGENT_LEASE_PREFIX, type FleetPort, type AgentRow, type OwnerRow, type Labels, type PlaceResult, type ReassignResult } from './port.js';
 export { PostgresFleet } from '../backends/postgres/fleet.js';
 export { SqliteFleet } from '../backends/sqlite/fleet.js';
+export { RedisFleet } from '../backends/redis/fleet.js';
 export { AlreadyOwnedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../core/errors.js';
 export type { CallOptions } from '../core/port.js';
