@@ -1,7 +1,8 @@
 import { ConfigError } from '../../core/errors.js';
+import { timelineTokensMigration } from './timeline-tokens.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 export function validateSchemaName(schema: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
@@ -25,7 +26,7 @@ export function channelFor(schema: string): string {
 export function migrations(schema: string): string[] {
   const s = `"${validateSchemaName(schema)}"`;
   const channel = channelFor(schema);
-  return [
+  const all = [
     `
 CREATE TABLE ${s}.leases (
   name            text PRIMARY KEY,
@@ -162,4 +163,7 @@ CREATE TRIGGER leases_freed AFTER UPDATE OF holder ON ${s}.leases
 ALTER TABLE ${s}.leases ADD COLUMN fence_token bigint, ADD COLUMN fence_nonce text;
 `,
   ];
+  // Tokens above every earlier timeline's after a promotion: ./timeline-tokens.ts.
+  all.push(timelineTokensMigration(s, all[0]!));
+  return all;
 }
