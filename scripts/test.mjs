@@ -51,7 +51,7 @@ if (needsServices && stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_
 
 // Files that restart shared servers or load the machine (chaos, store restarts) run last, alone.
 // test/stores/etcd.test.js restarts the shared etcd (its restart test), so it runs alone too.
-const isSerial = (f) => /[/\\](chaos|serial)[/\\]/.test(f) || /[/\\]stores[/\\]etcd\.test\.js$/.test(f);
+const isSerial = (f) => /[/\\](chaos|serial|topologies)[/\\]/.test(f) || /[/\\]stores[/\\]etcd\.test\.js$/.test(f);
 const phases = [
   { files: all.filter((f) => !isSerial(f)), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '2' },
   { files: all.filter(isSerial), concurrency: '1' },

@@ -38,10 +38,12 @@ import { constants as osConstants, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { DEFAULT_TTL_MS, resolveTiming, validateLeaseName, type Timing } from '../core/config.js';
-import { AbortedError, LeaseLostError, LeaseholdError, NotAcquiredError, errorMessage } from '../core/errors.js';
+import { AbortedError, LeaseLostError, LeaseholdError, NotAcquiredError, StoreUnavailableError, errorMessage } from '../core/errors.js';
+import { realClock, sleepOn } from '../core/clock.js';
 import { Leasehold } from '../core/leasehold.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { LoggerLike } from '../core/logger.js';
+import type { LeaseAdmin } from '../backends/store.js';
 import { redactUrl } from '../backends/url.js';
 import {
   CliError,
@@ -88,9 +90,9 @@ if it cannot be executed, exit 126, and no lease is taken.`,
       env: 'LEASEHOLD_WAIT',
       or: 'no-wait',
       default: 'forever',
-      help: 'give up (exit 75) if not leader within D; the variable also takes "forever" or "no"',
+      help: 'give up (exit 75) if not leader within D; an unreachable store is retried meanwhile (exit 3 if it still is when D ends); the variable also takes "forever" or "no"',
     },
-    'no-wait': { type: 'boolean', help: 'one attempt: exit 75 at once if another process holds the lease' },
+    'no-wait': { type: 'boolean', help: 'one attempt: exit 75 at once if another process holds the lease, 3 if the store is unreachable' },
     grace: {
       type: 'string',
       value: 'D',
@@ -157,7 +159,7 @@ if it cannot be executed, exit 126, and no lease is taken.`,
       type: 'boolean',
       help:
         'every line the runner writes on stderr is one JSON object: {ts, level, event, name, token (a string), holder, ..., msg}. ' +
-        'Events: waiting, acquired, recovered (a renewal landed after a failure), lost (reason, signal, pgid), grace-over, ' +
+        'Events: store-unavailable (waitedMs; every 5s while the store cannot be reached), store-reachable, waiting, acquired, recovered (a renewal landed after a failure), lost (reason, signal, pgid), grace-over, ' +
         'signal-forwarded, serving (metrics, health URLs), command-exited (code), command-killed (signal), released (handedOver), not-acquired (exit), stopped, ' +
         'exit; library warnings are event "log", fatal errors event "error" (exit). Same as --log-format json',
     },
@@ -514,8 +516,16 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
     const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
     let closeProbes: (() => Promise<void>) | undefined;
     try {
-      // Fail fast (exit 3) on an unreachable store or a missing schema instead of retrying for ever.
-      await requireCurrentSchema(store);
+      // A missing or stale schema is exit 3 at once: waiting will not fix it. An unreachable
+      // store is waited for, within --wait, so a replica started during an outage (a pod
+      // rescheduled while the database fails over) does not crash-loop.
+      const waitStartedMs = performance.now();
+      if (!(await schemaOnceReachable(store, wait, contention.signal, report))) {
+        const status = 128 + signalNumber(stopSignal ?? 'SIGTERM');
+        report.event('stopped', `${stopSignal ?? 'SIGTERM'} while waiting for the store; not running the command`, { signal: stopSignal, status });
+        return status;
+      }
+      const waitLeft = typeof wait === 'number' ? Math.max(1, Math.ceil(wait - (performance.now() - waitStartedMs))) : wait;
       const lease = lh.lease(name, {
         ttl: timing.ttlMs,
         renewInterval: timing.renewMs,
@@ -553,7 +563,7 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
 
       let term: Term;
       try {
-        term = await lease.acquire({ wait, signal: contention.signal });
+        term = await lease.acquire({ wait: waitLeft, signal: contention.signal });
       } catch (e) {
         if (e instanceof AbortedError && stopSignal !== undefined) {
           const status = 128 + signalNumber(stopSignal);
@@ -617,6 +627,44 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
     }
   } finally {
     for (const s of FORWARDED) process.off(s, onSignal);
+  }
+}
+
+/** While the store is unreachable at start, one line this often (not one per attempt). */
+const STORE_WAIT_LINE_EVERY_MS = 5000;
+
+/**
+ * The schema check, retried while the store is unreachable and the wait allows. False: a signal
+ * stopped the wait. A missing schema, and an outage that outlasts --wait, throw (exit 3).
+ */
+async function schemaOnceReachable(store: LeaseAdmin, wait: boolean | number, signal: AbortSignal, report: Reporter): Promise<boolean> {
+  const startedMs = performance.now();
+  const until = wait === true ? Infinity : wait === false ? 0 : startedMs + wait;
+  let lastLineMs = -Infinity;
+  for (let attempt = 0; ; attempt++) {
+    if (signal.aborted) return false;
+    try {
+      await requireCurrentSchema(store);
+      if (attempt > 0) report.event('store-reachable', `the store answers after ${formatMs(performance.now() - startedMs)}; contending`);
+      return true;
+    } catch (e) {
+      if (!(e instanceof StoreUnavailableError)) throw e;
+      const now = performance.now();
+      if (now >= until) {
+        if (attempt === 0) throw e;
+        throw new StoreUnavailableError(`the store was still unreachable when the wait (${formatMs(now - startedMs)}) ran out: ${errorMessage(e)}`, { cause: e });
+      }
+      if (now - lastLineMs >= STORE_WAIT_LINE_EVERY_MS) {
+        lastLineMs = now;
+        const left = until === Infinity ? 'for ever (--wait)' : `for ${formatMs(until - now)} more`;
+        report.problem('store-unavailable', `the store is unreachable (${errorMessage(e)}); retrying ${left}`, {
+          waitedMs: Math.round(now - startedMs),
+          error: e.code,
+        });
+      }
+      // Quick at first (a store restarting), then every 2s: a down store is not hammered.
+      await sleepOn(realClock, Math.min(until - now, Math.min(2000, 100 * 2 ** attempt) * (0.5 + Math.random() / 2)), signal);
+    }
   }
 }
 

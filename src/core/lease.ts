@@ -23,6 +23,9 @@ import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore, LostReason } f
 
 export type { Term, TermFenceWrite } from './term.js';
 
+/** While the store is unreachable, contention says so at most this often. */
+const OUTAGE_LINE_EVERY_MS = 5000;
+
 export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
 
 export interface LeaseOptions extends TimingOptions {
@@ -302,6 +305,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this._state = 'contending';
     let errors = 0;
     let lastError: unknown;
+    let lastWarnedMs = -Infinity;
+    let outageSinceMs = 0;
     this.host.retainWhileContending(1);
     try {
       for (;;) {
@@ -317,9 +322,18 @@ export class Lease extends EventEmitter<LeaseEvents> {
         } catch (err) {
           lastError = err;
           this.emit('store-error', err, 'acquire');
-          this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: acquire attempt failed');
           // Waiting cannot fix a missing schema or a bad configuration: say so now.
           if (waitUntil === 0 || !isRetryableError(err)) throw err;
+          // An outage retried for minutes is one line every few seconds, not one per attempt.
+          const now = this.clock.monoNow();
+          if (errors === 0 || now - lastWarnedMs >= OUTAGE_LINE_EVERY_MS) {
+            lastWarnedMs = now;
+            if (errors === 0) outageSinceMs = now;
+            this.host.logger.warn(
+              { lease: this.name, err: errorMessage(err), unreachableForMs: Math.round(now - outageSinceMs) },
+              'leasehold: acquire attempt failed; the store is unreachable, retrying',
+            );
+          }
           errors++;
         }
         if (result?.outcome === 'acquired' && (signal.aborted || (this._state as LeaseState) === 'closed')) {

@@ -171,7 +171,7 @@ void describe('status, history, release, migrate and doctor on PostgreSQL', () =
   void it('an unreachable PostgreSQL: run and status exit 3 with one line, doctor exits 3', async () => {
     const port = await deadPort();
     const dead = `postgres://postgres@127.0.0.1:${port}/test?schema=${schema}`;
-    assertOneLineError(await sb.run(['run', '--name', 'x', '--store', dead, '--', 'true']), 3, /PostgreSQL is unavailable/);
+    assertOneLineError(await sb.run(['run', '--name', 'x', '--store', dead, '--no-wait', '--', 'true']), 3, /PostgreSQL is unavailable/);
     assertOneLineError(await sb.run(['status', '--store', dead]), 3, /unavailable/);
     const d = await sb.run(['doctor', '--store', dead]);
     assert.equal(d.code, 3);

@@ -246,7 +246,7 @@ void describe('leasehold run --json and --log-format json', () => {
   });
 
   void it('--log-format json: a store that cannot be reached is one JSON error line, exit 3', async () => {
-    const r = await sb.run(['run', '--name', 'jdown', '--store', 'postgres://postgres@127.0.0.1:1/test', '--log-format', 'json', '--', 'true']);
+    const r = await sb.run(['run', '--name', 'jdown', '--store', 'postgres://postgres@127.0.0.1:1/test', '--log-format', 'json', '--no-wait', '--', 'true']);
     assert.equal(r.code, 3, r.stderr);
     const lines = jsonLines(r.stderr);
     assert.equal(lines.length, 1, r.stderr);

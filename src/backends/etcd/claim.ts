@@ -2,7 +2,8 @@ import { StoreUnavailableError } from '../../core/errors.js';
 import { CONFLICT_DETAIL } from '../../core/claim-rule.js';
 import { checkClaimBatch } from '../checks.js';
 import type { ClaimRequest, ClaimResult, LostReason } from '../store.js';
-import type { Etcd3Like, EtcdKeyValue, EtcdRequestOp, EtcdTxnResponse } from './client.js';
+import type { EtcdKeyValue, EtcdRequestOp, EtcdTxnResponse } from './client.js';
+import type { MemberPool } from './members.js';
 import { mapEtcdError } from './client.js';
 import {
   json,
@@ -77,7 +78,9 @@ export interface SeenState {
 }
 
 interface ClaimContext {
-  client: Etcd3Like;
+  client: MemberPool;
+  /** The caller's abandonment and the per-attempt budget, for every Txn of the batch. */
+  call: { signal: AbortSignal | undefined; attemptMs: number };
   keys: EtcdKeys;
   /** etcd's --max-txn-ops (default 128): a nested Txn counts against its parent's budget. */
   maxOpsPerTxn: number;
@@ -144,6 +147,12 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
         `etcd: the state of ${pending.length} lease(s) kept changing under contention (${pending[0]!.req.name}, ...); try again`,
       );
     }
+    // A caller that gave up has sent (or will send) its next claim with this one's nonce among
+    // the expected ones: a later round from here would act on that successor's state (and read
+    // its nonce as a clone's, ending a healthy term as a conflict). Nothing more goes out.
+    if (ctx.call.signal?.aborted === true) {
+      throw new StoreUnavailableError('the claim was abandoned by its caller before round ' + String(round + 1) + '; this is retryable');
+    }
     const atMs = Date.now();
     const chunks = chunk(pending, ctx.maxOpsPerTxn).map((c) =>
       c.map((p, seq) =>
@@ -154,7 +163,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     );
     let responses: EtcdTxnResponse[];
     try {
-      responses = await Promise.all(chunks.map((c) => ctx.client.kv.txn(guarded(ctx.keys, c.map((p) => p.op)), { deadline })));
+      responses = await Promise.all(chunks.map((c) => ctx.client.kv.txn(guarded(ctx.keys, c.map((p) => p.op)), { deadline, ...ctx.call })));
     } catch (err) {
       throw mapEtcdError(err, 'claim');
     }
@@ -445,7 +454,7 @@ export function estimateExpiry(remaining: { ttlSec: number; atMs: number }, reco
 }
 
 /** Remaining TTL per etcd lease id, with the local time of each answer. Failed lookups are left out. */
-export async function leaseRemaining(client: Etcd3Like, leases: string[], deadline: number): Promise<Map<string, { ttlSec: number; atMs: number }>> {
+export async function leaseRemaining(client: MemberPool, leases: string[], deadline: number): Promise<Map<string, { ttlSec: number; atMs: number }>> {
   const out = new Map<string, { ttlSec: number; atMs: number }>();
   await Promise.all(
     leases.map(async (id) => {

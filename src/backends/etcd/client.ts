@@ -2,6 +2,7 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { MAX_DURATION_MS } from '../../core/config.js';
 import { ClosedError, ConfigError, LeaseholdError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import { checkQueryParameters } from '../url.js';
+import { MemberPool } from './members.js';
 
 /**
  * The etcd store talks to etcd through the raw v3 RPCs of an `etcd3` client (`kv.txn`,
@@ -36,7 +37,7 @@ export interface EtcdRangeRequest {
   keys_only?: boolean;
 }
 
-interface EtcdRangeResponse {
+export interface EtcdRangeResponse {
   header?: EtcdResponseHeader | null;
   kvs: EtcdKeyValue[];
   more: boolean;
@@ -92,7 +93,7 @@ export interface EtcdTxnResponse {
 }
 
 /** Per-call gRPC options; leasehold always sets a deadline so no call outlives its timeout. */
-interface EtcdCallOptions {
+export interface EtcdCallOptions {
   deadline?: Date | number;
 }
 
@@ -105,7 +106,7 @@ export interface EtcdWatcherLike {
   cancel(): Promise<void>;
 }
 
-interface EtcdWatchBuilderLike {
+export interface EtcdWatchBuilderLike {
   prefix(key: string | Buffer): EtcdWatchBuilderLike;
   /** Server-side filter: with 'delete', etcd does not send the puts every renewal makes. */
   only(...operations: ('put' | 'delete')[]): EtcdWatchBuilderLike;
@@ -183,7 +184,7 @@ const TRANSIENT = new Set([
   'BrokenCircuitError',
 ]);
 
-function isTransient(err: unknown): boolean {
+export function isTransient(err: unknown): boolean {
   if (typeof err !== 'object' || err === null) return false;
   if (TRANSIENT.has(err.constructor.name)) return true;
   return Object.getOwnPropertySymbols(err).some((s) => s.description === 'RecoverableError');
@@ -191,26 +192,10 @@ function isTransient(err: unknown): boolean {
 
 /**
  * etcd3's defaults are a 3-attempt global retry and a per-host circuit breaker that stays open
- * for 5s. Leasehold's engine does its own retrying against a deadline, and a breaker would
- * keep failing calls for seconds after etcd comes back, so: no breaker, and the only retry is
- * "try the next member", at most once per other member, inside the same call deadline. That
- * retry is safe because every write leasehold sends is recognisable when it has already
- * landed (the claim's fresh nonce, the release's nonce), see claim.ts.
+ * for 5s. Leasehold retries on its own terms (members.ts: the next member, per-attempt
+ * deadlines), and a breaker would keep failing calls for seconds after etcd comes back, so
+ * each client etcd3 builds here neither retries nor breaks.
  */
-function failoverPolicy(hostCount: number): PolicyLike {
-  return {
-    async execute<T>(fn: (context: { signal: AbortSignal; attempt: number }) => PromiseLike<T> | T): Promise<T> {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await fn({ signal: neverAborted, attempt });
-        } catch (err) {
-          if (attempt + 1 >= hostCount || !isTransient(err)) throw err;
-        }
-      }
-    },
-  };
-}
-
 const passThrough: PolicyLike = {
   async execute<T>(fn: (context: { signal: AbortSignal; attempt: number }) => PromiseLike<T> | T): Promise<T> {
     return fn({ signal: neverAborted, attempt: 0 });
@@ -319,23 +304,30 @@ export function validatePrefix(prefix: string): string {
   return p;
 }
 
-export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<Etcd3Like> {
+/**
+ * One etcd3 client per member (members.ts picks the member per attempt), and for the watch one
+ * client over all of them (etcd3's watch manager reconnects to whichever answers).
+ */
+export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<MemberPool> {
   const { Etcd3 } = await loadEtcd3();
-  const policy = failoverPolicy(parsed.hosts.length);
-  return new Etcd3({
-    hosts: parsed.hosts,
-    ...(parsed.username === undefined ? {} : { auth: { username: parsed.username, password: parsed.password ?? '' } }),
-    grpcOptions: {
-      // Notice a dead connection (a partitioned member) in seconds, not at the next TCP timeout.
-      // etcd refuses pings more often than every 5s (--grpc-keepalive-min-time).
-      'grpc.keepalive_time_ms': 10_000,
-      'grpc.keepalive_timeout_ms': 5_000,
-      'grpc.keepalive_permit_without_calls': 1,
-      'grpc.initial_reconnect_backoff_ms': 100,
-      'grpc.max_reconnect_backoff_ms': 2_000,
-    },
-    faultHandling: { host: () => passThrough, global: policy, watchBackoff: watchBackoff() },
-  });
+  const make = (hosts: string[]): Etcd3Like =>
+    new Etcd3({
+      hosts,
+      ...(parsed.username === undefined ? {} : { auth: { username: parsed.username, password: parsed.password ?? '' } }),
+      grpcOptions: {
+        // Notice a dead connection (a partitioned member) in seconds, not at the next TCP timeout.
+        // etcd refuses pings more often than every 5s (--grpc-keepalive-min-time).
+        'grpc.keepalive_time_ms': 10_000,
+        'grpc.keepalive_timeout_ms': 5_000,
+        'grpc.keepalive_permit_without_calls': 1,
+        'grpc.initial_reconnect_backoff_ms': 100,
+        'grpc.max_reconnect_backoff_ms': 2_000,
+      },
+      faultHandling: { host: () => passThrough, global: passThrough, watchBackoff: watchBackoff() },
+    });
+  const members = parsed.hosts.map((h) => make([h]));
+  const watcher = members.length === 1 ? members[0]! : make(parsed.hosts);
+  return new MemberPool(members, watcher, members.length === 1 ? members : [...members, watcher]);
 }
 
 /**

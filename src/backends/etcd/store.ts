@@ -17,7 +17,8 @@ import type {
   MigrateResult,
 } from '../store.js';
 import { claimBatch, estimateExpiry, leaseRemaining, type Grant, type SeenState } from './claim.js';
-import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnResponse } from './client.js';
+import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+import { MemberPool } from './members.js';
 import {
   EtcdKeys,
   SCHEMA_VERSION,
@@ -64,17 +65,17 @@ export class EtcdStore implements LeaseStore {
   readonly kind = 'etcd';
   readonly description: string;
   readonly prefix: string;
-  private readonly client: Etcd3Like;
+  private readonly client: MemberPool;
   private readonly ownsClient: boolean;
   private readonly keys: EtcdKeys;
   private readonly callTimeoutMs: number;
   private readonly maxOpsPerTxn: number;
   private readonly seen = new Map<string, SeenState>();
-  private readonly grants = new Map<number, { promise: Promise<Grant>; grant?: Grant }>();
+  private readonly grants = new Map<number, { promise: Promise<Grant>; grant?: Grant; sentAtMs: number }>();
   private closed = false;
   private watching: { stop: () => Promise<void> } | undefined;
 
-  private constructor(client: Etcd3Like, ownsClient: boolean, prefix: string, description: string, options: EtcdStoreOptions) {
+  private constructor(client: MemberPool, ownsClient: boolean, prefix: string, description: string, options: EtcdStoreOptions) {
     this.client = client;
     this.ownsClient = ownsClient;
     this.prefix = validatePrefix(prefix);
@@ -93,7 +94,7 @@ export class EtcdStore implements LeaseStore {
   /** @throws {ConfigError} for a malformed URL, or when `etcd3` is not installed. */
   static async create(options: EtcdStoreOptions): Promise<EtcdStore> {
     if (options.client !== undefined) {
-      return new EtcdStore(options.client, false, options.prefix ?? 'leasehold', 'etcd (your client)', options);
+      return new EtcdStore(new MemberPool([options.client], options.client, []), false, options.prefix ?? 'leasehold', 'etcd (your client)', options);
     }
     if (options.url === undefined) throw new ConfigError('the etcd store needs a url (etcd://host:2379) or a client');
     const parsed = parseEtcdUrl(options.url);
@@ -113,7 +114,7 @@ export class EtcdStore implements LeaseStore {
     return Date.now() + this.callTimeoutMs;
   }
 
-  private async txn(req: Parameters<Etcd3Like['kv']['txn']>[0], deadline: number, where: string): Promise<EtcdTxnResponse> {
+  private async txn(req: EtcdTxnRequest, deadline: number, where: string): Promise<EtcdTxnResponse> {
     try {
       return await this.client.kv.txn(req, { deadline });
     } catch (err) {
@@ -216,13 +217,17 @@ export class EtcdStore implements LeaseStore {
     await this.loadFloor(deadline);
     if (requests.length === 0) return [];
     try {
+      // One attempt on one member: well inside the shortest renew interval (ttl/3 by default),
+      // so a hung member leaves time for another to answer before the term's deadline.
+      const attemptMs = Math.min(2000, Math.max(200, Math.min(...requests.map((r) => r.ttlMs)) / 8));
       return await claimBatch(
         {
           client: this.client,
           keys: this.keys,
           maxOpsPerTxn: this.maxOpsPerTxn,
           seen: this.seen,
-          leaseFor: (ttlMs, d) => this.leaseFor(ttlMs, d),
+          leaseFor: (ttlMs, d) => this.leaseFor(ttlMs, d, attemptMs),
+          call: { signal: options?.signal, attemptMs },
         },
         requests,
         deadline,
@@ -240,19 +245,22 @@ export class EtcdStore implements LeaseStore {
    * (the slack left by rounding up). Leases are never kept alive or revoked: each is shared by
    * every term one batch put on it, and simply runs out once they have all moved on.
    */
-  private leaseFor(ttlMs: number, deadline: number): Promise<Grant> {
+  private leaseFor(ttlMs: number, deadline: number, attemptMs: number): Promise<Grant> {
     const ttlSec = Math.max(1, Math.ceil(ttlMs / 1000));
     const now = Date.now();
     const cached = this.grants.get(ttlSec);
     if (cached !== undefined) {
-      if (cached.grant === undefined) return cached.promise;
-      if (cached.grant.sentAtMs + cached.grant.ttlSec * 1000 - now >= ttlMs) return Promise.resolve(cached.grant);
+      // A grant still pending after an attempt's budget is hung somewhere: a claim that joined
+      // it would fail with it, so a new claim asks for its own (the old one is left to finish).
+      if (cached.grant === undefined && now - cached.sentAtMs < attemptMs) return cached.promise;
+      if (cached.grant !== undefined && cached.grant.sentAtMs + cached.grant.ttlSec * 1000 - now >= ttlMs) return Promise.resolve(cached.grant);
     }
-    const promise = this.client.leaseClient.leaseGrant({ TTL: ttlSec }, { deadline }).then((r): Grant => {
+    // No caller's signal: a grant is shared, and one caller giving up must not fail the others.
+    const promise = this.client.leaseClient.leaseGrant({ TTL: ttlSec }, { deadline, attemptMs }).then((r): Grant => {
       if (r.error !== undefined && r.error !== '') throw new StoreUnavailableError(`etcd refused a lease grant: ${r.error}`);
       return { id: r.ID, ttlSec: Number(r.TTL), sentAtMs: now };
     });
-    const entry: { promise: Promise<Grant>; grant?: Grant } = { promise };
+    const entry: { promise: Promise<Grant>; grant?: Grant; sentAtMs: number } = { promise, sentAtMs: now };
     this.grants.set(ttlSec, entry);
     void promise.then(
       (g) => {

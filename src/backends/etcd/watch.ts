@@ -1,5 +1,5 @@
 import type { FreedListener } from '../store.js';
-import type { Etcd3Like, EtcdWatcherLike } from './client.js';
+import type { EtcdWatchBuilderLike, EtcdWatcherLike } from './client.js';
 import type { EtcdKeys } from './keys.js';
 
 /**
@@ -13,7 +13,7 @@ import type { EtcdKeys } from './keys.js';
  * is contained here: etcd3 would rethrow it on a fresh tick, as an uncaught exception.
  */
 export async function watchTermDeletes(
-  client: Etcd3Like,
+  client: { watch(): EtcdWatchBuilderLike },
   keys: EtcdKeys,
   listener: FreedListener,
   onReconnect: (() => void) | undefined,

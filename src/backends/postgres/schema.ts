@@ -1,9 +1,10 @@
 import { ConfigError } from '../../core/errors.js';
 import { slotsMigration } from './slots-schema.js';
 import { fleetMigration } from './fleet-schema.js';
+import { timelineTokensMigration } from './timeline-tokens.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
 
 export function validateSchemaName(schema: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
@@ -27,7 +28,7 @@ export function channelFor(schema: string): string {
 export function migrations(schema: string): string[] {
   const s = `"${validateSchemaName(schema)}"`;
   const channel = channelFor(schema);
-  return [
+  const all = [
     `
 CREATE TABLE ${s}.leases (
   name            text PRIMARY KEY,
@@ -167,4 +168,7 @@ ALTER TABLE ${s}.leases ADD COLUMN fence_token bigint, ADD COLUMN fence_nonce te
     // The fleet registry (src/fleet): agents, ownership, the generation counter.
     fleetMigration(s),
   ];
+  // Tokens above every earlier timeline's after a promotion: ./timeline-tokens.ts.
+  all.push(timelineTokensMigration(s, all[0]!));
+  return all;
 }

@@ -209,6 +209,10 @@ export class PostgresStore implements LeaseStore {
     } catch (err) {
       throw mapPgError(err, this.schema);
     }
+    // After a promotion the claim function's timeline floor is above both (./timeline-tokens.ts).
+    const tl = await this.q(`SELECT ${this.s}.timeline_token_floor() AS f`, [], options).catch(() => undefined);
+    const tlFloor = tl?.rows[0] === undefined ? 0n : BigInt(tl.rows[0]['f'] as string);
+    if (tlFloor > floor) floor = tlFloor;
     if (options?.name === undefined) return floor + 1n;
     const r = await this.q(`SELECT token FROM ${this.s}.leases WHERE name = $1`, [options.name], options);
     const token = r.rows[0] === undefined ? floor : BigInt(r.rows[0]['token'] as string);

@@ -1,0 +1,152 @@
+import { StoreUnavailableError } from '../../core/errors.js';
+import type { Etcd3Like, EtcdCallOptions, EtcdRangeRequest, EtcdRangeResponse, EtcdTxnRequest, EtcdTxnResponse, EtcdWatchBuilderLike } from './client.js';
+import { isTransient } from './client.js';
+
+/**
+ * What the store asks of a call: the overall deadline, the caller's abandonment, and how long
+ * one attempt on one member may take before the next member is tried.
+ */
+interface MemberCallOptions {
+  deadline: number;
+  signal?: AbortSignal | undefined;
+  attemptMs?: number | undefined;
+}
+
+/** One attempt on one member when the caller names no budget (reads, migrate, admin calls). */
+const DEFAULT_ATTEMPT_MS = 1000;
+
+/** How long a member that refused a call is tried last. */
+const REFUSED_FOR_MS = 2000;
+
+/**
+ * The store's view of an etcd cluster: one `etcd3` client per member (each talking to that
+ * member only, with no retry of its own), and the choice of member made here, per attempt.
+ *
+ * Why not one `etcd3` client over every member: it moves to another member only after a
+ * fast error. A member that hangs (frozen, partitioned, a leader that stopped answering)
+ * holds each call until the whole call deadline, so one sick member out of three cost a
+ * TTL-3s holder its term. Here every attempt has its own gRPC deadline, well inside a renew
+ * interval (`attemptMs`, from the claim's TTL); when it passes, gRPC cancels the call and the
+ * next member gets a fresh one, so a retry never shares the hung original's fate. The member
+ * that answered last is tried first, so a healthy cluster costs one round trip per call.
+ * Attempts double their budget after each full round of the members (a cluster slow
+ * everywhere, not one member hung), always inside the caller's deadline; a member that
+ * answers with an error is not asked again in the same call, so a cluster that is down
+ * fails the call at once rather than at its deadline.
+ *
+ * A retried write is safe: every write leasehold sends is recognisable when it already landed
+ * (claim.ts). A caller that gives up (`signal`) has its pending attempt abandoned at once
+ * (gRPC cancels it at its own deadline, at most `attemptMs` later) and nothing more is sent
+ * for it: a late attempt must not act on a state that its caller's successor has since made.
+ *
+ * The watch (wake-ups on release) stays on one client over every member: etcd3's watch
+ * manager reconnects on its own, and a missed wake-up costs only latency.
+ */
+export class MemberPool {
+  private preferred = 0;
+  /** When each member last refused a call outright (down: connection refused or reset). */
+  private readonly refusedAt: number[];
+  private readonly members: readonly Etcd3Like[];
+  private readonly watcher: Etcd3Like;
+  private readonly owned: readonly Etcd3Like[];
+
+  /** @param owned the clients `close()` closes (none for a client the caller passed in). */
+  constructor(members: readonly Etcd3Like[], watcher: Etcd3Like, owned: readonly Etcd3Like[]) {
+    this.members = members;
+    this.watcher = watcher;
+    this.owned = owned;
+    this.refusedAt = members.map(() => -Infinity);
+  }
+
+  readonly kv = {
+    txn: (req: EtcdTxnRequest, o: MemberCallOptions): Promise<EtcdTxnResponse> => this.call((c, d) => c.kv.txn(req, d), o),
+    range: (req: EtcdRangeRequest, o: MemberCallOptions): Promise<EtcdRangeResponse> => this.call((c, d) => c.kv.range(req, d), o),
+  };
+
+  readonly leaseClient = {
+    leaseGrant: (req: { TTL: number }, o: MemberCallOptions): Promise<{ ID: string; TTL: string; error?: string }> =>
+      this.call((c, d) => c.leaseClient.leaseGrant(req, d), o),
+    leaseTimeToLive: (req: { ID: string }, o: MemberCallOptions): Promise<{ ID: string; TTL: string; grantedTTL: string }> =>
+      this.call((c, d) => c.leaseClient.leaseTimeToLive(req, d), o),
+  };
+
+  watch(): EtcdWatchBuilderLike {
+    return this.watcher.watch();
+  }
+
+  close(): void {
+    for (const c of this.owned) c.close();
+  }
+
+  private async call<T>(fn: (client: Etcd3Like, options: EtcdCallOptions) => Promise<T>, o: MemberCallOptions): Promise<T> {
+    const n = this.members.length;
+    const base = o.attemptMs ?? DEFAULT_ATTEMPT_MS;
+    const refused = new Set<number>();
+    let lastError: unknown;
+    const gaveUp = (): boolean => o.signal?.aborted === true;
+    for (let attempt = 0; ; attempt++) {
+      if (gaveUp()) throw abandoned(lastError);
+      const now = Date.now();
+      if (attempt > 0 && now >= o.deadline) throw lastError;
+      const index = this.pick(refused, now);
+      const attemptDeadline = Math.min(o.deadline, now + base * 2 ** Math.min(Math.floor(attempt / n), 6));
+      try {
+        return await untilAbandoned(fn(this.members[index]!, { deadline: attemptDeadline }), o.signal);
+      } catch (err) {
+        if (gaveUp()) throw abandoned(err);
+        if (!isTransient(err)) throw err;
+        lastError = err;
+        // Everyone moves off a member that failed, not only this call.
+        if (this.preferred === index) this.preferred = (index + 1) % n;
+        // A member that answered with an error (refused, unavailable) is not asked again in
+        // this call; once every member has, the cluster is down: say so now, the engine
+        // retries. Only a member that hung (its attempt ran out) is worth a longer attempt.
+        if (Date.now() < attemptDeadline) {
+          refused.add(index);
+          this.refusedAt[index] = Date.now();
+        }
+        if (refused.size >= n) throw err;
+      }
+    }
+  }
+
+  /**
+   * The preferred member, unless this call already had an error from it, or it refused a call
+   * in the last couple of seconds (a killed member: the next call would spend an attempt on it
+   * while the others elect a leader) and another has not.
+   */
+  private pick(refused: ReadonlySet<number>, now: number): number {
+    const n = this.members.length;
+    let fallback: number | undefined;
+    for (let k = 0; k < n; k++) {
+      const i = (this.preferred + k) % n;
+      if (refused.has(i)) continue;
+      if (now - this.refusedAt[i]! >= REFUSED_FOR_MS) return i;
+      fallback ??= i;
+    }
+    return fallback ?? this.preferred;
+  }
+}
+
+function abandoned(cause: unknown): StoreUnavailableError {
+  return new StoreUnavailableError('the etcd call was abandoned by its caller (it gave up waiting); this is retryable', { cause });
+}
+
+/** The call's own promise, or a rejection as soon as the caller abandons it. */
+function untilAbandoned<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return p;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(abandoned(signal.reason));
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e as Error);
+      },
+    );
+  });
+}

@@ -1,0 +1,188 @@
+/**
+ * A three-member etcd cluster on loopback (scripts/services/etcd-cluster.mjs), TTL 3s: one
+ * member killed (SIGKILL) or frozen (SIGSTOP), leader or follower, must cost the holder no
+ * term: the same token throughout, no second holder. Losing quorum (two members frozen) must
+ * still end the term (the engine stands down; it never believes it leads without the store).
+ *
+ * The faulted member is put first in the store URL, so the client starts on it: the worst
+ * case, not a lucky pick. The time without a leader per fault is printed as a diagnostic
+ * (timing is measured here, asserted nowhere: see bench/ for timing claims).
+ *
+ * Takes about a minute and a half (a fresh cluster per fault, ~12s of fault each).
+ * Ports: LEASEHOLD_TEST_ETCD_CLUSTER_PORT (default 24379; members at +0, +100, +200, peers +1).
+ */
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { after, before, describe, it } from 'node:test';
+import { createEtcdStore } from '../../src/backends/etcd/index.js';
+import { Leasehold } from '../../src/core/leasehold.js';
+import type { Term } from '../../src/core/lease.js';
+import type { LeaseLostError } from '../../src/core/errors.js';
+
+interface Member {
+  name: string;
+  endpoint: string;
+  pid: number;
+  signal(sig: NodeJS.Signals): void;
+  restart(): Promise<void>;
+}
+interface Cluster {
+  url: string;
+  members: Member[];
+  leader(): Promise<Member | null>;
+  waitForLeader(ms?: number): Promise<Member>;
+  stop(): Promise<void>;
+}
+interface ClusterModule {
+  startEtcdCluster(o: { basePort: number; log?: (m: string) => void }): Promise<Cluster>;
+}
+
+const BASE = Number(process.env['LEASEHOLD_TEST_ETCD_CLUSTER_PORT'] ?? 24379);
+const TTL_MS = 3000;
+const FAULT_MS = 12_000;
+const hasEtcd = existsSync('/usr/bin/etcd') || existsSync('/usr/local/bin/etcd');
+const wanted = (process.env['LEASEHOLD_TEST_STORES'] ?? 'etcd').split(',').includes('etcd');
+
+async function clusterModule(): Promise<ClusterModule> {
+  // Plain JavaScript, no types: load it by URL (dist/test/topologies/ -> scripts/services/).
+  const mjs = join(fileURLToPath(import.meta.url), '..', '..', '..', '..', 'scripts', 'services', 'etcd-cluster.mjs');
+  return (await import(pathToFileURL(mjs).href)) as ClusterModule;
+}
+
+interface Held {
+  token: bigint;
+  startedAt: number;
+  endedAt?: number;
+  reason?: string;
+}
+
+/** An elector on its own prefix, recording every term it wins and how each one ended. */
+async function holdWith(url: string) {
+  const prefix = `lhtopo-${Math.random().toString(36).slice(2, 10)}`;
+  const store = await createEtcdStore({ url, prefix });
+  await store.migrate();
+  const lh = new Leasehold({ store, closeStore: true });
+  const terms: Held[] = [];
+  const elector = lh.elect('topo', {
+    onElected(term: Term) {
+      const h: Held = { token: term.token, startedAt: performance.now() };
+      terms.push(h);
+      term.signal.addEventListener('abort', () => {
+        h.endedAt = performance.now();
+        h.reason = (term.signal.reason as LeaseLostError | undefined)?.reason ?? 'unknown';
+      });
+    },
+  }, { ttl: TTL_MS });
+  return {
+    terms,
+    async waitForTerm(ms = 20_000): Promise<Held> {
+      const end = performance.now() + ms;
+      for (;;) {
+        const live = terms.find((t) => t.endedAt === undefined);
+        if (live !== undefined) return live;
+        if (performance.now() > end) throw new Error(`no term within ${ms}ms`);
+        await sleep(20);
+      }
+    },
+    async stop() {
+      await elector.stop();
+      await lh.close();
+    },
+  };
+}
+
+/** ms with no live term between from and to (ms since the timeOrigin). */
+function leaderless(terms: Held[], from: number, to: number): number {
+  let gap = 0;
+  let cursor = from;
+  const sorted = [...terms].sort((a, b) => a.startedAt - b.startedAt);
+  for (const t of sorted) {
+    const end = t.endedAt ?? Infinity;
+    if (end <= cursor) continue;
+    if (t.startedAt > cursor) gap += Math.min(t.startedAt, to) - cursor;
+    cursor = Math.max(cursor, end);
+    if (cursor >= to) break;
+  }
+  if (cursor < to) gap += to - cursor;
+  return Math.max(0, Math.round(gap));
+}
+
+const skip = !wanted ? 'etcd not selected' : !hasEtcd ? 'no etcd binary (apt-get install etcd-server)' : false;
+
+void describe(`etcd, three members, TTL ${TTL_MS}ms: one member down costs no term`, { skip }, () => {
+  let mod: ClusterModule;
+  let cluster: Cluster | undefined;
+  before(async () => {
+    mod = await clusterModule();
+  });
+  after(async () => {
+    await cluster?.stop();
+  });
+
+  const faults = [
+    { sig: 'SIGKILL', who: 'leader' },
+    { sig: 'SIGKILL', who: 'follower' },
+    { sig: 'SIGSTOP', who: 'leader' },
+    { sig: 'SIGSTOP', who: 'follower' },
+  ] as const;
+  for (const { sig, who } of faults) {
+    void it(`${sig} of the ${who}: the holder keeps its term`, async (t) => {
+      await cluster?.stop();
+      cluster = await mod.startEtcdCluster({ basePort: BASE });
+      const leader = await cluster.waitForLeader();
+      const victim = who === 'leader' ? leader : cluster.members.find((m) => m !== leader)!;
+      const order = [victim, ...cluster.members.filter((m) => m !== victim)];
+      const holder = await holdWith(`etcd://${order.map((m) => m.endpoint).join(',')}`);
+      try {
+        const first = await holder.waitForTerm();
+        await sleep(2 * TTL_MS); // settled: several renewals on the victim
+        const faultAt = performance.now();
+        victim.signal(sig);
+        await sleep(FAULT_MS);
+        const healedAt = performance.now();
+        if (sig === 'SIGSTOP') victim.signal('SIGCONT');
+        else await victim.restart();
+        await cluster.waitForLeader();
+        await sleep(TTL_MS);
+        const gap = leaderless(holder.terms, faultAt, healedAt);
+        const lost = holder.terms.filter((h) => h.endedAt !== undefined);
+        t.diagnostic(
+          `${sig} ${who}: ${lost.length === 0 ? 'term survived' : `term ended (${lost.map((l) => `${l.reason} after ${Math.round(l.endedAt! - faultAt)}ms`).join(', ')})`}; ` +
+            `no leader for ${gap}ms of ${FAULT_MS}ms; terms ${holder.terms.map((h) => h.token).join(', ')}`,
+        );
+        assert.equal(lost.length, 0, `the term ended: ${lost.map((l) => `${l.reason} ${Math.round(l.endedAt! - faultAt)}ms after the fault`).join(', ')}`);
+        assert.equal(holder.terms.length, 1, 'no second term');
+        assert.equal(holder.terms[0]!.token, first.token);
+      } finally {
+        await holder.stop();
+      }
+    });
+  }
+
+  void it('quorum loss (two members frozen) still ends the term', async (t) => {
+    await cluster?.stop();
+    cluster = await mod.startEtcdCluster({ basePort: BASE });
+    const leader = await cluster.waitForLeader();
+    const holder = await holdWith(cluster.url);
+    const frozen = cluster.members.filter((m) => m !== leader);
+    try {
+      const first = await holder.waitForTerm();
+      await sleep(TTL_MS);
+      const faultAt = performance.now();
+      for (const m of frozen) m.signal('SIGSTOP');
+      await sleep(2 * TTL_MS);
+      const endedAt = first.endedAt;
+      for (const m of frozen) m.signal('SIGCONT');
+      t.diagnostic(`quorum lost: term ${endedAt === undefined ? 'still held (wrong)' : `ended (${first.reason}) ${Math.round(endedAt - faultAt)}ms after the fault`}`);
+      assert.notEqual(endedAt, undefined, 'the holder carried on leading with no quorum behind it');
+      const next = await holder.waitForTerm(30_000);
+      assert.ok(next.token > first.token, `the next term's token ${next.token} is above ${first.token}`);
+    } finally {
+      for (const m of frozen) m.signal('SIGCONT');
+      await holder.stop();
+    }
+  });
+});
