@@ -511,13 +511,28 @@ const POSTGRES_URL_PARAMETERS = [
   'idle_in_transaction_session_timeout',
 ] as const;
 
+/**
+ * libpq's multi-host form (host1,host2 with target_session_attrs) is often not a WHATWG URL, and
+ * node-postgres would not fail over between the hosts anyway: say so rather than "not a URL".
+ */
+function refuseMultiHost(url: string, cause?: unknown): void {
+  if (!/^postgres(?:ql)?:\/\/(?:[^@/]*@)?[^/?#]*,/i.test(url) && !/[?&]host=[^&]*,/i.test(url)) return;
+  throw new ConfigError(
+    `store URL ${JSON.stringify(redactUrl(url))} names several hosts; leasehold does not support multi-host PostgreSQL URLs ` +
+      '(target_session_attrs) yet: point it at the current primary through a virtual IP or a DNS name that follows failover',
+    cause === undefined ? undefined : { cause },
+  );
+}
+
 export function parsePostgresUrl(url: string): { connectionString: string; schema: string | undefined; description: string } {
   let u: URL;
   try {
     u = new URL(url);
   } catch (err) {
+    refuseMultiHost(url, err);
     throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} is not a URL; write postgres://user@host:5432/database`, { cause: err });
   }
+  if (u.hostname.includes(',') || u.searchParams.getAll('host').some((h) => h.includes(','))) refuseMultiHost(url);
   if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') {
     throw new ConfigError(`store URL scheme "${u.protocol}" is not PostgreSQL; write postgres://user@host:5432/database`);
   }
