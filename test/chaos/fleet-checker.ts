@@ -40,6 +40,15 @@ export interface FleetCheckResult {
   worst: Record<string, number | null>;
 }
 
+/** A change of owner as a client saw it answered. */
+interface Change {
+  r: string;
+  sent: number;
+  got: number;
+  gen: string;
+  agent: string;
+}
+
 /** A stretch of mono time in which the store certainly held agent `id` live. */
 interface Fresh {
   from: number;
@@ -111,8 +120,10 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
   // asked after another's answer has a larger one, a store lookup never goes back to an older
   // one, and the registry's final record is at least the last one seen.
   const v3: string[] = [];
-  const changes = clients.filter((e): e is Extract<ClientEvent, { gen?: string }> & { gen: string } =>
-    ((e.ev === 'place' && e.outcome === 'placed') || (e.ev === 'reassign' && e.outcome === 'moved')) && e.gen !== undefined,
+  const changes: Change[] = clients.flatMap((e) =>
+    ((e.ev === 'place' && e.outcome === 'placed') || (e.ev === 'reassign' && e.outcome === 'moved')) && e.gen !== undefined && e.agent !== undefined
+      ? [{ r: e.r, sent: e.sent, got: e.got, gen: e.gen, agent: e.agent }]
+      : [],
   );
   const seenGen = new Map<string, string>();
   for (const c of changes) {
@@ -120,7 +131,7 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
     if (prev !== undefined) v3.push(`generation ${c.gen} was issued twice (${prev} and ${c.r})`);
     seenGen.set(c.gen, c.r);
   }
-  const byResource = new Map<string, typeof changes>();
+  const byResource = new Map<string, Change[]>();
   for (const c of changes) byResource.set(c.r, [...(byResource.get(c.r) ?? []), c]);
   for (const [r, list] of byResource) {
     for (const a of list) {
@@ -164,11 +175,22 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
       }),
     );
   }
+  // The owner is the one on record during the lookup: when no change of the resource was in
+  // flight, the last change answered before it; else only the agent the answer named is judged.
   const falseDead = { cache: [] as string[], store: [] as string[] };
   for (const e of clients) {
     if (e.ev !== 'lookup' || e.answer !== 'dead' || e.agent === undefined) continue;
-    const f = (freshById.get(e.agent) ?? []).find((x) => x.from <= e.sent && e.got <= x.to);
-    if (f !== undefined) falseDead[e.via].push(`${e.c}: "${e.r}" answered owner ${e.agent} dead (via ${e.via}${e.hit ? ', a cache hit' : ''}) while its heartbeat was fresh for ${Math.round(f.to - e.got)}ms more`);
+    const list = byResource.get(e.r) ?? [];
+    const inFlight = list.some((c) => c.sent < e.got && c.got > e.sent);
+    const before = list.filter((c) => c.got < e.sent).sort((a, b) => (BigInt(a.gen) < BigInt(b.gen) ? -1 : 1));
+    const onRecord = inFlight ? undefined : before[before.length - 1]?.agent;
+    for (const who of new Set([e.agent, ...(onRecord === undefined ? [] : [onRecord])])) {
+      const f = (freshById.get(who) ?? []).find((x) => x.from <= e.sent && e.got <= x.to);
+      if (f === undefined) continue;
+      const named = who === e.agent ? '' : ` (it named ${e.agent}, generation ${e.gen}, no longer the owner)`;
+      falseDead[e.via].push(`${e.c}: "${e.r}" answered dead via ${e.via}${e.hit ? ' (a cache hit)' : ''} while owner ${who}'s heartbeat was fresh for ${Math.round(f.to - e.got)}ms more${named}`);
+      break;
+    }
   }
 
   const lookups = clients.filter((e): e is Extract<ClientEvent, { ev: 'lookup' }> => e.ev === 'lookup');

@@ -158,7 +158,7 @@ function recordingPort(inner: FleetPort, broken: boolean): FleetPort & { calls: 
   }) as FleetPort & { calls: number; last: OwnerRow | undefined };
 }
 
-/** The negative control for the cache: it remembers "dead" as well, for its TTL. */
+/** The negative control for the cache: it remembers "dead" answers too, for 3s. */
 class NegativeCache {
   private readonly dead = new Map<string, { err: unknown; until: number }>();
   constructor(private readonly inner: OwnerCache) {}
@@ -168,7 +168,7 @@ class NegativeCache {
     try {
       return await this.inner.owner(r);
     } catch (err) {
-      if (err instanceof OwnerDeadError) this.dead.set(r, { err, until: monoMs() + 1000 });
+      if (err instanceof OwnerDeadError) this.dead.set(r, { err, until: monoMs() + 3000 });
       throw err;
     }
   }
@@ -273,7 +273,8 @@ export async function runFleetChaos(o: FleetChaosOptions, say: (line: string) =>
         }
         if (placed.length === 0) continue;
         const r = prng.pick(placed);
-        const via = prng.chance(0.5) ? 'cache' : 'store';
+        // With the broken cache (the negative control) every lookup goes through it.
+        const via = o.broken === 'cache' || prng.chance(0.5) ? 'cache' : 'store';
         const before = port.calls;
         const sent = monoMs();
         let owner: Owner | undefined;
@@ -292,8 +293,9 @@ export async function runFleetChaos(o: FleetChaosOptions, say: (line: string) =>
         }
         let from: string | undefined;
         let why: 'dead' | 'rebalance' = 'dead';
-        if (dead !== undefined) from = dead.owner;
-        else if (owner !== undefined && prng.chance(0.04)) {
+        // Half the time a client told "dead" only fails its request; another one moves the resource.
+        if (dead !== undefined) from = prng.chance(0.5) ? dead.owner : undefined;
+        else if (owner !== undefined && prng.chance(0.02)) {
           from = owner.agent;
           why = 'rebalance';
         } else if (owner !== undefined && via === 'cache' && prng.chance(0.2)) {
