@@ -260,16 +260,7 @@ export class Fleet {
       ...(o.resume === undefined ? [] : ['--resume', o.resume]),
       ...(o.forkedFrom === undefined ? [] : ['--forked-from', o.forkedFrom]),
     ];
-    const env: NodeJS.ProcessEnv = { ...process.env };
-    if (cfg.faketime !== null) {
-      // Every worker runs under libfaketime so any one clock can be moved while it runs. The
-      // monotonic clock stays real: it is the time base of every log, and leasehold's deadlines.
-      env['LD_PRELOAD'] = cfg.faketime;
-      env['FAKETIME_TIMESTAMP_FILE'] = clockFile;
-      env['FAKETIME_CACHE_DURATION'] = '1';
-      env['FAKETIME_DONT_FAKE_MONOTONIC'] = '1';
-    }
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env });
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: faketimeEnv(cfg.faketime, clockFile) });
     if (child.pid === undefined) throw new Error(`could not start worker ${id}`);
     const info: WorkerInfo = {
       id,
@@ -310,15 +301,8 @@ export class Fleet {
   }
 
   /** SIGTERM, then SIGKILL after `graceMs`; resolves when it has exited. */
-  async stopWorker(w: Worker, graceMs: number): Promise<'drained' | 'killed'> {
-    if (!w.alive) return 'drained';
-    if (w.state === 'stopped') w.signal('SIGCONT');
-    w.signal('SIGTERM');
-    const done = await Promise.race([w.exited.then(() => true), sleep(graceMs).then(() => false)]);
-    if (done) return 'drained';
-    w.signal('SIGKILL');
-    await Promise.race([w.exited, sleep(5000)]);
-    return 'killed';
+  stopWorker(w: Worker, graceMs: number): Promise<'drained' | 'killed'> {
+    return stopProcess(w, graceMs);
   }
 
   async stopAll(graceMs: number): Promise<void> {
@@ -328,23 +312,56 @@ export class Fleet {
   /** Reads every worker's own log (the authoritative record; stdout was only for following). */
   collect(): WorkerInfo[] {
     for (const w of this.workers) {
-      let text = '';
-      try {
-        text = readFileSync(w.logFile, 'utf8');
-      } catch {
-        text = '';
-      }
-      w.info.events = text
-        .split('\n')
-        .filter((l) => l.trim() !== '')
-        .flatMap((l) => {
-          try {
-            return [JSON.parse(l) as WorkerEvent];
-          } catch {
-            return []; // a line cut by SIGKILL
-          }
-        });
+      w.info.events = readJsonLines<WorkerEvent>(w.logFile);
     }
     return this.workers.map((w) => w.info);
   }
+}
+
+/**
+ * The environment of a process whose wall clock the harness may move: libfaketime reading
+ * `clockFile` (about once a second). The monotonic clock stays real: it is the time base of
+ * every log, and leasehold's deadlines. Without libfaketime, the plain environment.
+ */
+export function faketimeEnv(faketime: string | null, clockFile: string): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  if (faketime !== null) {
+    env['LD_PRELOAD'] = faketime;
+    env['FAKETIME_TIMESTAMP_FILE'] = clockFile;
+    env['FAKETIME_CACHE_DURATION'] = '1';
+    env['FAKETIME_DONT_FAKE_MONOTONIC'] = '1';
+  }
+  return env;
+}
+
+/** SIGTERM (after SIGCONT if frozen), then SIGKILL after `graceMs`; resolves when it has exited. */
+export async function stopProcess(w: Worker, graceMs: number): Promise<'drained' | 'killed'> {
+  if (!w.alive) return 'drained';
+  if (w.state === 'stopped') w.signal('SIGCONT');
+  w.signal('SIGTERM');
+  const done = await Promise.race([w.exited.then(() => true), sleep(graceMs).then(() => false)]);
+  if (done) return 'drained';
+  w.signal('SIGKILL');
+  await Promise.race([w.exited, sleep(5000)]);
+  return 'killed';
+}
+
+/** A process's own JSON-lines log (the authoritative record); a line cut by SIGKILL is skipped. */
+export function readJsonLines<T>(file: string): T[] {
+  let text = '';
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return [];
+  }
+  return text
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as T];
+      } catch {
+        return [];
+      }
+    });
 }

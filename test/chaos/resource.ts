@@ -78,6 +78,8 @@ export interface UnitWrite {
   seq: number;
   /** mono ms when the write was sent (the worker's shared clock). */
   mono: number;
+  /** The fence's resource name: one high-water mark per resource. Default: the lease harness's one. */
+  resource?: string;
 }
 
 export type WriteOutcome = { outcome: 'accepted' } | { outcome: 'fenced'; highWater: bigint | null } | { outcome: 'duplicate' };
@@ -136,10 +138,10 @@ export async function writeUnit(pool: pg.Pool, schema: string, w: UnitWrite, unf
   const idle = idleTimeoutMs === undefined ? {} : { idleTimeout: idleTimeoutMs };
   try {
     if (unfenced) await insert(pool);
-    else if (POOLED_FENCE) await fencedTransaction(pool, { resource: RESOURCE_NAME, token: w.token, table: `${schema}.fences`, ...idle }, insert);
+    else if (POOLED_FENCE) await fencedTransaction(pool, { resource: w.resource ?? RESOURCE_NAME, token: w.token, table: `${schema}.fences`, ...idle }, insert);
     else {
       await withClient(pool, (c) =>
-        fencedTransaction({ query: (text: string, values?: unknown[]) => c.query(text, values) }, { resource: RESOURCE_NAME, token: w.token, table: `${schema}.fences`, ...idle }, insert),
+        fencedTransaction({ query: (text: string, values?: unknown[]) => c.query(text, values) }, { resource: w.resource ?? RESOURCE_NAME, token: w.token, table: `${schema}.fences`, ...idle }, insert),
       );
     }
     return { outcome: 'accepted' };
