@@ -133,9 +133,9 @@ async function measure(server: CountedServer, system: System, ttl: number, follo
   }
 }
 
-export async function followerLoad(rec: Recorder, kind: StoreKind, followers: number, ttls: number): Promise<void> {
+export async function followerLoad(rec: Recorder, kind: StoreKind, followers: number, ttls: number, baseTtl: number): Promise<void> {
   if (kind === 'sqlite') return rec.skip('followers', kind, 'no server to count at (a file); followers sleep to the reported expiry');
-  const ttl = kind === 'etcd' ? 2000 : 1000;
+  const ttl = kind === 'etcd' ? Math.max(1000, baseTtl * 2) : baseTtl;
   const server = kind === 'postgres' ? await pgCounted() : kind === 'redis' ? await redisCounted() : await etcdCounted();
   try {
     const lh = await measure(server, leaseholdSystem(server, ttl, uniq('lhb')), ttl, followers, ttls);

@@ -22,21 +22,21 @@ export interface RecordStore {
   close(): Promise<void>;
 }
 
-export async function pgRecords(url: string): Promise<RecordStore> {
+export async function pgRecords(url: string, table = 'k8s_leader'): Promise<RecordStore> {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
-  await c.query('CREATE TABLE IF NOT EXISTS k8s_leader (name text PRIMARY KEY, holder text NOT NULL, version bigint NOT NULL)');
+  await c.query(`CREATE TABLE IF NOT EXISTS ${table} (name text PRIMARY KEY, holder text NOT NULL, version bigint NOT NULL)`);
   return {
     async get(name) {
-      const r = await c.query<{ holder: string; version: string }>('SELECT holder, version FROM k8s_leader WHERE name = $1', [name]);
+      const r = await c.query<{ holder: string; version: string }>(`SELECT holder, version FROM ${table} WHERE name = $1`, [name]);
       const row = r.rows[0];
       return row === undefined ? null : { holder: row.holder, version: Number(row.version) };
     },
     async put(name, holder, expected) {
       const r =
         expected === 0
-          ? await c.query('INSERT INTO k8s_leader VALUES ($1, $2, 1) ON CONFLICT DO NOTHING', [name, holder])
-          : await c.query('UPDATE k8s_leader SET holder = $2, version = version + 1 WHERE name = $1 AND version = $3', [name, holder, expected]);
+          ? await c.query(`INSERT INTO ${table} VALUES ($1, $2, 1) ON CONFLICT DO NOTHING`, [name, holder])
+          : await c.query(`UPDATE ${table} SET holder = $2, version = version + 1 WHERE name = $1 AND version = $3`, [name, holder, expected]);
       return r.rowCount === 1;
     },
     close: () => c.end(),
@@ -56,7 +56,7 @@ export function redisRecords(url: string): Promise<RecordStore> {
   return Promise.resolve({
     async get(name) {
       const [holder, version] = await r.hmget(`k8s:${name}`, 'holder', 'version');
-      return holder === null || version === null ? null : { holder, version: Number(version) };
+      return holder == null || version == null ? null : { holder, version: Number(version) };
     },
     async put(name, holder, expected) {
       return (await put(`k8s:${name}`, holder, expected)) === 1;

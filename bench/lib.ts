@@ -18,12 +18,14 @@ export interface Sizes {
   followers: number;
   followerTtls: number;
   startups: number;
+  /** TTL for the failover and follower figures (etcd: twice this; it grants whole seconds). */
+  ttlMs: number;
 }
 
 export const SIZES: Record<Mode, Sizes> = {
-  smoke: { samples: 3, leases: [1, 100], handovers: 2, failovers: 1, followers: 3, followerTtls: 1, startups: 1 },
-  quick: { samples: 15, leases: [1, 100, 1000], handovers: 10, failovers: 2, followers: 10, followerTtls: 3, startups: 5 },
-  full: { samples: 40, leases: [1, 100, 1000, 10_000], handovers: 25, failovers: 5, followers: 50, followerTtls: 4, startups: 15 },
+  smoke: { samples: 3, leases: [1, 100], handovers: 2, failovers: 1, followers: 3, followerTtls: 1, startups: 1, ttlMs: 500 },
+  quick: { samples: 15, leases: [1, 100, 1000], handovers: 10, failovers: 2, followers: 10, followerTtls: 3, startups: 5, ttlMs: 1000 },
+  full: { samples: 40, leases: [1, 100, 1000, 10_000], handovers: 25, failovers: 5, followers: 50, followerTtls: 4, startups: 15, ttlMs: 1000 },
 };
 
 export interface Stat {
@@ -90,13 +92,14 @@ export class Recorder {
   readonly skipped: { figure: string; store: string; why: string }[] = [];
 
   add(r: Omit<Result, 'ratio'>): void {
-    const full: Result = { ...r, ratio: r.leasehold.median / r.baseline.median };
+    // A baseline of zero (a peer that makes no calls at all) has no ratio: JSON null, printed n/a.
+    const full: Result = { ...r, ratio: r.baseline.median > 0 ? r.leasehold.median / r.baseline.median : Number.NaN };
     this.results.push(full);
     const f = (n: number): string => (Math.abs(n) >= 100 ? n.toFixed(0) : Math.abs(n) >= 10 ? n.toFixed(1) : n.toFixed(2));
     const extra = r.extra === undefined ? '' : `  [${Object.entries(r.extra).map(([k, v]) => `${k} ${typeof v === 'number' ? f(v) : v}`).join(', ')}]`;
     process.stdout.write(
       `  ${r.store.padEnd(8)} ${r.label.padEnd(22)} leasehold ${f(r.leasehold.median)} (p90 ${f(r.leasehold.p90)}) ${r.unit}` +
-        ` | ${r.baselineName} ${f(r.baseline.median)} (p90 ${f(r.baseline.p90)}) | ${f(full.ratio)}x${extra}\n`,
+        ` | ${r.baselineName} ${f(r.baseline.median)} (p90 ${f(r.baseline.p90)}) | ${Number.isFinite(full.ratio) ? `${f(full.ratio)}x` : 'n/a'}${extra}\n`,
     );
   }
 

@@ -52,11 +52,11 @@ async function pgRenewer(n: number, ttlMs: number): Promise<RawRenewer> {
       const r = await pool.query(
         n === 1
           ? `UPDATE ${table} AS t SET nonce = $3, expires_at = now() + $4 * interval '1 millisecond'
-              WHERE t.name = $1[1] AND t.holder = 'bench' AND t.nonce = $2[1] AND t.expires_at > now() RETURNING t.token, t.expires_at`
+              WHERE t.name = $1 AND t.holder = 'bench' AND t.nonce = $2 AND t.expires_at > now() RETURNING t.token, t.expires_at`
           : `UPDATE ${table} AS t SET nonce = u.nxt, expires_at = now() + $4 * interval '1 millisecond'
                FROM unnest($1::text[], $2::text[], $3::text[]) AS u(name, cur, nxt)
               WHERE t.name = u.name AND t.holder = 'bench' AND t.nonce = u.cur AND t.expires_at > now() RETURNING t.name, t.token, t.expires_at`,
-        n === 1 ? [names, nonces, next[0], ttlMs] : [names, nonces, next, ttlMs],
+        n === 1 ? [names[0], nonces[0], next[0], ttlMs] : [names, nonces, next, ttlMs],
       );
       if (r.rowCount !== n) throw new Error(`raw PG renewal renewed ${r.rowCount} of ${n}`);
       nonces = next;
