@@ -24,7 +24,7 @@ export interface Sizes {
 
 export const SIZES: Record<Mode, Sizes> = {
   smoke: { samples: 3, leases: [1, 100], handovers: 2, failovers: 1, followers: 3, followerTtls: 1, startups: 1, ttlMs: 500 },
-  quick: { samples: 15, leases: [1, 100, 1000], handovers: 10, failovers: 2, followers: 10, followerTtls: 3, startups: 5, ttlMs: 1000 },
+  quick: { samples: 15, leases: [1, 100, 1000], handovers: 10, failovers: 2, followers: 10, followerTtls: 2, startups: 5, ttlMs: 1000 },
   full: { samples: 40, leases: [1, 100, 1000, 10_000], handovers: 25, failovers: 5, followers: 50, followerTtls: 4, startups: 15, ttlMs: 1000 },
 };
 
