@@ -1,0 +1,113 @@
+/**
+ * Crash failover: a holder in its own process is SIGKILLed; the time until a follower (waiting
+ * in this process) holds the lease, as a fraction of the TTL. A killed holder's lease must run
+ * out; a lease can do no better than the time left on it (between TTL - renew interval and TTL).
+ * Baselines, on the same store in the same run: the polling elector with Kubernetes' timings
+ * (PostgreSQL, Redis, SQLite has none), etcd3's Election (etcd), and pg_advisory_lock, which the
+ * server frees when the dead process's socket closes (no TTL at all; nothing a paused VM gets).
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { Leasehold } from '../src/core/leasehold.js';
+import { makeTestStore, TEST_PG_URL, type StoreKind } from '../test/helpers/stores.js';
+import { TEST_REDIS_URL } from '../test/helpers/redis-store.js';
+import { TEST_ETCD_URL } from '../test/helpers/etcd-store.js';
+import { parseEtcdUrl } from '../src/backends/etcd/index.js';
+import { stat, uniq, type Recorder } from './lib.js';
+import type { HolderConfig } from './holder.js';
+import { K8sElector, pgRecords, redisRecords } from './k8s-elector.js';
+import { advisoryClient, etcdClient } from './peers.js';
+
+const holderJs = fileURLToPath(new URL('./holder.js', import.meta.url));
+
+/** Starts a holder, waits for "held", starts the follower, SIGKILLs the holder; ms to takeover. */
+async function crash(config: HolderConfig, follow: () => Promise<void>, settleMs: number): Promise<number> {
+  const child = spawn(process.execPath, [holderJs, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.on('data', (d: Buffer) => d.toString().includes('held') && resolve());
+    child.once('exit', (code) => reject(new Error(`holder exited (${code}) before holding: ${err}`)));
+  });
+  const followed = follow();
+  // Let the follower see the live holder (and the holder renew) before the crash.
+  await new Promise((r) => setTimeout(r, settleMs));
+  const exited = new Promise((r) => child.once('exit', r));
+  const t0 = performance.now();
+  child.kill('SIGKILL');
+  await followed;
+  const ms = performance.now() - t0;
+  await exited;
+  return ms;
+}
+
+async function pgTable(): Promise<{ table: string; drop(): Promise<void> }> {
+  const table = `lh_bench_k8s_${randomBytes(4).toString('hex')}`;
+  return {
+    table,
+    async drop() {
+      const c = new pg.Client({ connectionString: TEST_PG_URL });
+      await c.connect();
+      await c.query(`DROP TABLE IF EXISTS ${table}`);
+      await c.end();
+    },
+  };
+}
+
+export async function failover(rec: Recorder, kind: StoreKind, reps: number, baseTtl: number): Promise<void> {
+  const ttl = kind === 'etcd' ? Math.max(1000, baseTtl * 2) : baseTtl;
+  // A random moment in the renew cycle, as a real crash would be.
+  const settle = (): number => ttl / 2 + Math.random() * (ttl / 3);
+  const t = await makeTestStore(kind);
+  const follower = new Leasehold({ store: await t.open() });
+  const ours: number[] = [];
+  const baselines = new Map<string, number[]>();
+  const push = (name: string, ms: number): void => void baselines.set(name, [...(baselines.get(name) ?? []), ms / ttl]);
+  const table = await pgTable();
+  try {
+    for (let i = 0; i < reps; i++) {
+      const name = uniq('failover');
+      ours.push(
+        (await crash({ mode: 'leasehold', url: t.url, name, ttl }, async () => void (await follower.lease(name, { ttl }).acquire({ wait: '60s' })), settle())) / ttl,
+      );
+      if (kind === 'postgres' || kind === 'redis') {
+        const records = kind === 'postgres' ? await pgRecords(TEST_PG_URL, table.table) : await redisRecords(TEST_REDIS_URL);
+        const e = new K8sElector(records, name, ttl);
+        const config: HolderConfig =
+          kind === 'postgres' ? { mode: 'k8s-postgres', address: TEST_PG_URL, table: table.table, name, ttl } : { mode: 'k8s-redis', address: TEST_REDIS_URL, name, ttl };
+        push('polling elector (k8s timings)', await crash(config, () => new Promise<void>((resolve) => void e.run(resolve)), settle()));
+        e.stop();
+        await records.close();
+      }
+      if (kind === 'postgres') {
+        const c = await advisoryClient();
+        const key = Math.floor(Math.random() * 2 ** 31);
+        push('pg_advisory_lock (socket close)', await crash({ mode: 'advisory', address: TEST_PG_URL, key }, async () => void (await c.query('SELECT pg_advisory_lock($1)', [key])), settle()));
+        await c.end();
+      }
+      if (kind === 'etcd') {
+        const { Election } = await import('etcd3');
+        const c = await etcdClient();
+        const prefix = uniq('lhbench-election');
+        // The follower campaigns once the holder leads (created earlier, it would lead itself).
+        let campaign: ReturnType<InstanceType<typeof Election>['campaign']> | undefined;
+        const follow = (): Promise<void> =>
+          new Promise<void>((r) => void (campaign = new Election(c, prefix, Math.ceil(ttl / 1000)).campaign('follower')).once('elected', () => r()));
+        push('etcd3 Election', await crash({ mode: 'election', hosts: parseEtcdUrl(TEST_ETCD_URL).hosts.join(','), prefix, ttl }, follow, settle()));
+        await campaign?.resign();
+        await c.delete().prefix(prefix);
+        c.close();
+      }
+    }
+    if (baselines.size === 0) baselines.set('TTL (the lease must run out)', [1]);
+    for (const [name, xs] of baselines) {
+      rec.add({ figure: 'failover', store: kind, label: `crash (SIGKILL), ttl ${ttl}ms`, unit: 'x TTL', leasehold: stat(ours), baselineName: name, baseline: stat(xs) });
+    }
+  } finally {
+    await follower.close();
+    await t.cleanup();
+    await table.drop();
+  }
+}

@@ -1,0 +1,44 @@
+/**
+ * Fence overhead: one PostgreSQL transaction that updates an application row, fenced against
+ * unfenced, interleaved on the same pool. Fenced with `term` (the lease row is in the same
+ * database: the high-water mark plus the term check) and with `token` only (high-water mark).
+ */
+import pg from 'pg';
+import { fencedTransaction } from '../src/fence/index.js';
+import { Leasehold } from '../src/core/leasehold.js';
+import { makeTestStore, TEST_PG_URL } from '../test/helpers/stores.js';
+import { interleave, stat, timed, uniq, type Recorder } from './lib.js';
+
+export async function fenceOverhead(rec: Recorder, samples: number): Promise<void> {
+  const t = await makeTestStore('postgres');
+  const schema = new URL(t.url).searchParams.get('schema')!;
+  const pool = new pg.Pool({ connectionString: TEST_PG_URL, max: 2 });
+  const lh = new Leasehold({ store: t.store });
+  try {
+    await pool.query(`CREATE TABLE "${schema}".app (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO "${schema}".app VALUES (1, 0)`);
+    const term = await lh.lease(uniq('fence'), { ttl: 60_000 }).acquire();
+    const write = `UPDATE "${schema}".app SET v = v + 1 WHERE id = 1`;
+    const unfenced = (): Promise<number> =>
+      timed(async () => {
+        const c = await pool.connect();
+        try {
+          await c.query('BEGIN');
+          await c.query(write);
+          await c.query('COMMIT');
+        } finally {
+          c.release();
+        }
+      });
+    const fenced = (options: Parameters<typeof fencedTransaction>[1]) => (): Promise<number> =>
+      timed(() => fencedTransaction(pool, options, (tx) => tx.query(write)));
+    const n = samples * 3;
+    const [a, b] = await interleave(n, fenced({ resource: 'app', term }), unfenced);
+    rec.add({ figure: 'fence', store: 'postgres', label: 'fenced tx (term)', unit: 'ms', leasehold: stat(a), baselineName: 'unfenced tx', baseline: stat(b) });
+    const [c, d] = await interleave(n, fenced({ resource: 'app-token', token: term.token, table: `${schema}.fences` }), unfenced);
+    rec.add({ figure: 'fence', store: 'postgres', label: 'fenced tx (token)', unit: 'ms', leasehold: stat(c), baselineName: 'unfenced tx', baseline: stat(d) });
+  } finally {
+    await lh.close();
+    await pool.end();
+    await t.cleanup();
+  }
+}

@@ -1,0 +1,175 @@
+/**
+ * Clean handover: a holder releases while a follower waits on another connection; the time from
+ * the release call to the follower holding it. Baselines, in the same run, interleaved: the
+ * peer's waiter on that store (PostgreSQL: a backend blocked in pg_advisory_lock; Redis:
+ * redis-semaphore's Mutex, which polls; etcd: etcd3's Election, which watches; SQLite, which has
+ * no waiter to wake: one raw conditional UPDATE taking a free row, the least a handover costs).
+ */
+import { Leasehold } from '../src/core/leasehold.js';
+import type { Lease } from '../src/core/lease.js';
+import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
+import { interleave, sleep, stat, uniq, type Recorder } from './lib.js';
+import { advisoryClient, etcdClient, randomKey, redisClient, semaphoreMutex } from './peers.js';
+
+const TTL = 30_000;
+// The waiter is asleep (on its expiry timer or a notification) before the release is timed.
+const SETTLE_MS = 30;
+
+type Handover = () => Promise<number>;
+
+async function leaseholdHandover(kind: StoreKind): Promise<{ run: Handover; close(): Promise<void> }> {
+  const t = await makeTestStore(kind);
+  const a = new Leasehold({ store: t.store });
+  const b = new Leasehold({ store: await t.open() });
+  const name = uniq('handover');
+  let current: Lease = a.lease(name, { ttl: TTL });
+  await current.acquire();
+  let waiter = b;
+  let holder = a;
+  return {
+    async run() {
+      const next = waiter.lease(name, { ttl: TTL });
+      const acquired = next.acquire({ wait: '60s' });
+      await sleep(SETTLE_MS);
+      const t0 = performance.now();
+      await current.release();
+      await acquired;
+      const ms = performance.now() - t0;
+      current.close().catch(() => undefined);
+      current = next;
+      [holder, waiter] = [waiter, holder];
+      return ms;
+    },
+    async close() {
+      await current.release().catch(() => false);
+      await a.close();
+      await b.close();
+      await t.cleanup();
+    },
+  };
+}
+
+async function peerHandover(kind: StoreKind): Promise<{ name: string; run: Handover; close(): Promise<void> }> {
+  switch (kind) {
+    case 'postgres': {
+      const [a, b] = [await advisoryClient(), await advisoryClient()];
+      const key = Math.floor(Math.random() * 2 ** 31);
+      await a.query('SELECT pg_advisory_lock($1)', [key]);
+      let [holder, waiter] = [a, b];
+      return {
+        name: 'pg_advisory_lock waiter',
+        async run() {
+          const acquired = waiter.query('SELECT pg_advisory_lock($1)', [key]);
+          await sleep(SETTLE_MS);
+          const t0 = performance.now();
+          await holder.query('SELECT pg_advisory_unlock($1)', [key]);
+          await acquired;
+          const ms = performance.now() - t0;
+          [holder, waiter] = [waiter, holder];
+          return ms;
+        },
+        async close() {
+          await Promise.all([a.end(), b.end()]);
+        },
+      };
+    }
+    case 'redis': {
+      const [ra, rb] = [redisClient(), redisClient()];
+      const key = randomKey('mutex');
+      let current = semaphoreMutex(ra, key, TTL);
+      await current.acquire();
+      let [holder, waiter] = [ra, rb];
+      return {
+        name: 'redis-semaphore Mutex',
+        async run() {
+          const next = semaphoreMutex(waiter, key, TTL);
+          const acquired = next.acquire();
+          await sleep(SETTLE_MS);
+          const t0 = performance.now();
+          await current.release();
+          await acquired;
+          const ms = performance.now() - t0;
+          current = next;
+          [holder, waiter] = [waiter, holder];
+          return ms;
+        },
+        async close() {
+          await current.release().catch(() => undefined);
+          ra.disconnect();
+          rb.disconnect();
+        },
+      };
+    }
+    case 'etcd': {
+      const { Election } = await import('etcd3');
+      const [ca, cb] = [await etcdClient(), await etcdClient()];
+      const prefix = randomKey('election');
+      const elect = (c: typeof ca, who: string): Promise<{ resign(): Promise<void> }> => {
+        const campaign = new Election(c, prefix, 30).campaign(who);
+        return new Promise((resolve, reject) => {
+          campaign.once('elected', () => resolve(campaign));
+          campaign.once('error', reject);
+        });
+      };
+      let current = await elect(ca, 'a');
+      let [holder, waiter] = [ca, cb];
+      return {
+        name: 'etcd3 Election',
+        async run() {
+          const next = elect(waiter, 'w');
+          await sleep(SETTLE_MS);
+          const t0 = performance.now();
+          await current.resign();
+          current = await next;
+          const ms = performance.now() - t0;
+          [holder, waiter] = [waiter, holder];
+          return ms;
+        },
+        async close() {
+          await current.resign().catch(() => undefined);
+          await ca.delete().prefix(prefix);
+          ca.close();
+          cb.close();
+        },
+      };
+    }
+    case 'sqlite': {
+      const { default: Database } = await import('better-sqlite3');
+      const { mkdtempSync, rmSync } = await import('node:fs');
+      const { join } = await import('node:path');
+      const { tmpdir } = await import('node:os');
+      const dir = mkdtempSync(join(tmpdir(), 'lh-bench-ho-'));
+      const db = new Database(join(dir, 'raw.db'));
+      db.pragma('journal_mode = WAL');
+      db.exec("CREATE TABLE t (name TEXT PRIMARY KEY, holder TEXT, token INTEGER, expires_at INTEGER); INSERT INTO t VALUES ('x', NULL, 0, 0)");
+      const take = db.prepare('UPDATE t SET holder = ?, token = token + 1, expires_at = ? WHERE name = ? AND (holder IS NULL OR expires_at <= ?)');
+      const free = db.prepare('UPDATE t SET holder = NULL WHERE name = ?');
+      return {
+        name: 'raw UPDATE taking a free row',
+        run() {
+          free.run('x');
+          const t0 = performance.now();
+          if (take.run('b', Date.now() + TTL, 'x', Date.now()).changes !== 1) throw new Error('raw SQLite take failed');
+          return Promise.resolve(performance.now() - t0);
+        },
+        close() {
+          db.close();
+          rmSync(dir, { recursive: true, force: true });
+          return Promise.resolve();
+        },
+      };
+    }
+  }
+}
+
+export async function handover(rec: Recorder, kind: StoreKind, count: number): Promise<void> {
+  const lh = await leaseholdHandover(kind);
+  const peer = await peerHandover(kind);
+  try {
+    const [a, b] = await interleave(count, lh.run, peer.run);
+    rec.add({ figure: 'handover', store: kind, label: 'clean handover', unit: 'ms', leasehold: stat(a), baselineName: peer.name, baseline: stat(b) });
+  } finally {
+    await peer.close();
+    await lh.close();
+  }
+}

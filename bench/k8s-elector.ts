@@ -1,0 +1,116 @@
+/**
+ * A polling leader elector with Kubernetes' client-go defaults (LeaseDuration 15s, RenewDeadline
+ * 10s, RetryPeriod 2s, JitterFactor 1.2), scaled to the bench's TTL so the ratios stay the same:
+ * written for the bench only, as the baseline for idle follower load and crash failover. Like
+ * client-go, a follower judges expiry by its own clock from when it last saw the record change.
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { Redis } from 'ioredis';
+import { sleep } from './lib.js';
+
+interface LeaderRecord {
+  holder: string;
+  version: number;
+}
+
+/** The record API client-go's resource lock needs: get, create, update if unchanged. */
+export interface RecordStore {
+  get(name: string): Promise<LeaderRecord | null>;
+  /** Writes `holder` at version expected+1 if the record is at `expected` (0: absent). */
+  put(name: string, holder: string, expected: number): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export async function pgRecords(url: string, table = 'k8s_leader'): Promise<RecordStore> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  await c.query(`CREATE TABLE IF NOT EXISTS ${table} (name text PRIMARY KEY, holder text NOT NULL, version bigint NOT NULL)`);
+  return {
+    async get(name) {
+      const r = await c.query<{ holder: string; version: string }>(`SELECT holder, version FROM ${table} WHERE name = $1`, [name]);
+      const row = r.rows[0];
+      return row === undefined ? null : { holder: row.holder, version: Number(row.version) };
+    },
+    async put(name, holder, expected) {
+      const r =
+        expected === 0
+          ? await c.query(`INSERT INTO ${table} VALUES ($1, $2, 1) ON CONFLICT DO NOTHING`, [name, holder])
+          : await c.query(`UPDATE ${table} SET holder = $2, version = version + 1 WHERE name = $1 AND version = $3`, [name, holder, expected]);
+      return r.rowCount === 1;
+    },
+    close: () => c.end(),
+  };
+}
+
+const PUT_LUA = `
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if v ~= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'version', v + 1)
+return 1`;
+
+export function redisRecords(url: string): Promise<RecordStore> {
+  const r = new Redis(url, { maxRetriesPerRequest: 1 });
+  r.defineCommand('k8sput', { numberOfKeys: 1, lua: PUT_LUA });
+  const put = (r as unknown as { k8sput(k: string, h: string, v: number): Promise<number> }).k8sput.bind(r);
+  return Promise.resolve({
+    async get(name) {
+      const [holder, version] = await r.hmget(`k8s:${name}`, 'holder', 'version');
+      return holder == null || version == null ? null : { holder, version: Number(version) };
+    },
+    async put(name, holder, expected) {
+      return (await put(`k8s:${name}`, holder, expected)) === 1;
+    },
+    close: async () => {
+      await r.quit();
+    },
+  });
+}
+
+export class K8sElector {
+  readonly id = randomBytes(6).toString('hex');
+  private observed: LeaderRecord | null = null;
+  private observedAt = 0;
+  private stopped = false;
+  leading = false;
+  readonly leaseMs: number;
+  readonly retryMs: number;
+
+  constructor(
+    private readonly records: RecordStore,
+    private readonly name: string,
+    ttlMs: number,
+  ) {
+    this.leaseMs = ttlMs;
+    this.retryMs = (ttlMs * 2) / 15;
+  }
+
+  private async tryAcquireOrRenew(): Promise<boolean> {
+    const now = performance.now();
+    const rec = await this.records.get(this.name);
+    if (rec === null) return this.records.put(this.name, this.id, 0);
+    if (this.observed?.version !== rec.version) {
+      this.observed = rec;
+      this.observedAt = now;
+    }
+    if (rec.holder !== this.id && this.observedAt + this.leaseMs > now) return false;
+    return this.records.put(this.name, this.id, rec.version);
+  }
+
+  /** Resolves once leader; keeps renewing every RetryPeriod until stop(). */
+  async run(onLeading: () => void = () => {}): Promise<void> {
+    while (!this.stopped) {
+      const ok = await this.tryAcquireOrRenew().catch(() => false);
+      if (ok && !this.leading) {
+        this.leading = true;
+        onLeading();
+      }
+      // client-go: wait.JitterUntil(retryPeriod, 1.2) while acquiring; renewals every retryPeriod.
+      await sleep(this.leading ? this.retryMs : this.retryMs * (1 + Math.random() * 1.2));
+    }
+  }
+
+  stop(): void {
+    this.stopped = true;
+  }
+}

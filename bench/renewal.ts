@@ -1,0 +1,88 @@
+/**
+ * Renewal at N leases: one process holds N leases and renews them all, as the renewal scheduler
+ * does on each tick (src/core/scheduler.ts: batches of MAX_BATCH sent at once). Figure: the wall
+ * time of one tick and the store calls it makes; baseline: the raw driver renewing the same N
+ * rows or keys in one call (etcd: one lease keepalive, which keeps any number of keys).
+ */
+import { newNonce } from '../src/core/identity.js';
+import { MAX_BATCH } from '../src/core/scheduler.js';
+import type { ClaimRequest, LeaseStore } from '../src/backends/store.js';
+import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
+import { interleave, stat, timed, type Recorder } from './lib.js';
+import { rawRenewer } from './raw.js';
+import { redisClient, redlockOn, randomKey } from './peers.js';
+
+const TTL_MS = 60_000;
+
+async function hold(store: LeaseStore, n: number): Promise<() => Promise<number>> {
+  const holder = `bench-${newNonce().slice(0, 8)}`;
+  const names = Array.from({ length: n }, (_, i) => `renew-${i}`);
+  let nonces = names.map(() => newNonce());
+  for (let i = 0; i < n; i += MAX_BATCH) {
+    const got = await store.claim(names.slice(i, i + MAX_BATCH).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! })));
+    if (got.some((g) => g.outcome !== 'acquired')) throw new Error('bench could not acquire its leases');
+  }
+  // One tick, as the scheduler sends it: every batch at once.
+  return async () => {
+    const next = names.map(() => newNonce());
+    const batches: ClaimRequest[][] = [];
+    for (let i = 0; i < n; i += MAX_BATCH) {
+      batches.push(names.slice(i, i + MAX_BATCH).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: [nonces[i + j]!], nextNonce: next[i + j]! })));
+    }
+    const results = (await Promise.all(batches.map((b) => store.claim(b)))).flat();
+    const lost = results.filter((r) => r.outcome !== 'renewed').length;
+    if (lost > 0) throw new Error(`${lost} of ${n} renewals failed`);
+    nonces = next;
+    return batches.length;
+  };
+}
+
+export async function renewal(rec: Recorder, kind: StoreKind, counts: number[], samples: number): Promise<void> {
+  for (const n of counts) {
+    const t = await makeTestStore(kind);
+    const raw = await rawRenewer(kind, n, TTL_MS);
+    try {
+      const tick = await hold(t.store, n);
+      let calls = 0;
+      // Big batches are slow enough that fewer samples say as much.
+      const reps = n >= 10_000 ? Math.max(3, Math.ceil(samples / 5)) : n >= 1000 ? Math.max(3, Math.ceil(samples / 2)) : samples;
+      const [a, b] = await interleave(
+        reps,
+        () => timed(async () => (calls = await tick())),
+        () => timed(() => raw!.renew()),
+      );
+      rec.add({
+        figure: 'renewal',
+        store: kind,
+        label: `${n} lease${n === 1 ? '' : 's'}`,
+        unit: 'ms',
+        leasehold: stat(a),
+        baselineName: raw!.name,
+        baseline: stat(b),
+        extra: { 'store calls/tick': calls, 'baseline calls/tick': 1 },
+      });
+      if (kind === 'redis' && n === 1) await redlockRenewal(rec, tick, reps);
+    } finally {
+      await raw?.close();
+      await t.cleanup();
+    }
+  }
+}
+
+/** redlock's extend: the peer's renewal of one lock. */
+async function redlockRenewal(rec: Recorder, tick: () => Promise<number>, reps: number): Promise<void> {
+  const r = redisClient();
+  try {
+    const redlock = redlockOn(r);
+    let lock = await redlock.lock(randomKey('redlock'), TTL_MS);
+    const [a, b] = await interleave(
+      reps,
+      () => timed(() => tick()),
+      () => timed(async () => (lock = await lock.extend(TTL_MS))),
+    );
+    await lock.unlock();
+    rec.add({ figure: 'renewal', store: 'redis', label: '1 lease', unit: 'ms', leasehold: stat(a), baselineName: 'redlock extend', baseline: stat(b) });
+  } finally {
+    r.disconnect();
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * The benchmark suite still runs: `bench/run.ts --smoke` (every figure, tiny sizes) against the
+ * selected stores. Proves the suite works and writes its JSON and SVG; asserts no timing.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { selectedStores } from '../helpers/stores.js';
+
+const runJs = fileURLToPath(new URL('../../bench/run.js', import.meta.url));
+
+void test('bench --smoke runs every figure on the selected stores and writes JSON and SVG', { timeout: 120_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'lh-bench-smoke-'));
+  try {
+    const stores = selectedStores();
+    const json = join(dir, 'out.json');
+    // Ports of its own, so a developer's `npm run bench` beside the tests does not collide.
+    const env = { ...process.env, LEASEHOLD_BENCH_PORT_BASE: '26050' };
+    const r = spawnSync(process.execPath, [runJs, '--smoke', '--stores', stores.join(','), '--json', json], { encoding: 'utf8', env, timeout: 110_000 });
+    assert.equal(r.status, 0, `bench --smoke failed:\n${r.stdout}\n${r.stderr}`);
+    const out = JSON.parse(readFileSync(json, 'utf8')) as {
+      mode: string;
+      results: { figure: string; store: string; leasehold: { n: number }; baseline: { n: number } }[];
+      skipped: { figure: string; store: string }[];
+    };
+    assert.equal(out.mode, 'smoke');
+    const figures = ['renewal', 'handover', 'failover', 'followers', 'startup', ...(stores.includes('postgres') ? ['fence'] : [])];
+    for (const figure of figures) {
+      for (const store of figure === 'fence' ? ['postgres'] : stores) {
+        const got = out.results.some((x) => x.figure === figure && x.store === store) || out.skipped.some((x) => x.figure === figure && x.store === store);
+        assert.ok(got, `no ${figure} figure (nor a reason it was skipped) for ${store}`);
+      }
+    }
+    for (const x of out.results) assert.ok(x.leasehold.n > 0 && x.baseline.n > 0, `${x.figure} ${x.store} has no samples`);
+    assert.match(readFileSync(join(dir, 'out.svg'), 'utf8'), /^<svg[^>]*>[\s\S]*<\/svg>\n$/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
