@@ -22,6 +22,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, write
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { killPid } from './etcd.mjs';
 
 const HOST = '127.0.0.1';
 const SIZE = 3;
@@ -120,26 +121,6 @@ function spawnMember(bin, m, initialCluster, token, log) {
   return child.pid;
 }
 
-async function killPid(pid, dataDir, timeoutMs = 5000) {
-  const gone = () => !isOurs(pid, dataDir);
-  try {
-    process.kill(pid, 'SIGCONT'); // a frozen member cannot act on SIGTERM
-    process.kill(pid, 'SIGTERM');
-  } catch {
-    return;
-  }
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (gone()) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  try {
-    process.kill(pid, 'SIGKILL');
-  } catch {
-    return;
-  }
-  while (!gone()) await new Promise((r) => setTimeout(r, 50));
-}
 
 /** Stops every member recorded under basePort's state dir and removes the data. */
 export async function stopEtcdCluster({ basePort = 24379, log = silent } = {}) {
@@ -148,7 +129,7 @@ export async function stopEtcdCluster({ basePort = 24379, log = silent } = {}) {
     const pid = readPid(m.pidFile);
     if (pid !== null && isOurs(pid, m.dataDir)) {
       log(`[etcd-cluster] stopping ${m.name} (pid ${pid})`);
-      await killPid(pid, m.dataDir);
+      await killPid(pid, () => !isOurs(pid, m.dataDir), { cont: true });
     }
   }
   rmSync(dir, { recursive: true, force: true });
@@ -175,7 +156,7 @@ export async function startEtcdCluster({ basePort = 24379, log = silent, timeout
       },
       /** Starts a killed member again on its data dir: it rejoins with what it had. */
       async restart() {
-        if (isOurs(member.pid, m.dataDir)) await killPid(member.pid, m.dataDir);
+        if (isOurs(member.pid, m.dataDir)) await killPid(member.pid, () => !isOurs(member.pid, m.dataDir), { cont: true });
         member.pid = spawnMember(bin, m, initialCluster, token, log);
       },
       alive: () => isOurs(member.pid, m.dataDir),

@@ -158,9 +158,13 @@ async function waitHealthy(child, timeoutMs) {
   throw new Error(`etcd did not become healthy on ${CLIENT_URL} within ${timeoutMs}ms; last log lines:\n${tail(LOG_FILE)}`);
 }
 
-async function killPid(pid, timeoutMs = 5000) {
-  const gone = () => !isOurEtcd(pid);
+/**
+ * SIGTERM, then SIGKILL after `timeoutMs`, and waits until `gone()` (the pid no longer being the
+ * process we started). `cont`: SIGCONT first, since a frozen process cannot act on SIGTERM.
+ */
+export async function killPid(pid, gone, { timeoutMs = 5000, cont = false } = {}) {
   try {
+    if (cont) process.kill(pid, 'SIGCONT');
     process.kill(pid, 'SIGTERM');
   } catch {
     return;
@@ -200,7 +204,7 @@ export async function restartEtcd({ log = silent, downMs = 0, timeoutMs = 20_000
     throw new Error('the running etcd was not started by scripts/services/etcd.mjs, so it cannot be restarted here');
   }
   log(`[etcd] restarting (pid ${pid})`);
-  await killPid(pid);
+  await killPid(pid, () => !isOurEtcd(pid));
   if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
   const bin = etcdBinary();
   if (bin === null) throw new Error('the etcd binary disappeared');
@@ -220,7 +224,7 @@ export async function stopEtcd({ log = silent } = {}) {
   const pid = readPid();
   if (pid !== null && isOurEtcd(pid)) {
     log(`[etcd] stopping pid ${pid}`);
-    await killPid(pid);
+    await killPid(pid, () => !isOurEtcd(pid));
   } else {
     log('[etcd] no etcd started by this script is running');
   }
