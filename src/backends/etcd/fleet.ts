@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { StoreUnavailableError } from '../../core/errors.js';
+import { StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type { CallOptions } from '../../core/port.js';
 import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import { estimateExpiry, leaseRemaining } from './claim.js';
@@ -36,7 +36,6 @@ import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
  * is raised: a generation never changes under its owner.
  */
 
-const ATTEMPTS = 8;
 const GUESS_CAP = 10_000;
 
 interface AgentValue {
@@ -67,7 +66,13 @@ function parse<T>(kv: EtcdKeyValue | undefined, ok: (v: T) => boolean): T | null
 
 const parseAgent = (kv: EtcdKeyValue | undefined): AgentValue | null =>
   parse<AgentValue>(kv, (v) => typeof v.labels === 'object' && v.labels !== null && typeof v.owned === 'number');
-const parseOwn = (kv: EtcdKeyValue | undefined): OwnValue | null => parse<OwnValue>(kv, (v) => typeof v.agent === 'string' && typeof v.floor === 'string');
+/** The ownership record; null when absent. @throws {StoreError} a value leasehold did not write. */
+function parseOwn(kv: EtcdKeyValue | undefined): OwnValue | null {
+  if (kv === undefined) return null;
+  const v = parse<OwnValue>(kv, (x) => typeof x.agent === 'string' && typeof x.floor === 'string' && /^\d+$/.test(x.floor));
+  if (v === null) throw new StoreError(`etcd key ${kv.key.toString()} is not a fleet ownership record leasehold wrote; delete it, or use another prefix`);
+  return v;
+}
 
 /** The generation of an ownership record: its key's mod revision plus the floor it was written under. */
 const generationOf = (kv: EtcdKeyValue, v: OwnValue): bigint => BigInt(kv.mod_revision) + BigInt(v.floor);
@@ -180,23 +185,26 @@ export class EtcdFleet implements FleetPort {
     ];
   }
 
-  private conflicted(what: string): StoreUnavailableError {
-    return new StoreUnavailableError(`etcd: ${what} conflicted with concurrent fleet changes ${ATTEMPTS} times in a row; this is retryable`);
+  private conflicted(what: string, attempts: number): StoreUnavailableError {
+    return new StoreUnavailableError(
+      `etcd: ${what} conflicted with concurrent fleet changes ${attempts} times, until the call's deadline; this is retryable (raise the store's timeout if bursts are normal)`,
+    );
   }
 
   /** Read-modify-write of one agent record, compared on its mod revision. `change` returns null to write nothing. */
   private async updateAgent(id: string, change: (prev: AgentValue | null) => AgentValue | null, where: string, options?: CallOptions): Promise<boolean> {
     const c = await this.store.fleetContext(options);
     const key = this.agentKey(c.keys, id);
-    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    let attempt = 0;
+    for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
       const kv = first((await this.read(c, [rangeOf(key)], where)).responses[0]);
       const next = change(parseAgent(kv));
       if (next === null) return false;
       const ok = await this.write(c, [{ request_put: { key, value: json(next) } }], [{ key, target: 'Mod', result: 'Equal', mod_revision: kv?.mod_revision ?? '0' }], where);
       if (ok !== null) return true;
-      await backoff(attempt);
+      await backoff(attempt, c.deadline);
     }
-    throw this.conflicted(`${where} of agent "${id}"`);
+    throw this.conflicted(`${where} of agent "${id}"`, attempt);
   }
 
   async registerAgent(id: string, labels: Labels, options?: CallOptions): Promise<void> {
@@ -287,7 +295,8 @@ export class EtcdFleet implements FleetPort {
     const k = c.keys;
     const own = this.ownKey(k, resource);
     let guess = this.guesses.get(resource);
-    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    let attempt = 0;
+    for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
       const name = guess === undefined ? undefined : `${AGENT_LEASE_PREFIX}${guess}`;
       const ops = [rangeOf(own)];
       if (guess !== undefined && name !== undefined) ops.push(rangeOf(this.agentKey(k, guess)), rangeOf(k.term(name)), rangeOf(k.renew(name)), rangeOf(k.state(name)));
@@ -329,7 +338,7 @@ export class EtcdFleet implements FleetPort {
         storeNowMs: row.storeNowMs,
       };
     }
-    throw this.conflicted(`looking up the owner of "${resource}"`);
+    throw this.conflicted(`looking up the owner of "${resource}"`, attempt);
   }
 
   private remember(resource: string, agent: string): void {
@@ -361,35 +370,34 @@ export class EtcdFleet implements FleetPort {
     const c = await this.store.fleetContext(options);
     const k = c.keys;
     const key = this.ownKey(k, resource);
-    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    let attempt = 0;
+    for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
       const snap = await this.snapshot(c, resource, 'fleet place');
-      if (snap.own !== undefined) {
-        const v = parseOwn(snap.own);
-        if (v === null) throw new StoreUnavailableError(`etcd: the fleet record of "${resource}" (${key.toString()}) is not one leasehold wrote; delete it or pick another name`);
-        return { outcome: 'owned', agent: v.agent, generation: generationOf(snap.own, v) };
-      }
+      const cur = parseOwn(snap.own);
+      if (snap.own !== undefined && cur !== null) return { outcome: 'owned', agent: cur.agent, generation: generationOf(snap.own, cur) };
       const a = this.pick(snap.agents, labels, null, null);
       if (a === undefined) return { outcome: 'no-agent' };
       const w = await this.write(
         c,
-        [{ request_put: { key, value: this.ownValue(k, a.id, labels) } }, this.bump(a, 1)],
+        [{ request_put: { key, value: this.ownValue(k, a.id, labels) } }, this.bump(a, 1), rangeOf(key)],
         [{ key, target: 'Create', result: 'Equal', create_revision: 0 }, ...this.pinned(k, a)],
         'fleet place',
       );
       if (w !== null) {
         this.remember(resource, a.id);
-        return { outcome: 'placed', agent: a.id, generation: BigInt(w.header?.revision ?? '0') + k.floor };
+        return { outcome: 'placed', agent: a.id, generation: written(w, 2) };
       }
-      await backoff(attempt);
+      await backoff(attempt, c.deadline);
     }
-    throw this.conflicted(`placing "${resource}"`);
+    throw this.conflicted(`placing "${resource}"`, attempt);
   }
 
   async reassign(resource: string, from: string, to: string | null, options?: CallOptions): Promise<ReassignResult> {
     const c = await this.store.fleetContext(options);
     const k = c.keys;
     const key = this.ownKey(k, resource);
-    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    let attempt = 0;
+    for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
       const snap = await this.snapshot(c, resource, 'fleet reassign');
       const v = parseOwn(snap.own);
       if (snap.own === undefined || v === null || v.agent !== from) return { outcome: 'owner-changed', owner: v?.agent ?? null };
@@ -398,7 +406,7 @@ export class EtcdFleet implements FleetPort {
       const old = snap.agents.get(from);
       const w = await this.write(
         c,
-        [{ request_put: { key, value: this.ownValue(k, a.id, v.labels) } }, this.bump(a, 1), ...(old === undefined ? [] : [this.bump(old, -1)])],
+        [{ request_put: { key, value: this.ownValue(k, a.id, v.labels) } }, this.bump(a, 1), rangeOf(key), ...(old === undefined ? [] : [this.bump(old, -1)])],
         [
           { key, target: 'Mod', result: 'Equal', mod_revision: snap.own.mod_revision },
           ...this.pinned(k, a),
@@ -408,11 +416,11 @@ export class EtcdFleet implements FleetPort {
       );
       if (w !== null) {
         this.remember(resource, a.id);
-        return { outcome: 'moved', agent: a.id, generation: BigInt(w.header?.revision ?? '0') + k.floor };
+        return { outcome: 'moved', agent: a.id, generation: written(w, 2) };
       }
-      await backoff(attempt);
+      await backoff(attempt, c.deadline);
     }
-    throw this.conflicted(`reassigning "${resource}"`);
+    throw this.conflicted(`reassigning "${resource}"`, attempt);
   }
 
   async remove(resource: string, from: string, options?: CallOptions): Promise<boolean> {
@@ -420,7 +428,8 @@ export class EtcdFleet implements FleetPort {
     const k = c.keys;
     const key = this.ownKey(k, resource);
     const agentKey = this.agentKey(k, from);
-    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    let attempt = 0;
+    for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
       const r = await this.read(c, [rangeOf(key), rangeOf(agentKey)], 'fleet remove');
       const ownKv = first(r.responses[0]);
       if (parseOwn(ownKv)?.agent !== from) return false;
@@ -441,9 +450,9 @@ export class EtcdFleet implements FleetPort {
         this.guesses.delete(resource);
         return true;
       }
-      await backoff(attempt);
+      await backoff(attempt, c.deadline);
     }
-    throw this.conflicted(`removing "${resource}"`);
+    throw this.conflicted(`removing "${resource}"`, attempt);
   }
 
   /** The client is the lease store's: closing the fleet leaves it to the store's owner. */
@@ -452,7 +461,15 @@ export class EtcdFleet implements FleetPort {
   }
 }
 
-/** A few ms, growing and jittered, so racing writers do not collide again in lockstep. */
-function backoff(attempt: number): Promise<void> {
-  return sleep(randomInt(1, 5 * 2 ** Math.min(attempt, 5) + 2));
+/** The generation of the ownership record a successful write put, read back by op `at` of the same Txn. */
+function written(w: EtcdTxnResponse, at: number): bigint {
+  const kv = first(w.responses[at]);
+  const v = parseOwn(kv);
+  if (kv === undefined || v === null) throw new StoreError('etcd answered a fleet write without the record it wrote; report this');
+  return generationOf(kv, v);
+}
+
+/** A few ms, growing to ~50ms and jittered, so racing writers do not collide again in lockstep; never past the deadline. */
+function backoff(attempt: number, deadline: number): Promise<void> {
+  return sleep(Math.max(0, Math.min(randomInt(1, 3 * 2 ** Math.min(attempt, 4) + 2), deadline - Date.now())));
 }
