@@ -5,6 +5,7 @@ import type { CallOptions } from '../../core/port.js';
 import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import { estimateExpiry, leaseRemaining } from './claim.js';
 import { mapEtcdError, type Etcd3Like, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+import { newNonce } from '../../core/identity.js';
 import { json, parseRenew, parseState, parseTerm, type EtcdKeys } from './keys.js';
 import type { EtcdStore } from './store.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
@@ -26,7 +27,9 @@ import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
  * everything the decision read: the resource key's revisions, the chosen agent's term key
  * create revision (constant for a term: a new term of that agent is a new create revision, and
  * an expired one is 0) and its record's mod revision (draining, deregistration, owned count).
- * On a conflict it reads again, a bounded number of times.
+ * On a conflict it reads again, with jittered back-off, until the call's deadline. Each ownership
+ * write carries a fresh writeId, so a write that landed although its answer was lost (etcd3's
+ * retry on the next member, client.ts) is recognised on the re-read as this call's own.
  *
  * Generations: the ownership key's mod revision plus the token floor in force when it was
  * written (stored in the record). etcd revisions are cluster-wide, persisted and only go up, so
@@ -52,6 +55,8 @@ interface OwnValue {
   placedAtMs: number;
   /** The token floor in force when this was written (decimal). */
   floor: string;
+  /** Fresh per write: a write that landed but whose answer was lost (etcd3 retried it on another member) is recognised as ours. */
+  writeId?: string;
 }
 
 function parse<T>(kv: EtcdKeyValue | undefined, ok: (v: T) => boolean): T | null {
@@ -353,8 +358,8 @@ export class EtcdFleet implements FleetPort {
     return { agents: this.snapshotAgents(k, all(r.responses[0]), all(r.responses[1])), own: first(r.responses[2]) };
   }
 
-  private ownValue(k: EtcdKeys, agent: string, labels: Labels): Buffer {
-    const v: OwnValue = { agent, labels, placedAtMs: Date.now(), floor: k.floor.toString() };
+  private ownValue(k: EtcdKeys, agent: string, labels: Labels, writeId: string): Buffer {
+    const v: OwnValue = { agent, labels, placedAtMs: Date.now(), floor: k.floor.toString(), writeId };
     return json(v);
   }
 
@@ -370,16 +375,22 @@ export class EtcdFleet implements FleetPort {
     const c = await this.store.fleetContext(options);
     const k = c.keys;
     const key = this.ownKey(k, resource);
+    const sent = new Set<string>();
     let attempt = 0;
     for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
       const snap = await this.snapshot(c, resource, 'fleet place');
       const cur = parseOwn(snap.own);
-      if (snap.own !== undefined && cur !== null) return { outcome: 'owned', agent: cur.agent, generation: generationOf(snap.own, cur) };
+      if (snap.own !== undefined && cur !== null) {
+        const outcome = cur.writeId !== undefined && sent.has(cur.writeId) ? 'placed' : 'owned';
+        return { outcome, agent: cur.agent, generation: generationOf(snap.own, cur) };
+      }
       const a = this.pick(snap.agents, labels, null, null);
       if (a === undefined) return { outcome: 'no-agent' };
+      const writeId = newNonce();
+      sent.add(writeId);
       const w = await this.write(
         c,
-        [{ request_put: { key, value: this.ownValue(k, a.id, labels) } }, this.bump(a, 1), rangeOf(key)],
+        [{ request_put: { key, value: this.ownValue(k, a.id, labels, writeId) } }, this.bump(a, 1), rangeOf(key)],
         [{ key, target: 'Create', result: 'Equal', create_revision: 0 }, ...this.pinned(k, a)],
         'fleet place',
       );
@@ -396,17 +407,21 @@ export class EtcdFleet implements FleetPort {
     const c = await this.store.fleetContext(options);
     const k = c.keys;
     const key = this.ownKey(k, resource);
+    const sent = new Set<string>();
     let attempt = 0;
     for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
       const snap = await this.snapshot(c, resource, 'fleet reassign');
       const v = parseOwn(snap.own);
+      if (snap.own !== undefined && v?.writeId !== undefined && sent.has(v.writeId)) return { outcome: 'moved', agent: v.agent, generation: generationOf(snap.own, v) };
       if (snap.own === undefined || v === null || v.agent !== from) return { outcome: 'owner-changed', owner: v?.agent ?? null };
       const a = this.pick(snap.agents, v.labels, to, from);
       if (a === undefined) return { outcome: 'no-agent' };
       const old = snap.agents.get(from);
+      const writeId = newNonce();
+      sent.add(writeId);
       const w = await this.write(
         c,
-        [{ request_put: { key, value: this.ownValue(k, a.id, v.labels) } }, this.bump(a, 1), rangeOf(key), ...(old === undefined ? [] : [this.bump(old, -1)])],
+        [{ request_put: { key, value: this.ownValue(k, a.id, v.labels, writeId) } }, this.bump(a, 1), rangeOf(key), ...(old === undefined ? [] : [this.bump(old, -1)])],
         [
           { key, target: 'Mod', result: 'Equal', mod_revision: snap.own.mod_revision },
           ...this.pinned(k, a),
