@@ -25,5 +25,6 @@ export { AGENT_LEASE_PREFIX, type FleetPort, type AgentRow, type OwnerRow, type 
 export { PostgresFleet } from '../backends/postgres/fleet.js';
 export { SqliteFleet } from '../backends/sqlite/fleet.js';
 export { RedisFleet } from '../backends/redis/fleet.js';
+export { EtcdFleet } from '../backends/etcd/fleet.js';
 export { AlreadyOwnedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../core/errors.js';
 export type { CallOptions } from '../core/port.js';

@@ -4,7 +4,7 @@ import type { LeaseStore } from '../backends/store.js';
 import { Fleet } from './fleet.js';
 
 /**
- * Opens the fleet registry living beside the leases of `store` (PostgreSQL, SQLite or Redis): the
+ * Opens the fleet registry living beside the leases of `store` (PostgreSQL, SQLite, Redis or etcd): the
  * agents' liveness is their leases in that same store, so the two must be one database.
  * @throws {ConfigError} for another kind of store.
  */
@@ -28,6 +28,12 @@ export async function openFleet(store: LeaseStore): Promise<Fleet> {
       if (!(store instanceof RedisStore)) break;
       return new Fleet(new RedisFleet(store));
     }
+    case 'etcd': {
+      const { EtcdStore } = await import('../backends/etcd/store.js');
+      const { EtcdFleet } = await import('../backends/etcd/fleet.js');
+      if (!(store instanceof EtcdStore)) break;
+      return new Fleet(new EtcdFleet(store));
+    }
   }
-  throw new ConfigError(`the fleet registry runs on PostgreSQL, SQLite and Redis; ${redactUrl(store.description)} is a ${store.kind} store`);
+  throw new ConfigError(`the fleet registry runs on PostgreSQL, SQLite, Redis and etcd; ${redactUrl(store.description)} is a ${store.kind} store`);
 }

@@ -34,7 +34,17 @@ void describe('agent timing', () => {
 });
 
 /** The stores openFleet supports: every test below runs on each, with real agent processes. */
-const FLEET_STORES: readonly StoreKind[] = ['postgres', 'sqlite', 'redis'];
+const FLEET_STORES: readonly StoreKind[] = ['postgres', 'sqlite', 'redis', 'etcd'];
+
+/**
+ * How long after its last heartbeat a killed agent is dead by the store's clock. etcd keeps the
+ * term key until its etcd lease runs out: whole seconds, at least etcd's minimum TTL (2s with
+ * default election settings), then its expiry sweep (~500ms); so stale-after 600ms means about
+ * 2.5s on etcd, and we allow 3.5s.
+ */
+function deadAfterMs(kind: StoreKind): number {
+  return kind === 'etcd' ? 3500 : STALE_MS + 200;
+}
 
 for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
   void describe(`fleet registry on ${kind}`, () => {
@@ -76,9 +86,9 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
       const owner = p.agent === 'a1' ? a1! : a2!;
       owner.kill('SIGKILL');
       await owner.exited;
-      await sleep(STALE_MS + 200);
+      await sleep(deadAfterMs(kind));
       const dead = await fleet.owner('job-1').then(
-        () => assert.fail('a killed owner was reported live after stale-after'),
+        () => assert.fail('a killed owner was reported live after stale-after (and, on etcd, its etcd lease)'),
         (e: unknown) => e,
       );
       assert.ok(dead instanceof OwnerDeadError, `expected OwnerDeadError, got ${String(dead)}`);
@@ -171,6 +181,8 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
       await start('f2', 'pool=f');
       const old = await fleet.place('fenced', { labels: { pool: 'f' } });
       const resource = `fleet:fenced:${Math.random()}`;
+      // etcd holds no application data: there the resource lives in a SQLite database with its fence.
+      const side = kind === 'etcd' ? await makeTestStore('sqlite') : undefined;
       const write = async (generation: bigint): Promise<void> => {
         if (ts.store instanceof PostgresStore) {
           const pool = new pg.Pool({ connectionString: TEST_PG_URL, max: 1 });
@@ -185,14 +197,19 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
           const tag = `{${ts.store.prefix}}`; // under the test's prefix, so cleanup deletes them
           await fencedSet(ts.store, { resource, token: generation, key: `${tag}:data`, markKey: `${tag}:mark`, value: String(generation) });
         } else {
-          assert.ok(ts.store instanceof SqliteStore);
-          fencedWriteSync(ts.store.database, { resource, token: generation }, () => undefined);
+          const sqlite = side?.store ?? ts.store;
+          assert.ok(sqlite instanceof SqliteStore);
+          fencedWriteSync(sqlite.database, { resource, token: generation }, () => undefined);
         }
       };
-      await write(old.generation);
-      const moved = await fleet.reassign('fenced', { from: old.agent });
-      await write(moved.generation);
-      await assert.rejects(write(old.generation), (e: unknown) => e instanceof FencedError && e.highWater === moved.generation);
+      try {
+        await write(old.generation);
+        const moved = await fleet.reassign('fenced', { from: old.agent });
+        await write(moved.generation);
+        await assert.rejects(write(old.generation), (e: unknown) => e instanceof FencedError && e.highWater === moved.generation);
+      } finally {
+        await side?.cleanup();
+      }
     });
 
     void it('an agent whose liveness lease is revoked stands down, and its resources read as dead', async () => {

@@ -122,6 +122,16 @@ export class EtcdStore implements LeaseStore {
     }
   }
 
+  /**
+   * For the fleet registry (./fleet.ts), whose keys live beside these and whose liveness is these
+   * term keys: the client, the key layout with the token floor loaded, and this call's deadline.
+   */
+  async fleetContext(options?: CallOptions): Promise<{ client: Etcd3Like; keys: EtcdKeys; deadline: number }> {
+    const deadline = this.begin(options);
+    await this.loadFloor(deadline);
+    return { client: this.client, keys: this.keys, deadline };
+  }
+
   /** Reads the token floor once per store instance; after that, every Txn compares it. */
   private async loadFloor(deadline: number): Promise<void> {
     if (this.keys.floorLoaded) return;
