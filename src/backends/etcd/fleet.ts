@@ -4,10 +4,11 @@ import { StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type { CallOptions } from '../../core/port.js';
 import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import { estimateExpiry, leaseRemaining } from './claim.js';
-import { mapEtcdError, type Etcd3Like, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+import { mapEtcdError, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { newNonce } from '../../core/identity.js';
 import { json, parseRenew, parseState, parseTerm, type EtcdKeys } from './keys.js';
 import type { EtcdStore } from './store.js';
+import type { MemberPool } from './members.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
 
 /*
@@ -98,7 +99,7 @@ function contains(have: Labels, want: Labels): boolean {
 }
 
 interface Ctx {
-  client: Etcd3Like;
+  client: MemberPool;
   keys: EtcdKeys;
   deadline: number;
 }

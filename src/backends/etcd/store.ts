@@ -126,7 +126,7 @@ export class EtcdStore implements LeaseStore {
    * For the fleet registry (./fleet.ts), whose keys live beside these and whose liveness is these
    * term keys: the client, the key layout with the token floor loaded, and this call's deadline.
    */
-  async fleetContext(options?: CallOptions): Promise<{ client: Etcd3Like; keys: EtcdKeys; deadline: number }> {
+  async fleetContext(options?: CallOptions): Promise<{ client: MemberPool; keys: EtcdKeys; deadline: number }> {
     const deadline = this.begin(options);
     await this.loadFloor(deadline);
     return { client: this.client, keys: this.keys, deadline };
