@@ -329,5 +329,19 @@ export function runFleetConformance(label: string, factory: FleetConformanceFact
       const owned = await ownedOf(...ids);
       assert.equal(owned.reduce((a, b) => a + b, 0), 3, `owned counts ${owned.join(',')}: one per resource`);
     });
+
+    // Last: raising the floor ends the namespace's live terms (agents' liveness leases included).
+    void it('generations are fencing tokens: after the token floor is raised (migrate --min-token), every later one is above it', async () => {
+      const pool = uniq('floor');
+      await agent(uniq('f1'), { pool });
+      const before = (await fleet.place(uniq('floor-a'), { labels: { pool } })).generation;
+      const floor = before + 1_000_000n;
+      await t.store.migrate({ minToken: floor });
+      // A store that cached its floor may answer the first call after the raise with a retryable error.
+      const retry = async <T>(fn: () => Promise<T>): Promise<T> => fn().catch(() => sleep(100).then(fn));
+      await retry(() => agent(uniq('f2'), { pool }));
+      const after = (await retry(() => fleet.place(uniq('floor-b'), { labels: { pool } }))).generation;
+      assert.ok(after > floor, `generation ${after} placed after the floor was raised to ${floor} is not above it`);
+    });
   });
 }

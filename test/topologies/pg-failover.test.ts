@@ -13,6 +13,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { after, describe, it } from 'node:test';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import type { LeaseStore } from '../../src/backends/store.js';
+import { openFleet } from '../../src/fleet/open.js';
 
 interface Replicas {
   primaryUrl: string;
@@ -33,6 +34,21 @@ async function replicas(): Promise<Replicas> {
   const mjs = join(fileURLToPath(import.meta.url), '..', '..', '..', '..', 'scripts', 'services', 'pg-replicas.mjs');
   const mod = (await import(pathToFileURL(mjs).href)) as { startPgReplicas(o: { port: number }): Promise<Replicas> };
   return mod.startPgReplicas({ port: PORT });
+}
+
+/** Holds `agent/<id>` for a minute and registers it, so placements can land on it. */
+async function liveAgent(store: PostgresStore, id: string): Promise<void> {
+  const [r] = await store.claim([{ name: `agent/${id}`, holder: `agent-${id}`, ttlMs: 60_000, expect: null, nextNonce: `n${id}` }]);
+  assert.equal(r!.outcome, 'acquired');
+  await (await openFleet(store)).port.registerAgent(id, {});
+}
+
+/** Places `n` fresh resources and returns their generations. */
+async function placeMany(store: PostgresStore, prefix: string, n: number): Promise<bigint[]> {
+  const fleet = await openFleet(store);
+  const out: bigint[] = [];
+  for (let i = 0; i < n; i++) out.push((await fleet.place(`${prefix}-${i}`)).generation);
+  return out;
 }
 
 async function cycle(store: LeaseStore, name: string, n: number): Promise<bigint[]> {
@@ -58,6 +74,8 @@ void describe('PostgreSQL async failover: tokens never repeat', { skip }, () => 
     const primary = await PostgresStore.create({ url: r.primaryUrl, schema });
     await primary.migrate();
     const seenByStandby = await cycle(primary, 'job', 3);
+    await liveAgent(primary, 'a1');
+    const gensSeen = await placeMany(primary, 'seen', 2);
     await cycle(primary, 'other', 2);
     // Let the standby replay all of that, then cut it off: what follows it never receives.
     const standbyWait = await PostgresStore.create({ url: r.standbyUrl, schema });
@@ -69,6 +87,8 @@ void describe('PostgreSQL async failover: tokens never repeat', { skip }, () => 
     await standbyWait.close();
     r.stopStandby();
     const lost = await cycle(primary, 'job', 4);
+    // More than the 32 values a sequence logs ahead, so the standby's copy of it is behind too.
+    const gensLost = await placeMany(primary, 'lost', 40);
     await cycle(primary, 'fresh', 2);
     await primary.close();
     r.stopPrimary();
@@ -85,6 +105,11 @@ void describe('PostgreSQL async failover: tokens never repeat', { skip }, () => 
       for (const tok of after) assert.ok(tok > max, `token ${tok} issued after the failover is not above ${max}, issued before it`);
       assert.ok(fresh[0]! > 2n, `a name whose writes were lost got token ${fresh[0]}, which the old primary had issued`);
       assert.deepEqual([...after].sort((a, b) => (a < b ? -1 : 1)), after, 'tokens increase');
+      // The fleet's generations are fencing tokens too: the same rule across the promotion.
+      const gensAfter = await placeMany(promoted, 'after', 2);
+      t.diagnostic(`fleet generations: old primary ${[...gensSeen, ...gensLost].join(', ')}; promoted standby ${gensAfter.join(', ')}`);
+      const maxGen = [...gensSeen, ...gensLost].reduce((a, b) => (a > b ? a : b));
+      for (const g of gensAfter) assert.ok(g > maxGen, `generation ${g} issued after the failover is not above ${maxGen}, issued before it`);
     } finally {
       await promoted.close();
     }

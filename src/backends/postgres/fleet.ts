@@ -31,6 +31,17 @@ export class PostgresFleet implements FleetPort {
     return this.store.fleetQuery(text, values, options);
   }
 
+  /**
+   * A new generation: the sequence's next value above this timeline's token floor (see
+   * ./timeline-tokens.ts). A standby promoted after an asynchronous failover has a copy of the
+   * sequence that can be behind the old primary's (it logs 32 values ahead, and the last WAL may
+   * be lost), so the sequence alone could issue a generation again; on the new timeline every
+   * generation is above every one the old timeline can have issued.
+   */
+  private get nextGeneration(): string {
+    return `(${this.s}.timeline_token_floor() + nextval('${this.s}.fleet_generation'))`;
+  }
+
   /** The liveness test of agent `a` joined with lease `l`, by this statement's now(). */
   private get live(): string {
     return `(a.id IS NOT NULL AND a.deregistered_at IS NULL AND l.holder IS NOT NULL AND l.expires_at > now())`;
@@ -128,7 +139,7 @@ export class PostgresFleet implements FleetPort {
             ORDER BY a.owned, random() LIMIT 1),
          ins AS (
            INSERT INTO ${this.s}.fleet_ownership (resource, agent, generation, labels, placed_at)
-           SELECT $1, cand.id, nextval('${this.s}.fleet_generation'), $2::jsonb, now() FROM cand
+           SELECT $1, cand.id, ${this.nextGeneration}, $2::jsonb, now() FROM cand
            ON CONFLICT (resource) DO NOTHING
            RETURNING agent, generation),
          bump AS (UPDATE ${this.s}.fleet_agents a SET owned = a.owned + 1 FROM ins WHERE a.id = ins.agent)
@@ -162,7 +173,7 @@ export class PostgresFleet implements FleetPort {
           ORDER BY a.owned, random() LIMIT 1),
        upd AS (
          UPDATE ${this.s}.fleet_ownership o
-            SET agent = cand.id, generation = nextval('${this.s}.fleet_generation'), placed_at = now()
+            SET agent = cand.id, generation = ${this.nextGeneration}, placed_at = now()
            FROM cand WHERE o.resource = $1
          RETURNING o.agent, o.generation),
        dec AS (UPDATE ${this.s}.fleet_agents SET owned = owned - 1 WHERE id = $2 AND EXISTS (SELECT 1 FROM upd)),

@@ -186,6 +186,8 @@ export class PostgresStore implements LeaseStore {
       [floor.toString(), `leasehold migrate --min-token ${minToken}: the token floor is now ${floor}`],
     );
     await client.query(`UPDATE ${this.s}.leases SET token = $1 WHERE token < $1`, [floor.toString()]);
+    // The fleet's generations are fencing tokens too (src/fleet): every later one above the floor.
+    await client.query(`SELECT setval('${this.s}.fleet_generation', GREATEST(last_value, $1::bigint)) FROM ${this.s}.fleet_generation`, [floor.toString()]);
     return { floor, raised: floor > before, endedTerms: ended.rows.length };
   }
 

@@ -329,6 +329,8 @@ export class SqliteStore implements LeaseStore {
       hist.run(row.name, row.holder, row.token, now, `leasehold migrate --min-token ${minToken}: the token floor is now ${floor}`);
     }
     this.db.prepare(`UPDATE ${T.leases} SET token = ? WHERE name <> ? AND token < ?`).run(floor, FLOOR_ROW, floor);
+    // The fleet's generations are fencing tokens too (src/fleet): every later one above the floor.
+    this.db.prepare(`UPDATE leasehold_fleet_generation SET last = max(last, ?) WHERE id = 1`).run(floor);
     return { floor, raised: floor > before, endedTerms: live.length };
   }
 
