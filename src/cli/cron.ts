@@ -185,8 +185,8 @@ export async function cronCommand(argv: string[]): Promise<number> {
         safetyMargin: timing.marginMs,
       },
       async ({ term, lease, slot, idempotencyKey }) => {
-        // A stop signal between the claim and here: nothing starts; the slot stays claimed and
-        // the next leader reruns it as interrupted.
+        // A stop signal drains the cron (no job starts after it; see onSignal), so this only
+        // guards a signal that landed in the same turn: the throw is recorded 'interrupted'.
         if (stopSignal !== undefined) throw new Error(`not started: ${stopSignal} arrived`);
         const sup = new Supervisor(name, term, timing, graceMs, report);
         supervisor = sup;
@@ -222,6 +222,9 @@ export async function cronCommand(argv: string[]): Promise<number> {
       };
       function onSignal(sig: NodeJS.Signals): void {
         stopSignal ??= sig;
+        // From here no slot starts; one claimed but not started, or a job the signal makes fail,
+        // is recorded 'interrupted' so that the next leader reruns it.
+        cron.drain(sig);
         const code = 128 + (sig === 'SIGINT' ? 2 : sig === 'SIGHUP' ? 1 : 15);
         if (stopping) return;
         stopping = true;
