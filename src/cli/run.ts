@@ -573,7 +573,9 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
         return 128 + signalNumber(stopSignal);
       }
       const supervisor = new Supervisor(name, term, timing, graceMs, report);
-      onSignalWhileRunning = (sig) => supervisor.forward(sig);
+      // With --once-per, a signal during the claim aborts it (contention) instead of going to a
+      // command that has not started: the forwarding begins once the claim is in.
+      if (settings.oncePer === undefined) onSignalWhileRunning = (sig) => supervisor.forward(sig);
       const env: NodeJS.ProcessEnv = {
         ...process.env,
         LEASEHOLD_NAME: name,
@@ -583,12 +585,27 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
         LEASEHOLD_IDEMPOTENCY_KEY: `leasehold:${name}:${term.token}`,
       };
       if (settings.schema !== undefined) env['LEASEHOLD_SCHEMA'] = settings.schema;
-      const once = settings.oncePer === undefined ? undefined : await claimOncePer(store, url, term, settings.oncePer, report);
+      const once = settings.oncePer === undefined ? undefined : await claimOncePer(store, url, term, settings.oncePer, report, contention.signal);
       if (once !== undefined && once.run === false) {
         await lease.release();
+        if (stopSignal !== undefined && once.exit === undefined) {
+          const status = 128 + signalNumber(stopSignal);
+          report.event('stopped', `${stopSignal} while claiming --once-per ${settings.oncePer}; not running the command`, { signal: stopSignal, status });
+          return status;
+        }
         return once.exit ?? settings.busyExit ?? EXIT.NOT_LEADER;
       }
-      if (once !== undefined) Object.assign(env, once.env);
+      if (once !== undefined) {
+        Object.assign(env, once.env);
+        onSignalWhileRunning = (sig) => supervisor.forward(sig);
+        if (stopSignal !== undefined) {
+          // The signal landed as the claim came back: the command never starts, and KEY is recorded
+          // interrupted, so the next run of it runs it.
+          await once.complete(128 + signalNumber(stopSignal), undefined, `${stopSignal} before the command started`);
+          await lease.release();
+          return 128 + signalNumber(stopSignal);
+        }
+      }
       const progress = settings.progressTimeoutMs === undefined ? undefined : watchProgressFile(lease, settings.progressTimeoutMs);
       if (progress !== undefined) env['LEASEHOLD_PROGRESS_FILE'] = progress.path;
       lease.on('renewed', supervisor.noteRenewed);
@@ -630,18 +647,24 @@ async function claimOncePer(
   term: Term,
   key: string,
   report: Reporter,
+  signal: AbortSignal,
 ): Promise<
   | { run: false; exit?: number }
-  | { run: true; env: NodeJS.ProcessEnv; complete(status: number, lost: LeaseLostError | undefined): Promise<void> }
+  | { run: true; env: NodeJS.ProcessEnv; complete(status: number, lost: LeaseLostError | undefined, stopped?: string): Promise<void> }
 > {
   const { openSlotLedger } = await import('./cron.js');
   const { slotIdempotencyKey } = await import('../scheduler/ledger.js');
   const ledger = await openSlotLedger(store, url);
   const who = { name: term.name, holder: term.holder, token: term.token };
-  const claim = await ledger.claim({ ...who, key, slotAtMs: null, onInterrupted: 'rerun', rerunFailed: true }).catch(async (e: unknown) => {
+  let claim;
+  try {
+    // A signal cancels a claim stuck behind a lock or a slow store (rolled back: KEY is not claimed).
+    claim = await ledger.claim({ ...who, key, slotAtMs: null, onInterrupted: 'rerun', rerunFailed: true, signal });
+  } catch (e) {
     await ledger.close();
+    if (e instanceof AbortedError && signal.aborted) return { run: false };
     throw e;
-  });
+  }
   if (claim.outcome !== 'claimed') {
     await ledger.close();
     if (claim.outcome === 'fenced') {
@@ -656,14 +679,14 @@ async function claimOncePer(
   return {
     run: true,
     env: { LEASEHOLD_SLOT: key, LEASEHOLD_IDEMPOTENCY_KEY: slotIdempotencyKey(term.name, key) },
-    async complete(status, lost) {
+    async complete(status, lost, stopped) {
       try {
         const done = await ledger.complete({
           ...who,
           key,
-          status: lost !== undefined ? 'interrupted' : status === 0 ? 'succeeded' : 'failed',
-          exitCode: status,
-          reason: lost === undefined ? null : `lease lost (${lost.reason})`,
+          status: lost !== undefined || stopped !== undefined ? 'interrupted' : status === 0 ? 'succeeded' : 'failed',
+          exitCode: stopped === undefined ? status : null,
+          reason: lost !== undefined ? `lease lost (${lost.reason})` : (stopped ?? null),
         });
         if (!done.completed) report.problem('once-per-refused', `--once-per ${key}: completion refused: a later term has claimed it`, { key });
       } catch (e) {

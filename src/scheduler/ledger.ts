@@ -49,6 +49,12 @@ export interface SlotClaimRequest extends SlotTerm {
   onInterrupted: 'rerun' | 'skip';
   /** A slot that failed in an earlier term runs again (`--once-per`); a schedule's does not. */
   rerunFailed: boolean;
+  /**
+   * Stops waiting (a claim stuck behind a lock): the claim rejects with AbortedError and has not
+   * landed, unless it had committed already. A store whose calls cannot block (SQLite's are
+   * synchronous, bounded by its busy timeout) only checks it before starting.
+   */
+  signal?: AbortSignal;
 }
 
 export type SlotClaimResult =

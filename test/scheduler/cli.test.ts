@@ -2,7 +2,9 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { randomBytes } from 'node:crypto';
-import { Sandbox, assertOneLineError, dropSchema, freshSchema, pgUrl } from '../cli/helpers.js';
+import { existsSync } from 'node:fs';
+import pg from 'pg';
+import { PG_URL, Sandbox, assertOneLineError, dropSchema, freshSchema, pgUrl, until } from '../cli/helpers.js';
 
 const sb = new Sandbox('cron');
 const schemas: string[] = [];
@@ -88,3 +90,43 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     });
   });
 }
+
+void describe('run --once-per: a signal during the claim', () => {
+  void it('aborts a claim stuck behind a lock at once: exit 143, the command never runs, KEY is not claimed', async () => {
+    const schema = freshSchema();
+    schemas.push(schema);
+    const store = pgUrl(schema);
+    assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
+    const marker = sb.path('once-stuck.ran');
+    const job = sb.script('once-stuck.sh', `touch ${marker}`);
+    // Another session holds the slot table locked: the claim waits behind it for as long as it is held.
+    const locker = new pg.Client({ connectionString: PG_URL });
+    await locker.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${schema}".slots IN ACCESS EXCLUSIVE MODE`);
+      const r = sb.start(['run', '--name', 'stuck', '--once-per', 'k1', '--ttl', '3s', '--store', store, '--', job]);
+      await until('the lease acquired (the claim is next)', () => /acquired token/.test(r.stderr));
+      // The claim is waiting on the lock (pg_locks shows a session not granted a lock on the table).
+      await until('the claim waiting on the lock', async () => {
+        const w = await locker.query(`SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'slots' AND NOT l.granted`);
+        return w.rows.length > 0;
+      });
+      r.proc.kill('SIGTERM');
+      // Exits while the lock is still held: it did not wait for the claim.
+      const d = await r.done;
+      assert.equal(d.code, 143, d.stderr);
+      assert.match(d.stderr, /SIGTERM while claiming --once-per k1; not running the command/);
+      await locker.query('ROLLBACK');
+      assert.equal(existsSync(marker), false, 'the command ran');
+      const h = await sb.run(['cron', 'history', 'stuck', '--json', '--store', store]);
+      assert.deepEqual(JSON.parse(h.stdout), [], 'the aborted claim landed');
+      // The lease was released: the next run of KEY runs at once.
+      const next = await sb.run(['run', '--name', 'stuck', '--once-per', 'k1', '--store', store, '--', job]);
+      assert.equal(next.code, 0, next.stderr);
+      assert.equal(existsSync(marker), true);
+    } finally {
+      await locker.end();
+    }
+  });
+});
