@@ -87,7 +87,7 @@ Exit (cron history): 0 with the slots; 2 usage; 3 store unreachable or schema mi
 
 const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
 
-/** The slot ledger in the lease store's own database; Redis and etcd have none. */
+/** The slot ledger in the lease store's own database (etcd has none). */
 export async function openSlotLedger(store: LeaseStore, url: string): Promise<SlotLedgerPort> {
   if (store.kind === 'sqlite') {
     const { SqliteStore } = await import('../backends/sqlite/store.js');
@@ -99,7 +99,12 @@ export async function openSlotLedger(store: LeaseStore, url: string): Promise<Sl
     const { PostgresSlotLedger } = await import('../backends/postgres/slots.js');
     if (store instanceof PostgresStore) return PostgresSlotLedger.fromUrl(url, store.schema);
   }
-  throw new ConfigError(`the slot ledger (cron, run --once-per) needs a PostgreSQL or SQLite store; ${store.description} is ${store.kind}`);
+  if (store.kind === 'redis') {
+    const { RedisStore } = await import('../backends/redis/store.js');
+    const { RedisSlotLedger } = await import('../backends/redis/slots.js');
+    if (store instanceof RedisStore) return new RedisSlotLedger(store);
+  }
+  throw new ConfigError(`the slot ledger (cron, run --once-per) needs a PostgreSQL, SQLite or Redis store; ${store.description} is ${store.kind}`);
 }
 
 interface CronSettings {
