@@ -112,7 +112,7 @@ if it cannot be executed, exit 126, and no lease is taken.`,
       value: 'KEY',
       help:
         'run COMMAND at most once per KEY across replicas (a crontab line: --once-per "$(date -u +%Y-%m-%dT%H:%M)"): once leader, KEY is claimed ' +
-        'in the slot ledger (PostgreSQL or SQLite) before COMMAND starts; if it already succeeded, exit --busy-exit without running. ' +
+        'in the slot ledger (in the lease store) before COMMAND starts; if it already succeeded, exit --busy-exit without running. ' +
         'A KEY whose run failed or was interrupted runs again. COMMAND gets LEASEHOLD_SLOT=KEY and LEASEHOLD_IDEMPOTENCY_KEY=leasehold:NAME:slot:KEY',
     },
     marker: {

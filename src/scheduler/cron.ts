@@ -128,8 +128,8 @@ export class CronHandle extends EventEmitter<CronEvents> {
 
 /**
  * Runs `job` once per slot of `options.schedule` across every replica that calls this with the
- * same `name` and store. `ledger` must live in the same database as the lease store (its claims
- * check the lease row): `PostgresSlotLedger` or `SqliteSlotLedger`.
+ * same `name` and store. `ledger` must live in the same store as the leases (its claims check the
+ * lease row): `PostgresSlotLedger`, `SqliteSlotLedger`, `RedisSlotLedger` or `EtcdSlotLedger`.
  * @throws {ConfigError} bad options.
  */
 export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: string, options: CronOptions, job: SlotJob): CronHandle {

@@ -4,6 +4,7 @@ import { after, describe, it } from 'node:test';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import pg from 'pg';
+import { makeTestStore } from '../helpers/stores.js';
 import { PG_URL, Sandbox, assertOneLineError, dropSchema, freshSchema, pgUrl, until } from '../cli/helpers.js';
 
 const sb = new Sandbox('cron');
@@ -36,11 +37,55 @@ void describe('leasehold cron: usage errors are exit 2 with one line', () => {
       assertOneLineError(r, 2, pattern);
     });
   }
-  void it('a store without a slot ledger (Redis) is exit 2 before anything runs', async () => {
-    const r = await sb.run(['cron', '--name', 'x', '--every', '1s', '--store', 'redis://127.0.0.1:6379', '--', 'true']);
-    assertOneLineError(r, 2, /needs a PostgreSQL or SQLite store/);
-  });
 });
+
+for (const kind of ['redis', 'etcd'] as const) {
+  void describe(`on ${kind}`, () => {
+    void it('--once-per KEY on three hosts at once runs the command once; a failed KEY runs again', async () => {
+      const ts = await makeTestStore(kind);
+      try {
+        const out = sb.path(`once-${kind}.log`);
+        const job = sb.script(`once-${kind}.sh`, `echo "$LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${out}; sleep 0.3`);
+        const args = ['run', '--name', 'minute-report', '--once-per', 'k1', '--busy-exit', '0', '--wait', '15s', '--ttl', '3s', '--store', ts.url, '--', job];
+        const done = await Promise.all([0, 1, 2].map(() => sb.run(args)));
+        for (const d of done) assert.equal(d.code, 0, d.stderr);
+        assert.equal(sb.read(`once-${kind}.log`).trim().split('\n').length, 1, sb.read(`once-${kind}.log`));
+        assert.equal(done.filter((d) => /already succeeded/.test(d.stderr)).length, 2);
+        const fail = sb.script(`once-fail-${kind}.sh`, `echo "fail $LEASEHOLD_SLOT" >> ${out}; exit 3`);
+        assert.equal((await sb.run(['run', '--name', 'minute-report', '--once-per', 'k2', '--store', ts.url, '--', fail])).code, 3);
+        assert.equal((await sb.run(['run', '--name', 'minute-report', '--once-per', 'k2', '--store', ts.url, '--', job])).code, 0);
+        const h = await sb.run(['cron', 'history', 'minute-report', '--json', '--store', ts.url]);
+        assert.equal(h.code, 0, h.stderr);
+        const rows = JSON.parse(h.stdout) as { slot: string; status: string; reason: string | null }[];
+        assert.deepEqual(rows.map((r) => [r.slot, r.status]).sort(), [['k1', 'succeeded'], ['k2', 'succeeded']]);
+        assert.match(rows.find((r) => r.slot === 'k2')!.reason ?? '', /rerun: failed in term/);
+      } finally {
+        await ts.cleanup();
+      }
+    });
+
+    void it('cron --every 1s: two replicas, each slot in the ledger once', async () => {
+      const ts = await makeTestStore(kind);
+      try {
+        const out = sb.path(`cron-${kind}.log`);
+        const job = sb.script(`cron-${kind}.sh`, `echo "$LEASEHOLD_SLOT" >> ${out}`);
+        const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', '3s', '--store', ts.url, '--', job];
+        const replicas = [sb.start(args), sb.start(args)];
+        await until('three slots ran', () => existsSync(out) && sb.read(`cron-${kind}.log`).trim().split('\n').length >= 3, 15_000);
+        for (const r of replicas) r.proc.kill('SIGTERM');
+        for (const d of await Promise.all(replicas.map((r) => r.done))) assert.equal(d.code, 143, d.stderr);
+        const ran = sb.read(`cron-${kind}.log`).trim().split('\n');
+        assert.equal(new Set(ran).size, ran.length, `a slot ran twice: ${ran.join(', ')}`);
+        const h = await sb.run(['cron', 'history', 'tick', '--json', '--store', ts.url]);
+        const rows = JSON.parse(h.stdout) as { slot: string; status: string }[];
+        assert.equal(new Set(rows.map((r) => r.slot)).size, rows.length);
+        for (const slot of ran) assert.equal(rows.find((r) => r.slot === slot)?.status, 'succeeded', `${slot}: ${JSON.stringify(rows)}`);
+      } finally {
+        await ts.cleanup();
+      }
+    });
+  });
+}
 
 for (const kind of ['sqlite', 'postgres'] as const) {
   void describe(`on ${kind}`, () => {
