@@ -109,6 +109,22 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       assert.equal(again.code, 75);
     });
 
+    void it('SIGTERM while a job runs: forwarded, and the slot is recorded interrupted (owed), not failed', async () => {
+      const store = storeFor(kind);
+      if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
+      const job = sb.script(`long-${kind}.sh`, 'sleep 30');
+      const cron = sb.start(['cron', '--name', 'long', '--every', '1s', '--ttl', '3s', '--store', store, '--', job]);
+      await until('a slot started', () => /slot \S+: started/.test(cron.stderr), 15_000);
+      cron.proc.kill('SIGTERM');
+      const d = await cron.done;
+      assert.equal(d.code, 143, d.stderr);
+      const h = await sb.run(['cron', 'history', 'long', '--json', '--store', store]);
+      const rows = JSON.parse(h.stdout) as { status: string; reason: string | null }[];
+      assert.equal(rows.length, 1, h.stdout);
+      assert.equal(rows[0]!.status, 'interrupted', h.stdout);
+      assert.match(rows[0]!.reason ?? '', /SIGTERM while the job ran/);
+    });
+
     void it('a slow job does not overlap: slots that come due while it runs are recorded skipped (overlap)', async () => {
       const store = storeFor(kind);
       if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
