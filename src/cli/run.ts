@@ -662,7 +662,9 @@ async function claimOncePer(
     claim = await ledger.claim({ ...who, key, slotAtMs: null, onInterrupted: 'rerun', rerunFailed: true, signal });
   } catch (e) {
     await ledger.close();
-    if (e instanceof AbortedError && signal.aborted) return { run: false };
+    // Aborted (or failed as the signal came): stop. A claim that landed anyway was made by a
+    // term about to end, and the next run of KEY reruns it.
+    if (signal.aborted) return { run: false };
     throw e;
   }
   if (claim.outcome !== 'claimed') {

@@ -17,7 +17,7 @@
  * durable as Redis: one that restarts empty (no AOF) has forgotten which slots ran.
  */
 import { createHash } from 'node:crypto';
-import { ConfigError, SchemaError } from '../../core/errors.js';
+import { AbortedError, ConfigError, SchemaError } from '../../core/errors.js';
 import type {
   SlotClaimRequest,
   SlotClaimResult,
@@ -225,12 +225,20 @@ export class RedisSlotLedger implements SlotLedgerPort {
 
   async claim(req: SlotClaimRequest): Promise<SlotClaimResult> {
     const k = this.keys(req.name);
-    const [now, outcome, rerunOf, row] = await this.run(
-      CLAIM,
-      [k.lease, k.rows, k.index, k.claimed],
-      [req.holder, req.token.toString(), req.key, req.slotAtMs === null ? '' : String(Math.round(req.slotAtMs)), req.onInterrupted, req.rerunFailed ? '1' : '0'],
-      req.signal,
-    );
+    let reply: string[];
+    try {
+      reply = await this.run(
+        CLAIM,
+        [k.lease, k.rows, k.index, k.claimed],
+        [req.holder, req.token.toString(), req.key, req.slotAtMs === null ? '' : String(Math.round(req.slotAtMs)), req.onInterrupted, req.rerunFailed ? '1' : '0'],
+        req.signal,
+      );
+    } catch (err) {
+      // The script may have run (a claim by an ended term: the next term reruns it).
+      if (req.signal?.aborted === true) throw new AbortedError('slot ledger claim aborted; it may have landed', { cause: err });
+      throw err;
+    }
+    const [now, outcome, rerunOf, row] = reply;
     const storeNowMs = Number(now);
     if (outcome === 'claimed') return { outcome, storeNowMs, rerunOf: rerunOf === '' || rerunOf === undefined ? null : BigInt(rerunOf) };
     if (outcome === 'done') return { outcome, storeNowMs, record: decode(req.name, req.key, row!) };
