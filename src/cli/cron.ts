@@ -39,11 +39,12 @@ export const CRON_SPEC = defineCommand({
     'slot is claimed in the slot ledger with its fencing token first. `cron history NAME` lists the slots.',
   trailing: '-- COMMAND [ARGS...]',
   about: `Every replica runs the same \`leasehold cron\` line. Each contends for lease NAME; the leader
-claims each slot in the slot ledger (PostgreSQL or SQLite: the store's own database) with its
-fencing token, runs COMMAND as \`leasehold run\` would, and records the outcome. COMMAND gets
-LEASEHOLD_SLOT (the slot's time, ISO 8601 UTC), LEASEHOLD_TOKEN, LEASEHOLD_NAME, LEASEHOLD_HOLDER,
-LEASEHOLD_STORE and LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:slot:SLOT, the same for a rerun of
-the slot). A slot is due by the store's clock. A slot that comes due while COMMAND still runs is
+claims each slot in the slot ledger (kept in the lease store itself: PostgreSQL, SQLite, Redis or
+etcd) with its fencing token, runs COMMAND as \`leasehold run\` would, and records the outcome.
+COMMAND gets LEASEHOLD_SLOT (the slot's time, ISO 8601 UTC), LEASEHOLD_TOKEN, LEASEHOLD_NAME,
+LEASEHOLD_HOLDER, LEASEHOLD_STORE and LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:slot:SLOT, the
+same for a rerun of the slot). A slot is due by the store's clock (on etcd, which has none, by
+the leader's). A slot that comes due while COMMAND still runs is
 recorded skipped (overlap). A new leader marks slots an ended term left running as interrupted
 and reruns them (--on-interrupted), and handles slots missed within --catch-up-window per
 --catch-up. \`leasehold cron history NAME [--json]\` lists the ledger of NAME.`,
@@ -80,14 +81,14 @@ and reruns them (--on-interrupted), and handles slots missed within --catch-up-w
     ...LOG_FLAGS,
   },
   footer: `Exit (cron): runs until SIGTERM/SIGINT/SIGHUP (a running COMMAND gets the signal and is waited
-for), then 128+N; 2 usage (bad expression, unknown zone, conflicting flags, a store without a
-slot ledger: Redis, etcd); 3 store unreachable or schema missing.
+for), then 128+N; 2 usage (bad expression, unknown zone, conflicting flags); 3 store unreachable or
+schema missing.
 Exit (cron history): 0 with the slots; 2 usage; 3 store unreachable or schema missing.`,
 });
 
 const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
 
-/** The slot ledger in the lease store's own database; Redis and etcd have none. */
+/** The slot ledger in the lease store's own database (the claims check its lease rows). */
 export async function openSlotLedger(store: LeaseStore, url: string): Promise<SlotLedgerPort> {
   if (store.kind === 'sqlite') {
     const { SqliteStore } = await import('../backends/sqlite/store.js');
@@ -99,7 +100,17 @@ export async function openSlotLedger(store: LeaseStore, url: string): Promise<Sl
     const { PostgresSlotLedger } = await import('../backends/postgres/slots.js');
     if (store instanceof PostgresStore) return PostgresSlotLedger.fromUrl(url, store.schema);
   }
-  throw new ConfigError(`the slot ledger (cron, run --once-per) needs a PostgreSQL or SQLite store; ${store.description} is ${store.kind}`);
+  if (store.kind === 'redis') {
+    const { RedisStore } = await import('../backends/redis/store.js');
+    const { RedisSlotLedger } = await import('../backends/redis/slots.js');
+    if (store instanceof RedisStore) return new RedisSlotLedger(store);
+  }
+  if (store.kind === 'etcd') {
+    const { EtcdStore } = await import('../backends/etcd/store.js');
+    const { EtcdSlotLedger } = await import('../backends/etcd/slots.js');
+    if (store instanceof EtcdStore) return EtcdSlotLedger.fromUrl(url, store.prefix);
+  }
+  throw new ConfigError(`the slot ledger (cron, run --once-per) needs a PostgreSQL, SQLite, Redis or etcd store; ${store.description} is ${store.kind}`);
 }
 
 interface CronSettings {
@@ -185,8 +196,8 @@ export async function cronCommand(argv: string[]): Promise<number> {
         safetyMargin: timing.marginMs,
       },
       async ({ term, lease, slot, idempotencyKey }) => {
-        // A stop signal between the claim and here: nothing starts; the slot stays claimed and
-        // the next leader reruns it as interrupted.
+        // A stop signal drains the cron (no job starts after it; see onSignal), so this only
+        // guards a signal that landed in the same turn: the throw is recorded 'interrupted'.
         if (stopSignal !== undefined) throw new Error(`not started: ${stopSignal} arrived`);
         const sup = new Supervisor(name, term, timing, graceMs, report);
         supervisor = sup;
@@ -222,6 +233,9 @@ export async function cronCommand(argv: string[]): Promise<number> {
       };
       function onSignal(sig: NodeJS.Signals): void {
         stopSignal ??= sig;
+        // From here no slot starts; one claimed but not started, or a job the signal makes fail,
+        // is recorded 'interrupted' so that the next leader reruns it.
+        cron.drain(sig);
         const code = 128 + (sig === 'SIGINT' ? 2 : sig === 'SIGHUP' ? 1 : 15);
         if (stopping) return;
         stopping = true;

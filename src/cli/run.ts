@@ -114,7 +114,7 @@ if it cannot be executed, exit 126, and no lease is taken.`,
       value: 'KEY',
       help:
         'run COMMAND at most once per KEY across replicas (a crontab line: --once-per "$(date -u +%Y-%m-%dT%H:%M)"): once leader, KEY is claimed ' +
-        'in the slot ledger (PostgreSQL or SQLite) before COMMAND starts; if it already succeeded, exit --busy-exit without running. ' +
+        'in the slot ledger (in the lease store) before COMMAND starts; if it already succeeded, exit --busy-exit without running. ' +
         'A KEY whose run failed or was interrupted runs again. COMMAND gets LEASEHOLD_SLOT=KEY and LEASEHOLD_IDEMPOTENCY_KEY=leasehold:NAME:slot:KEY',
     },
     marker: {
@@ -583,7 +583,9 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
         return 128 + signalNumber(stopSignal);
       }
       const supervisor = new Supervisor(name, term, timing, graceMs, report);
-      onSignalWhileRunning = (sig) => supervisor.forward(sig);
+      // With --once-per, a signal during the claim aborts it (contention) instead of going to a
+      // command that has not started: the forwarding begins once the claim is in.
+      if (settings.oncePer === undefined) onSignalWhileRunning = (sig) => supervisor.forward(sig);
       const env: NodeJS.ProcessEnv = {
         ...process.env,
         LEASEHOLD_NAME: name,
@@ -593,12 +595,27 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
         LEASEHOLD_IDEMPOTENCY_KEY: `leasehold:${name}:${term.token}`,
       };
       if (settings.schema !== undefined) env['LEASEHOLD_SCHEMA'] = settings.schema;
-      const once = settings.oncePer === undefined ? undefined : await claimOncePer(store, url, term, settings.oncePer, report);
+      const once = settings.oncePer === undefined ? undefined : await claimOncePer(store, url, term, settings.oncePer, report, contention.signal);
       if (once !== undefined && once.run === false) {
         await lease.release();
+        if (stopSignal !== undefined && once.exit === undefined) {
+          const status = 128 + signalNumber(stopSignal);
+          report.event('stopped', `${stopSignal} while claiming --once-per ${settings.oncePer}; not running the command`, { signal: stopSignal, status });
+          return status;
+        }
         return once.exit ?? settings.busyExit ?? EXIT.NOT_LEADER;
       }
-      if (once !== undefined) Object.assign(env, once.env);
+      if (once !== undefined) {
+        Object.assign(env, once.env);
+        onSignalWhileRunning = (sig) => supervisor.forward(sig);
+        if (stopSignal !== undefined) {
+          // The signal landed as the claim came back: the command never starts, and KEY is recorded
+          // interrupted, so the next run of it runs it.
+          await once.complete(128 + signalNumber(stopSignal), undefined, `${stopSignal} before the command started`);
+          await lease.release();
+          return 128 + signalNumber(stopSignal);
+        }
+      }
       const progress = settings.progressTimeoutMs === undefined ? undefined : watchProgressFile(lease, settings.progressTimeoutMs);
       if (progress !== undefined) env['LEASEHOLD_PROGRESS_FILE'] = progress.path;
       lease.on('renewed', supervisor.noteRenewed);
@@ -678,18 +695,26 @@ async function claimOncePer(
   term: Term,
   key: string,
   report: Reporter,
+  signal: AbortSignal,
 ): Promise<
   | { run: false; exit?: number }
-  | { run: true; env: NodeJS.ProcessEnv; complete(status: number, lost: LeaseLostError | undefined): Promise<void> }
+  | { run: true; env: NodeJS.ProcessEnv; complete(status: number, lost: LeaseLostError | undefined, stopped?: string): Promise<void> }
 > {
   const { openSlotLedger } = await import('./cron.js');
   const { slotIdempotencyKey } = await import('../scheduler/ledger.js');
   const ledger = await openSlotLedger(store, url);
   const who = { name: term.name, holder: term.holder, token: term.token };
-  const claim = await ledger.claim({ ...who, key, slotAtMs: null, onInterrupted: 'rerun', rerunFailed: true }).catch(async (e: unknown) => {
+  let claim;
+  try {
+    // A signal cancels a claim stuck behind a lock or a slow store (rolled back: KEY is not claimed).
+    claim = await ledger.claim({ ...who, key, slotAtMs: null, onInterrupted: 'rerun', rerunFailed: true, signal });
+  } catch (e) {
     await ledger.close();
+    // Aborted (or failed as the signal came): stop. A claim that landed anyway was made by a
+    // term about to end, and the next run of KEY reruns it.
+    if (signal.aborted) return { run: false };
     throw e;
-  });
+  }
   if (claim.outcome !== 'claimed') {
     await ledger.close();
     if (claim.outcome === 'fenced') {
@@ -704,14 +729,14 @@ async function claimOncePer(
   return {
     run: true,
     env: { LEASEHOLD_SLOT: key, LEASEHOLD_IDEMPOTENCY_KEY: slotIdempotencyKey(term.name, key) },
-    async complete(status, lost) {
+    async complete(status, lost, stopped) {
       try {
         const done = await ledger.complete({
           ...who,
           key,
-          status: lost !== undefined ? 'interrupted' : status === 0 ? 'succeeded' : 'failed',
-          exitCode: status,
-          reason: lost === undefined ? null : `lease lost (${lost.reason})`,
+          status: lost !== undefined || stopped !== undefined ? 'interrupted' : status === 0 ? 'succeeded' : 'failed',
+          exitCode: stopped === undefined ? status : null,
+          reason: lost !== undefined ? `lease lost (${lost.reason})` : (stopped ?? null),
         });
         if (!done.completed) report.problem('once-per-refused', `--once-per ${key}: completion refused: a later term has claimed it`, { key });
       } catch (e) {

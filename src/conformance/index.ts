@@ -33,3 +33,4 @@ export {
 export { MemoryStore, MemoryState, type MemoryStoreOptions } from '../testing/memory-store.js';
 export type { LeasePort } from '../core/port.js';
 export type { LeaseAdmin, LeaseStore } from '../backends/store.js';
+export { runSlotLedgerConformance, type SlotLedgerTarget, type SlotLedgerConformanceOptions } from './slots.js';

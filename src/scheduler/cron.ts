@@ -86,6 +86,8 @@ export interface CronEvents {
 export class CronHandle extends EventEmitter<CronEvents> {
   readonly elector: Elector;
   private readonly stopController: AbortController;
+  /** @internal aborted by drain() and stop(): no job starts after it. */
+  readonly draining = new AbortController();
   private readonly loops = new Set<Promise<void>>();
 
   /** @internal built by startCron */
@@ -93,6 +95,16 @@ export class CronHandle extends EventEmitter<CronEvents> {
     super();
     this.elector = elector;
     this.stopController = stopController;
+  }
+
+  /**
+   * No job starts from now on, and the lease is kept: for a process that will stop once its
+   * running job has exited (a signal it forwards to the job). A slot claimed but not yet started
+   * is recorded 'interrupted', and so is a running job that then ends without succeeding, so
+   * the next leader reruns them (per onInterrupted). Call stop() after.
+   */
+  drain(reason = 'stopped'): void {
+    this.draining.abort(reason);
   }
 
   /** @internal */
@@ -103,6 +115,7 @@ export class CronHandle extends EventEmitter<CronEvents> {
 
   /** Stops contending; a running job's signal aborts, and the lease is released once it has settled. */
   async stop(): Promise<void> {
+    this.drain();
     this.stopController.abort();
     await this.elector.stop();
     await Promise.allSettled([...this.loops]);
@@ -115,8 +128,8 @@ export class CronHandle extends EventEmitter<CronEvents> {
 
 /**
  * Runs `job` once per slot of `options.schedule` across every replica that calls this with the
- * same `name` and store. `ledger` must live in the same database as the lease store (its claims
- * check the lease row): `PostgresSlotLedger` or `SqliteSlotLedger`.
+ * same `name` and store. `ledger` must live in the same store as the leases (its claims check the
+ * lease row): `PostgresSlotLedger`, `SqliteSlotLedger`, `RedisSlotLedger` or `EtcdSlotLedger`.
  * @throws {ConfigError} bad options.
  */
 export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: string, options: CronOptions, job: SlotJob): CronHandle {
@@ -199,7 +212,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     // Interrupted slots go through the claim, which reruns or skips them per --on-interrupted.
     const owed = [...new Set([...interrupted, ...run])].sort((a, b) => a - b);
     let cursor: number | undefined = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
-    while (cursor !== undefined && !term.signal.aborted) {
+    while (cursor !== undefined && !term.signal.aborted && !handle.draining.signal.aborted) {
       const next = schedule.next(cursor);
       if (next === null) return;
       const wait = next - storeNow();
@@ -255,6 +268,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     const key = slotKey(slotAtMs);
     const base = { name, slot: key, slotAtMs, token: term.token };
     for (;;) {
+      // Draining: claim nothing more (a claimed slot would only be recorded interrupted).
+      if (handle.draining.signal.aborted) return undefined;
       const claim = await call(term, () =>
         ledger.claim({ name, holder: term.holder, token: term.token, key, slotAtMs, onInterrupted, rerunFailed: false }),
       );
@@ -269,6 +284,13 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         emit({ ...base, event: r.status === 'skipped' && r.token === term.token ? 'skipped' : 'done-already', reason: r.reason ?? r.status });
         // No job ran: nothing came due "during" it.
         return slotAtMs;
+      }
+      const draining = handle.draining.signal;
+      if (draining.aborted) {
+        // Claimed, then told to stop before the job started: the job never ran, so the slot is
+        // owed, and 'interrupted' makes the next leader run it (a 'failed' row it would not).
+        await completeSlot(term, key, base, 'interrupted', null, `not started: ${stopReason(draining)} between the claim and the job's start`);
+        return undefined;
       }
       emit({ ...base, event: 'started', delayMs: claim.storeNowMs - slotAtMs, ...(claim.rerunOf === null ? {} : { reason: `rerun of term ${claim.rerunOf}` }) });
       let status: 'succeeded' | 'failed' | 'interrupted';
@@ -287,24 +309,47 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         const why: unknown = term.signal.reason;
         status = 'interrupted';
         reason = `the term ended while the job ran (${why instanceof LeaseLostError ? why.reason : 'stopped'})`;
+      } else if (draining.aborted && status === 'failed') {
+        // Stopped (a signal forwarded to the job) before it could finish: owed, like a lost term's.
+        status = 'interrupted';
+        reason = `${stopReason(draining)} while the job ran${exitCode === null ? '' : ` (exit ${exitCode})`}`;
       }
-      // Completed even after the term ended: the row still carries this token unless a later
-      // term re-claimed it, and then the store refuses this completion.
-      let done: { completed: boolean; storeNowMs: number } | undefined;
-      for (let attempt = 0; done === undefined && attempt < 5; attempt++) {
-        try {
-          done = await ledger.complete({ name, holder: term.holder, token: term.token, key, status, exitCode, reason });
-        } catch (e) {
-          if (!isRetryableError(e)) throw e;
-          await sleepOn(clock, 200 * 2 ** attempt, term.signal.aborted ? undefined : term.signal);
-        }
-      }
-      if (done === undefined) return term.signal.aborted ? undefined : storeNow();
-      noteStoreNow(done.storeNowMs);
-      emit({ ...base, event: done.completed ? status : 'completion-refused', exitCode, ...(reason === null ? {} : { reason }) });
-      return term.signal.aborted ? undefined : done.storeNowMs;
+      const ended = await completeSlot(term, key, base, status, exitCode, reason);
+      return term.signal.aborted || draining.aborted ? undefined : ended;
     }
   }
 
+  /**
+   * Records the outcome. Completed even after the term ended: the row still carries this token
+   * unless a later term re-claimed it, and then the store refuses this completion. Resolves with
+   * the store's time, or undefined when it never landed.
+   */
+  async function completeSlot(
+    term: Term,
+    key: string,
+    base: Pick<SlotEvent, 'name' | 'slot' | 'slotAtMs' | 'token'>,
+    status: 'succeeded' | 'failed' | 'interrupted',
+    exitCode: number | null,
+    reason: string | null,
+  ): Promise<number | undefined> {
+    let done: { completed: boolean; storeNowMs: number } | undefined;
+    for (let attempt = 0; done === undefined && attempt < 5; attempt++) {
+      try {
+        done = await ledger.complete({ name, holder: term.holder, token: term.token, key, status, exitCode, reason });
+      } catch (e) {
+        if (!isRetryableError(e)) throw e;
+        await sleepOn(clock, 200 * 2 ** attempt, term.signal.aborted ? undefined : term.signal);
+      }
+    }
+    if (done === undefined) return term.signal.aborted ? undefined : storeNow();
+    noteStoreNow(done.storeNowMs);
+    emit({ ...base, event: done.completed ? status : 'completion-refused', exitCode, ...(reason === null ? {} : { reason }) });
+    return done.storeNowMs;
+  }
+
   return handle;
+}
+
+function stopReason(signal: AbortSignal): string {
+  return typeof signal.reason === 'string' ? signal.reason : 'stopped';
 }

@@ -7,7 +7,9 @@
  *   const cron = startCron(leasehold, ledger, 'nightly-report', { schedule: cronSchedule('30 2 * * *', 'Europe/Berlin') },
  *     async ({ slot, token, idempotencyKey, signal }) => { ... });
  *
- * PostgreSQL: `new PostgresSlotLedger({ pool, schema })` on the lease store's database.
+ * PostgreSQL: `new PostgresSlotLedger({ pool, schema })` on the lease store's database. Redis:
+ * `new RedisSlotLedger(redisStore)`. etcd: `new EtcdSlotLedger({ client, prefix })` on the
+ * lease store's cluster and prefix (on etcd, a slot is due by this process's clock: etcd has none).
  */
 export { startCron, CronHandle, type CronOptions, type CatchUp, type SlotContext, type SlotJob, type SlotEvent, type CronEvents } from './cron.js';
 export { cronSchedule, everySchedule, type Schedule } from './schedule.js';
@@ -24,3 +26,5 @@ export {
 } from './ledger.js';
 export { PostgresSlotLedger, type PostgresSlotLedgerOptions } from '../backends/postgres/slots.js';
 export { SqliteSlotLedger } from '../backends/sqlite/slots.js';
+export { RedisSlotLedger } from '../backends/redis/slots.js';
+export { EtcdSlotLedger, type EtcdSlotLedgerOptions } from '../backends/etcd/slots.js';

@@ -14,7 +14,9 @@
  *    stale term's completion is refused.
  *
  * What a claim does to an existing row is decided here, by {@link decideSlotClaim}; each store
- * (backends/postgres/slots.ts, backends/sqlite/slots.ts) reads the rows under lock and applies it.
+ * (backends/{postgres,sqlite,etcd}/slots.ts) reads the rows under lock (etcd: compares their
+ * revisions on write) and applies it; Redis's Lua script is the same rule written again. The
+ * slot ledger conformance suite (src/conformance/slots.ts) holds every store to it.
  */
 
 export type SlotStatus = 'claimed' | 'succeeded' | 'failed' | 'interrupted' | 'skipped';
@@ -49,6 +51,12 @@ export interface SlotClaimRequest extends SlotTerm {
   onInterrupted: 'rerun' | 'skip';
   /** A slot that failed in an earlier term runs again (`--once-per`); a schedule's does not. */
   rerunFailed: boolean;
+  /**
+   * Stops waiting (a claim stuck behind a lock): the claim rejects with AbortedError and has not
+   * landed, unless it had committed already. A store whose calls cannot block (SQLite's are
+   * synchronous, bounded by its busy timeout) only checks it before starting.
+   */
+  signal?: AbortSignal;
 }
 
 export type SlotClaimResult =

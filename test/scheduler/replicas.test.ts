@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { randomBytes } from 'node:crypto';
-import { Sandbox, dropSchema, freshSchema, pgUrl, type Running } from '../cli/helpers.js';
+import { existsSync } from 'node:fs';
+import { Sandbox, dropSchema, freshSchema, pgUrl, until, type Running } from '../cli/helpers.js';
 
 const TTL_MS = 3000;
 const sb = new Sandbox('cron-replicas');
@@ -44,32 +45,40 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', store, '--', job];
       const startedAt = Date.now();
       const replicas: Running[] = [0, 1, 2].map(() => sb.start(args));
-      /** The replica that printed the highest token it won. */
+      /** Every replica started, killed ones included: tokens are read from all of them. */
+      const everyone: Running[] = [...replicas];
+      const tokenOf = (r: Running): bigint => [...r.stderr.matchAll(/leader: token (\d+)/g)].reduce((m, x) => (BigInt(x[1]!) > m ? BigInt(x[1]!) : m), -1n);
+      /** The replica that printed the highest token won. */
       const leader = (): Running => {
-        let best: Running | undefined;
-        let bestToken = -1n;
-        for (const r of replicas) {
-          for (const m of r.stderr.matchAll(/leader: token (\d+)/g)) {
-            if (BigInt(m[1]!) > bestToken) [best, bestToken] = [r, BigInt(m[1]!)];
-          }
-        }
-        assert.ok(best !== undefined, 'no replica led');
+        const best = everyone.reduce<Running | undefined>((a, b) => (a === undefined || tokenOf(b) > tokenOf(a) ? b : a), undefined);
+        assert.ok(best !== undefined && tokenOf(best) >= 0n, 'no replica led');
         return best;
       };
+      const resourceLines = (): number => (existsSync(resource) ? sb.read(`resource-${kind}.log`).trim().split('\n').length : 0);
+      /** Waits for a term above `above` to have run `slots` more slots (events, not fixed sleeps). */
+      const newLeaderRuns = async (what: string, above: bigint, slots: number): Promise<void> => {
+        const from = resourceLines();
+        await until(what, () => everyone.some((r) => tokenOf(r) > above) && resourceLines() >= from + slots, 20_000);
+      };
       try {
-        await sleep(4000);
+        await newLeaderRuns('a leader ran two slots', -1n, 2);
         const frozen = leader();
         process.kill(frozen.pid, 'SIGSTOP');
-        await sleep(2 * TTL_MS);
+        // Frozen past its TTL: another replica takes over and runs slots meanwhile.
+        await newLeaderRuns('a new leader took over from the frozen one', tokenOf(frozen), 2);
         process.kill(frozen.pid, 'SIGCONT');
-        await sleep(3000);
+        // The woken one must find its term over and run nothing; give it a slot's time to try.
+        await sleep(1500);
         const killed = leader();
         const killedAt = Date.now();
         process.kill(killed.pid, 'SIGKILL');
-        await sleep(TTL_MS + 2500);
         replicas.splice(replicas.indexOf(killed), 1);
-        replicas.push(sb.start(args));
-        await sleep(4000);
+        await newLeaderRuns('a new leader after the kill', tokenOf(killed), 2);
+        const restarted = sb.start(args);
+        replicas.push(restarted);
+        everyone.push(restarted);
+        const before = resourceLines();
+        await until('two more slots with the restarted replica up', () => resourceLines() >= before + 2, 20_000);
         for (const r of replicas) r.proc.kill('SIGTERM');
         const ends = await Promise.all(replicas.map((r) => r.done));
         for (const e of ends) assert.equal(e.code, 143, e.stderr);
@@ -85,7 +94,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         for (let i = 1; i < times.length; i++) assert.equal(times[i]! - times[i - 1]!, 1000, `a slot is missing from the ledger after ${rows[i - 1]!.slot}`);
         assert.ok(rows.every((r) => ['succeeded', 'skipped', 'interrupted'].includes(r.status)), JSON.stringify(rows.filter((r) => r.status === 'claimed' || r.status === 'failed')));
         assert.ok(rows.every((r) => r.status !== 'skipped' || (r.reason ?? '') !== ''), 'a skipped slot without a reason');
-        assert.ok(rows.filter((r) => r.status === 'succeeded').length >= 10, JSON.stringify(rows.map((r) => r.status)));
+        assert.ok(rows.filter((r) => r.status === 'succeeded').length >= 6, JSON.stringify(rows.map((r) => r.status)));
         // At the resource: each slot once, unless its ledger row is a rerun of an interrupted term.
         const runs = new Map<string, string[]>();
         for (const line of sb.read(`resource-${kind}.log`).trim().split('\n')) {

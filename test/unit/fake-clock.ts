@@ -54,11 +54,12 @@ export class FakeClock implements Clock {
       for (const t of this.timers) if (t.at <= target && (next === undefined || t.at < next.at || (t.at === next.at && t.seq < next.seq))) next = t;
       if (next === undefined) break;
       this.timers.delete(next);
-      this.mono = next.at;
+      // Never backwards: after block(), timers already overdue fire at the blocked-to time.
+      this.mono = Math.max(this.mono, next.at);
       next.fn();
       await settle();
     }
-    this.mono = target;
+    this.mono = Math.max(this.mono, target);
     await settle();
   }
 

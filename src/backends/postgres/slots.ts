@@ -6,7 +6,7 @@
  * src/scheduler/ledger.ts decides. A stale term's claim therefore never lands after a newer
  * term's, whatever the timing.
  */
-import { ConfigError } from '../../core/errors.js';
+import { AbortedError, ConfigError } from '../../core/errors.js';
 import {
   decideSlotClaim,
   type SlotClaimRequest,
@@ -60,14 +60,25 @@ export class PostgresSlotLedger implements SlotLedgerPort {
     return new PostgresSlotLedger({ pool, schema: schema ?? parsed.schema ?? 'leasehold' }, () => pool.end());
   }
 
-  private async tx<T>(fn: (db: PgQueryableLike, nowMs: number, held: (t: SlotTerm) => Promise<boolean>) => Promise<T>): Promise<T> {
+  private async tx<T>(fn: (db: PgQueryableLike, nowMs: number, held: (t: SlotTerm) => Promise<boolean>) => Promise<T>, signal?: AbortSignal): Promise<T> {
+    // A function, not a field read: TypeScript would keep the narrowing of the first check.
+    const aborted = (): boolean => signal?.aborted === true;
+    if (aborted()) throw new AbortedError('slot ledger call aborted before it started');
     let client;
     try {
       client = await this.pool.connect();
     } catch (err) {
       throw mapPgError(err, this.schema);
     }
+    let cancel: (() => void) | undefined;
     try {
+      if (signal !== undefined) {
+        // An abort cancels the statement in progress (a lock wait included) from another
+        // connection: the transaction then rolls back, so the call has not landed.
+        const pid = Number((await client.query(`SELECT pg_backend_pid() AS pid`)).rows[0]!['pid']);
+        cancel = () => void this.pool.query(`SELECT pg_cancel_backend($1)`, [pid]).catch(() => {});
+        signal.addEventListener('abort', cancel, { once: true });
+      }
       await client.query('BEGIN');
       const now = Number((await client.query(`SELECT (extract(epoch FROM now()) * 1000)::float8 AS now`)).rows[0]!['now']);
       const held = async (t: SlotTerm): Promise<boolean> =>
@@ -79,12 +90,15 @@ export class PostgresSlotLedger implements SlotLedgerPort {
           ])
         ).rows.length === 1;
       const result = await fn(client, now, held);
+      if (aborted()) throw new AbortedError('slot ledger call aborted; rolled back');
       await client.query('COMMIT');
       return result;
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});
+      if (aborted()) throw new AbortedError('slot ledger call aborted; rolled back', { cause: err });
       throw mapPgError(err, this.schema);
     } finally {
+      if (cancel !== undefined) signal?.removeEventListener('abort', cancel);
       client.release();
     }
   }
@@ -112,7 +126,7 @@ export class PostgresSlotLedger implements SlotLedgerPort {
       }
       if (d.outcome === 'claimed') return { outcome: 'claimed', storeNowMs: now, rerunOf: d.rerunOf };
       return { outcome: d.outcome, storeNowMs: now };
-    });
+    }, req.signal);
   }
 
   skip(req: SlotSkipRequest): Promise<{ fenced: boolean; skipped: number; storeNowMs: number }> {

@@ -5,7 +5,7 @@
  * src/scheduler/ledger.ts decides. Synchronous like fencedWriteSync: a call can block the event
  * loop for up to the connection's busy timeout while another process holds the write lock.
  */
-import { ConfigError } from '../../core/errors.js';
+import { AbortedError, ConfigError } from '../../core/errors.js';
 import {
   decideSlotClaim,
   type SlotClaimRequest,
@@ -65,6 +65,7 @@ export class SqliteSlotLedger implements SlotLedgerPort {
   }
 
   claim(req: SlotClaimRequest): Promise<SlotClaimResult> {
+    if (req.signal?.aborted === true) return Promise.reject(new AbortedError('slot ledger call aborted before it started'));
     return this.tx((now) => {
       const d = decideSlotClaim(this.row(req.name, req.key), req, this.held(req, now), now);
       const w = d.write;

@@ -1,0 +1,279 @@
+/**
+ * The slot ledger on etcd. A slot's row is the key `{p}/slots/{name}/{key}` (both URI-encoded),
+ * JSON. Each call reads what it needs in one read-only Txn (one revision), decides with the rule
+ * in src/scheduler/ledger.ts, and writes in a Txn that compares:
+ *  - the term key `{p}/term/{name}`'s create revision: the key exists only while etcd keeps the
+ *    term's etcd lease alive, and its create revision (plus the floor) IS the fencing token,
+ *    so this compare is "the lease is held with this token, unexpired by etcd" in one;
+ *  - the slot key's mod revision as read (0: absent), so nothing changed it in between;
+ *  - the schema version and the token floor, as every leasehold Txn does (txn.ts).
+ * When a compare fails the call reads again and decides again (optimistic, a few attempts).
+ *
+ * Time: etcd has no clock a client can read. As the etcd store's own now() does, the "store's
+ * time" here (slot due, started/ended) is this process's clock once etcd has answered. Expiry,
+ * the property fencing rests on, is still etcd's alone (the term key's etcd lease). So on etcd a
+ * leader whose clock runs ahead claims a slot that much early; it still runs once.
+ */
+import { AbortedError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import {
+  decideSlotClaim,
+  type SlotClaimRequest,
+  type SlotClaimResult,
+  type SlotCompletion,
+  type SlotLedgerPort,
+  type SlotRecord,
+  type SlotSkipRequest,
+  type SlotStatus,
+  type SlotTerm,
+} from '../../scheduler/ledger.js';
+import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+import { EtcdKeys, SCHEMA_VERSION } from './keys.js';
+import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
+
+export interface EtcdSlotLedgerOptions {
+  /** A client of the lease store's etcd cluster. */
+  client: Etcd3Like;
+  /** The lease store's prefix. Default `leasehold`. */
+  prefix?: string;
+  /** Per call. Default 5000 ms. */
+  callTimeoutMs?: number;
+}
+
+interface Row {
+  slotAtMs: number | null;
+  status: SlotStatus;
+  token: string;
+  holder: string | null;
+  startedAtMs: number | null;
+  endedAtMs: number | null;
+  exitCode: number | null;
+  reason: string | null;
+}
+
+const ATTEMPTS = 8;
+/** Slots per Txn: well under etcd's default --max-txn-ops (128), with the guard's compares. */
+const CHUNK = 50;
+
+export class EtcdSlotLedger implements SlotLedgerPort {
+  readonly kind = 'etcd';
+  private readonly client: Etcd3Like;
+  private readonly keys: EtcdKeys;
+  private readonly timeoutMs: number;
+  private readonly end: (() => void) | undefined;
+
+  constructor(options: EtcdSlotLedgerOptions, end?: () => void) {
+    this.client = options.client;
+    this.keys = new EtcdKeys(validatePrefix(options.prefix ?? 'leasehold'));
+    this.timeoutMs = options.callTimeoutMs ?? 5000;
+    this.end = end;
+  }
+
+  /** A ledger with a client of its own, for the store at `url` (what the CLI uses). */
+  static async fromUrl(url: string, prefix?: string): Promise<EtcdSlotLedger> {
+    const parsed = parseEtcdUrl(url);
+    const client = await createEtcd3Client(parsed);
+    return new EtcdSlotLedger({ client, prefix: prefix ?? parsed.prefix ?? 'leasehold', ...(parsed.callTimeoutMs === undefined ? {} : { callTimeoutMs: parsed.callTimeoutMs }) }, () => client.close());
+  }
+
+  private slot(name: string, key: string): Buffer {
+    return Buffer.from(`${this.slotsOf(name)}${encodeURIComponent(key)}`);
+  }
+
+  private slotsOf(name: string): string {
+    return `${this.keys.prefix}/slots/${encodeURIComponent(name)}/`;
+  }
+
+  private async txn(req: EtcdTxnRequest, what: string): Promise<EtcdTxnResponse> {
+    try {
+      return await this.client.kv.txn(req, { deadline: Date.now() + this.timeoutMs });
+    } catch (err) {
+      throw mapEtcdError(err, `slot ledger ${what}`);
+    }
+  }
+
+  /**
+   * Reads, in one revision, the schema version, the floor, the term key of `name` and `ops`.
+   * Resolves with the term's create revision when `term` holds it (else null), and the rest.
+   */
+  private async read(term: SlotTerm, ops: EtcdRequestOp[], what: string): Promise<{ termRev: string | null; responses: EtcdTxnResponse['responses']; nowMs: number }> {
+    const r = await this.txn({ compare: [], success: [rangeOf(this.keys.version), rangeOf(this.keys.floorKey), rangeOf(this.keys.term(term.name)), ...ops], failure: [] }, what);
+    const nowMs = Date.now();
+    const v = first(r.responses[0]);
+    const found = v === undefined ? 0 : Number(v.value.toString());
+    if (found !== SCHEMA_VERSION) throw schemaError(this.keys, found);
+    this.keys.setFloor(first(r.responses[1]));
+    const t = first(r.responses[2]);
+    let holder: unknown;
+    try {
+      holder = t === undefined ? undefined : (JSON.parse(t.value.toString()) as unknown[])[0];
+    } catch {
+      holder = undefined;
+    }
+    const held = t !== undefined && holder === term.holder && this.keys.token(t.create_revision) === term.token;
+    return { termRev: held ? String(t.create_revision) : null, responses: r.responses.slice(3), nowMs };
+  }
+
+  /** Writes `ops` if the term still holds the lease and every `unchanged` key has the mod revision read. */
+  private async write(name: string, termRev: string, unchanged: Array<{ key: Buffer; mod: string }>, ops: EtcdRequestOp[], what: string): Promise<boolean> {
+    const compares: EtcdTxnRequest['compare'] = [
+      { key: this.keys.term(name), target: 'Create', result: 'Equal', create_revision: termRev },
+      ...unchanged.map((u) => ({ key: u.key, target: 'Mod' as const, result: 'Equal' as const, mod_revision: u.mod })),
+    ];
+    return schemaOk(this.keys, await this.txn(guarded(this.keys, ops, compares), what));
+  }
+
+  async claim(req: SlotClaimRequest): Promise<SlotClaimResult> {
+    const key = this.slot(req.name, req.key);
+    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+      if (req.signal?.aborted === true) throw new AbortedError('slot ledger claim aborted; it has not landed');
+      const { termRev, responses, nowMs } = await this.read(req, [rangeOf(key)], 'claim');
+      const kv = first(responses[0]);
+      const cur = kv === undefined ? undefined : toRecord(req.name, req.key, kv);
+      const d = decideSlotClaim(cur, req, termRev !== null, nowMs);
+      const w = d.write;
+      let record = cur;
+      if (w.kind !== 'none') {
+        const row: Row = {
+          slotAtMs: req.slotAtMs,
+          status: w.status,
+          token: req.token.toString(),
+          holder: req.holder,
+          startedAtMs: nowMs,
+          endedAtMs: w.status === 'skipped' ? nowMs : null,
+          exitCode: null,
+          reason: w.reason,
+        };
+        if (!(await this.write(req.name, termRev!, [{ key, mod: kv?.mod_revision ?? '0' }], [{ request_put: { key, value: Buffer.from(JSON.stringify(row)) } }], 'claim'))) continue;
+        record = fromRow(req.name, req.key, row);
+      }
+      if (d.outcome === 'done') return { outcome: 'done', storeNowMs: nowMs, record: record! };
+      if (d.outcome === 'claimed') return { outcome: 'claimed', storeNowMs: nowMs, rerunOf: d.rerunOf };
+      return { outcome: d.outcome, storeNowMs: nowMs };
+    }
+    throw contended('claim');
+  }
+
+  async skip(req: SlotSkipRequest): Promise<{ fenced: boolean; skipped: number; storeNowMs: number }> {
+    let skipped = 0;
+    let storeNowMs = Date.now();
+    for (let i = 0; i < req.slots.length || i === 0; i += CHUNK) {
+      const chunk = req.slots.slice(i, i + CHUNK);
+      const done = await this.skipChunk(req, chunk);
+      if (done.fenced) return { fenced: true, skipped, storeNowMs: done.storeNowMs };
+      skipped += done.skipped;
+      storeNowMs = done.storeNowMs;
+    }
+    return { fenced: false, skipped, storeNowMs };
+  }
+
+  private async skipChunk(req: SlotSkipRequest, slots: SlotSkipRequest['slots']): Promise<{ fenced: boolean; skipped: number; storeNowMs: number }> {
+    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+      const { termRev, nowMs } = await this.read(req, [], 'skip');
+      if (termRev === null) return { fenced: true, skipped: 0, storeNowMs: nowMs };
+      if (slots.length === 0) return { fenced: false, skipped: 0, storeNowMs: nowMs };
+      // One inner Txn per slot: written only where no row exists (create revision 0).
+      const ops: EtcdRequestOp[] = slots.map((s) => {
+        const key = this.slot(req.name, s.key);
+        const row: Row = { slotAtMs: s.slotAtMs, status: 'skipped', token: req.token.toString(), holder: req.holder, startedAtMs: nowMs, endedAtMs: nowMs, exitCode: null, reason: req.reason };
+        return { request_txn: { compare: [{ key, target: 'Create', result: 'Equal', create_revision: 0 }], success: [{ request_put: { key, value: Buffer.from(JSON.stringify(row)) } }], failure: [] } };
+      });
+      const r = await this.txn(
+        guarded(this.keys, ops, [{ key: this.keys.term(req.name), target: 'Create', result: 'Equal', create_revision: termRev }]),
+        'skip',
+      );
+      if (!schemaOk(this.keys, r)) continue;
+      return { fenced: false, skipped: r.responses.filter((x) => x.response_txn?.succeeded === true).length, storeNowMs: nowMs };
+    }
+    throw contended('skip');
+  }
+
+  async complete(req: SlotCompletion): Promise<{ completed: boolean; storeNowMs: number }> {
+    const key = this.slot(req.name, req.key);
+    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+      const r = await this.txn({ compare: [], success: [rangeOf(key)], failure: [] }, 'complete');
+      const nowMs = Date.now();
+      const kv = first(r.responses[0]);
+      if (kv === undefined) return { completed: false, storeNowMs: nowMs };
+      const row = JSON.parse(kv.value.toString()) as Row;
+      if (row.token !== req.token.toString() || row.status !== 'claimed') return { completed: false, storeNowMs: nowMs };
+      const next: Row = { ...row, status: req.status, endedAtMs: nowMs, exitCode: req.exitCode, reason: req.reason ?? row.reason };
+      // Not fenced by the lease (a term completes after it ended): by the row's token alone.
+      const w = await this.txn(
+        { compare: [{ key, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }], success: [{ request_put: { key, value: Buffer.from(JSON.stringify(next)) } }], failure: [] },
+        'complete',
+      );
+      if (w.succeeded) return { completed: true, storeNowMs: nowMs };
+    }
+    throw contended('complete');
+  }
+
+  async interruptStale(term: SlotTerm): Promise<{ fenced: boolean; interrupted: number; storeNowMs: number }> {
+    let interrupted = 0;
+    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+      const { termRev, responses, nowMs } = await this.read(term, [rangePrefix(this.slotsOf(term.name))], 'interruptStale');
+      if (termRev === null) return { fenced: true, interrupted, storeNowMs: nowMs };
+      const stale = all(responses[0])
+        .map((kv) => ({ kv, row: JSON.parse(kv.value.toString()) as Row }))
+        .filter((x) => x.row.status === 'claimed' && BigInt(x.row.token) < term.token)
+        .slice(0, CHUNK);
+      if (stale.length === 0) return { fenced: false, interrupted, storeNowMs: nowMs };
+      const reason = `its term ended before it completed (seen by term ${term.token})`;
+      const ops = stale.map(({ kv, row }) => ({ request_put: { key: kv.key, value: Buffer.from(JSON.stringify({ ...row, status: 'interrupted', endedAtMs: nowMs, reason })) } }));
+      if (await this.write(term.name, termRev, stale.map(({ kv }) => ({ key: kv.key, mod: kv.mod_revision })), ops, 'interruptStale')) {
+        interrupted += stale.length;
+        // More than one chunk: the next pass takes the rest (a success is not an attempt lost).
+        attempt = -1;
+      }
+    }
+    throw contended('interruptStale');
+  }
+
+  async records(name: string, options: { sinceMs?: number; untilMs?: number; limit?: number } = {}): Promise<SlotRecord[]> {
+    const r = await this.txn({ compare: [], success: [rangePrefix(this.slotsOf(name))], failure: [] }, 'records');
+    const prefix = this.slotsOf(name);
+    const scheduled = options.sinceMs !== undefined || options.untilMs !== undefined;
+    const at = (x: SlotRecord): number => x.slotAtMs ?? x.startedAtMs ?? 0;
+    const rows = all(r.responses[0])
+      .map((kv) => toRecord(name, decodeURIComponent(kv.key.toString().slice(prefix.length)), kv))
+      .filter((x) => !scheduled || x.slotAtMs !== null)
+      .filter((x) => options.sinceMs === undefined || x.slotAtMs! > options.sinceMs)
+      .filter((x) => options.untilMs === undefined || x.slotAtMs! <= options.untilMs)
+      .sort((a, b) => at(a) - at(b) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    return rows.slice(Math.max(0, rows.length - (options.limit ?? 1000)));
+  }
+
+  close(): Promise<void> {
+    this.end?.();
+    return Promise.resolve();
+  }
+}
+
+function contended(what: string): StoreUnavailableError {
+  return new StoreUnavailableError(`etcd: the slot ledger's ${what} kept meeting concurrent changes; this is retryable`);
+}
+
+function toRecord(name: string, key: string, kv: EtcdKeyValue): SlotRecord {
+  let row: Row;
+  try {
+    row = JSON.parse(kv.value.toString()) as Row;
+  } catch (err) {
+    throw new SchemaError(`etcd key ${kv.key.toString()} is not a slot ledger row; was it written by something else?`, { cause: err });
+  }
+  return fromRow(name, key, row);
+}
+
+function fromRow(name: string, key: string, r: Row): SlotRecord {
+  return {
+    name,
+    key,
+    slotAtMs: r.slotAtMs,
+    status: r.status,
+    token: BigInt(r.token),
+    holder: r.holder,
+    startedAtMs: r.startedAtMs,
+    endedAtMs: r.endedAtMs,
+    exitCode: r.exitCode,
+    reason: r.reason,
+  };
+}
+
