@@ -30,6 +30,11 @@ import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etc
 import { EtcdKeys, SCHEMA_VERSION } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 
+/** All the ledger calls: a Txn with a deadline (an etcd3 client, or the store's member pool). */
+interface TxnClient {
+  kv: { txn(req: EtcdTxnRequest, options: { deadline: number }): Promise<EtcdTxnResponse> };
+}
+
 export interface EtcdSlotLedgerOptions {
   /** A client of the lease store's etcd cluster. */
   client: Etcd3Like;
@@ -56,12 +61,12 @@ const CHUNK = 50;
 
 export class EtcdSlotLedger implements SlotLedgerPort {
   readonly kind = 'etcd';
-  private readonly client: Etcd3Like;
+  private readonly client: TxnClient;
   private readonly keys: EtcdKeys;
   private readonly timeoutMs: number;
   private readonly end: (() => void) | undefined;
 
-  constructor(options: EtcdSlotLedgerOptions, end?: () => void) {
+  constructor(options: Omit<EtcdSlotLedgerOptions, 'client'> & { client: TxnClient }, end?: () => void) {
     this.client = options.client;
     this.keys = new EtcdKeys(validatePrefix(options.prefix ?? 'leasehold'));
     this.timeoutMs = options.callTimeoutMs ?? 5000;
