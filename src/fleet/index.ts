@@ -9,9 +9,10 @@
  *   Stale: not live. A forked or restored agent is caught by the lease's nonce rule and stands down.
  * - draining: alive and still owning, but given no new placements.
  * - ownership: resource -> agent, with a generation.
- * - generation: from one counter for the whole fleet, so strictly larger on every change of
- *   owner of any resource, for ever (even after a record is removed): a fencing token that the
- *   fences in leasehold/fence accept.
+ * - generation: strictly larger on every change of owner of any resource, for ever (even after
+ *   a record is removed, a token floor raise or a PostgreSQL promotion): a fencing token that the
+ *   fences in leasehold/fence accept. Each store makes it its own way (a sequence above the
+ *   timeline floor, a counter, Redis TIME, an etcd revision).
  * - owner lookup: the live owner, or OwnerDeadError (record, owner not live: who, and stale for
  *   how long), or NoOwnerError (no record). It never places anything.
  * - OwnerCache: positive answers only; absence or expiry asks the store.

@@ -1,7 +1,8 @@
 /**
  * The fleet's port: the few calls the fleet model makes on a store. Like the engine's LeasePort,
- * it is structural and small; `backends/postgres/fleet.ts` and `backends/sqlite/fleet.ts`
- * implement it, each as ONE statement or transaction per call, judged by the store's clock.
+ * it is structural and small; `backends/{postgres,sqlite,redis,etcd}/fleet.ts` implement it,
+ * each call atomic in the store (one statement, transaction, script, or compare-and-swap Txn),
+ * judged by the store's clock. `leasehold/conformance`'s runFleetConformance checks them.
  *
  * Liveness is not stored here: an agent is alive while it holds the lease named
  * `agent/<id>` in the same store (see ./agent.ts), so staleness, clones and restores follow
