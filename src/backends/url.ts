@@ -39,3 +39,83 @@ export function checkUrlParts(u: URL, redacted: string): void {
   }
   if (u.port === '0') throw new ConfigError(`store URL ${JSON.stringify(redacted)} has port 0; give the port the server listens on`);
 }
+
+/** Paths from a store URL's TLS parameters, keyed by the parameter's name (`cacert`, `cert`, `key`). */
+export type TlsFilePaths = Partial<Record<'cacert' | 'cert' | 'key', string>>;
+
+/** The files' contents, under the names Node's tls and the drivers use. */
+export interface TlsMaterial {
+  ca?: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
+}
+
+/**
+ * The TLS parameters a store URL may carry (etcds://, rediss://): a CA to trust instead of the
+ * system's roots, and a client certificate with its key (both or neither).
+ * @throws {ConfigError} for an empty path, or a certificate without its key
+ */
+export function tlsFilePaths(params: URLSearchParams, store: string): TlsFilePaths | undefined {
+  const paths: TlsFilePaths = {};
+  for (const k of ['cacert', 'cert', 'key'] as const) {
+    const v = params.get(k);
+    if (v === null) continue;
+    if (v.trim() === '') throw new ConfigError(`${store} URL parameter ${k}= is empty; give the path of a PEM file`);
+    paths[k] = v;
+  }
+  if ((paths.cert === undefined) !== (paths.key === undefined)) {
+    throw new ConfigError(`${store} URL has ${paths.cert === undefined ? 'key= without cert=' : 'cert= without key='}; a client certificate needs both, as PEM files`);
+  }
+  return Object.keys(paths).length === 0 ? undefined : paths;
+}
+
+/**
+ * Reads the files named by a URL's TLS parameters and checks they make a TLS context (PEM, a
+ * key that matches its certificate), so a wrong file is a ConfigError naming it now, not a
+ * handshake that fails for ever later as "unavailable".
+ * @throws {ConfigError}
+ */
+export async function readTlsFiles(paths: TlsFilePaths, store: string): Promise<TlsMaterial> {
+  const { readFile } = await import('node:fs/promises');
+  const read = async (k: keyof TlsFilePaths): Promise<Buffer | undefined> => {
+    const p = paths[k];
+    if (p === undefined) return undefined;
+    try {
+      return await readFile(p);
+    } catch (err) {
+      const why = (err as { code?: string }).code ?? (err as Error).message;
+      throw new ConfigError(`${store} URL ${k}=${p} cannot be read (${why}); give the path of a PEM file this process can read`, { cause: err });
+    }
+  };
+  const material: TlsMaterial = {};
+  const ca = await read('cacert');
+  const cert = await read('cert');
+  const key = await read('key');
+  if (ca !== undefined) material.ca = ca;
+  if (cert !== undefined) material.cert = cert;
+  if (key !== undefined) material.key = key;
+  // Node's tls skips a CA file with no PEM certificate in it without a word: then the system's
+  // roots would be trusted instead of the one the URL names.
+  for (const k of ['cacert', 'cert'] as const) {
+    const body = k === 'cacert' ? ca : cert;
+    if (body !== undefined && !body.includes('-----BEGIN CERTIFICATE-----')) {
+      throw new ConfigError(`${store} URL ${k}=${paths[k]} holds no PEM certificate (-----BEGIN CERTIFICATE-----); give a PEM file`);
+    }
+  }
+  const { createSecureContext } = await import('node:tls');
+  for (const [k, opts] of [
+    ['cacert', { ca }],
+    ['cert', { cert, key }],
+  ] as const) {
+    if (Object.values(opts).every((v) => v === undefined)) continue;
+    try {
+      createSecureContext(opts);
+    } catch (err) {
+      const files = k === 'cacert' ? `cacert=${paths.cacert}` : `cert=${paths.cert} with key=${paths.key}`;
+      throw new ConfigError(`${store} URL ${files} is not usable for TLS (${(err as Error).message}); give PEM files (a key that matches its certificate)`, {
+        cause: err,
+      });
+    }
+  }
+  return material;
+}
