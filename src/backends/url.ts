@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { createSecureContext } from 'node:tls';
 import { ConfigError } from '../core/errors.js';
 
 /** A URL with its password masked, safe to put in an error message or a log line. */
@@ -40,7 +42,7 @@ export function checkUrlParts(u: URL, redacted: string): void {
   if (u.port === '0') throw new ConfigError(`store URL ${JSON.stringify(redacted)} has port 0; give the port the server listens on`);
 }
 
-/** Paths from a store URL's TLS parameters, keyed by the parameter's name (`cacert`, `cert`, `key`). */
+/** Paths from a store URL's TLS parameters: a CA to trust (`cacert`), a client certificate and its key. */
 export type TlsFilePaths = Partial<Record<'cacert' | 'cert' | 'key', string>>;
 
 /** The files' contents, under the names Node's tls and the drivers use. */
@@ -72,25 +74,27 @@ export function tlsFilePaths(params: URLSearchParams, store: string): TlsFilePat
 /**
  * Reads the files named by a URL's TLS parameters and checks they make a TLS context (PEM, a
  * key that matches its certificate), so a wrong file is a ConfigError naming it now, not a
- * handshake that fails for ever later as "unavailable".
+ * handshake that fails for ever later as "unavailable". Synchronous, as the pg driver's own
+ * reading of the same files is; they are small.
+ * @param names what the URL calls each parameter, where not cacert=, cert=, key= (PostgreSQL's sslrootcert=, ...)
  * @throws {ConfigError}
  */
-export async function readTlsFiles(paths: TlsFilePaths, store: string): Promise<TlsMaterial> {
-  const { readFile } = await import('node:fs/promises');
-  const read = async (k: keyof TlsFilePaths): Promise<Buffer | undefined> => {
+export function readTlsFiles(paths: TlsFilePaths, store: string, names: Partial<Record<keyof TlsFilePaths, string>> = {}): TlsMaterial {
+  const n = (k: keyof TlsFilePaths): string => names[k] ?? k;
+  const read = (k: keyof TlsFilePaths): Buffer | undefined => {
     const p = paths[k];
     if (p === undefined) return undefined;
     try {
-      return await readFile(p);
+      return readFileSync(p);
     } catch (err) {
       const why = (err as { code?: string }).code ?? (err as Error).message;
-      throw new ConfigError(`${store} URL ${k}=${p} cannot be read (${why}); give the path of a PEM file this process can read`, { cause: err });
+      throw new ConfigError(`${store} URL ${n(k)}=${p} cannot be read (${why}); give the path of a PEM file this process can read`, { cause: err });
     }
   };
   const material: TlsMaterial = {};
-  const ca = await read('cacert');
-  const cert = await read('cert');
-  const key = await read('key');
+  const ca = read('cacert');
+  const cert = read('cert');
+  const key = read('key');
   if (ca !== undefined) material.ca = ca;
   if (cert !== undefined) material.cert = cert;
   if (key !== undefined) material.key = key;
@@ -99,10 +103,9 @@ export async function readTlsFiles(paths: TlsFilePaths, store: string): Promise<
   for (const k of ['cacert', 'cert'] as const) {
     const body = k === 'cacert' ? ca : cert;
     if (body !== undefined && !body.includes('-----BEGIN CERTIFICATE-----')) {
-      throw new ConfigError(`${store} URL ${k}=${paths[k]} holds no PEM certificate (-----BEGIN CERTIFICATE-----); give a PEM file`);
+      throw new ConfigError(`${store} URL ${n(k)}=${paths[k]} holds no PEM certificate (-----BEGIN CERTIFICATE-----); give a PEM file`);
     }
   }
-  const { createSecureContext } = await import('node:tls');
   for (const [k, opts] of [
     ['cacert', { ca }],
     ['cert', { cert, key }],
@@ -111,7 +114,7 @@ export async function readTlsFiles(paths: TlsFilePaths, store: string): Promise<
     try {
       createSecureContext(opts);
     } catch (err) {
-      const files = k === 'cacert' ? `cacert=${paths.cacert}` : `cert=${paths.cert} with key=${paths.key}`;
+      const files = k === 'cacert' ? `${n('cacert')}=${paths.cacert}` : `${n('cert')}=${paths.cert} with ${n('key')}=${paths.key}`;
       throw new ConfigError(`${store} URL ${files} is not usable for TLS (${(err as Error).message}); give PEM files (a key that matches its certificate)`, {
         cause: err,
       });

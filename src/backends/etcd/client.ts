@@ -323,7 +323,7 @@ export function validatePrefix(prefix: string): string {
  */
 export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<MemberPool> {
   const { Etcd3 } = await loadEtcd3();
-  const tls = parsed.tlsFiles === undefined ? undefined : await readTlsFiles(parsed.tlsFiles, 'etcd store');
+  const tls = parsed.tlsFiles === undefined ? undefined : readTlsFiles(parsed.tlsFiles, 'etcd store');
   const credentials =
     tls === undefined
       ? undefined

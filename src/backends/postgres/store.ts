@@ -1,4 +1,4 @@
-import { checkQueryParameters, checkUrlParts, redactUrl } from '../url.js';
+import { checkQueryParameters, checkUrlParts, readTlsFiles, redactUrl } from '../url.js';
 import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
@@ -544,10 +544,32 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
   const schema = u.searchParams.get('schema') ?? undefined;
   if (schema !== undefined) validateSchemaName(schema);
   u.searchParams.delete('schema');
+  checkSslFiles(u.searchParams);
   const connectionString = u.toString();
   return { connectionString, schema, description: `postgres ${redactUrl(connectionString)} (schema ${schema ?? 'leasehold'})` };
 }
 
+
+/**
+ * pg reads sslrootcert=, sslcert= and sslkey= itself, at each connection: a missing file would
+ * surface as a bare ENOENT from the first query. Read them once now, so a wrong path or a key
+ * that does not match its certificate is a ConfigError naming the parameter and the file.
+ * @throws {ConfigError}
+ */
+function checkSslFiles(params: URLSearchParams): void {
+  const cacert = params.get('sslrootcert') ?? undefined;
+  const cert = params.get('sslcert') ?? undefined;
+  const key = params.get('sslkey') ?? undefined;
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new ConfigError(`PostgreSQL store URL has ${cert === undefined ? 'sslkey= without sslcert=' : 'sslcert= without sslkey='}; a client certificate needs both, as PEM files`);
+  }
+  // libpq's sslrootcert=system (the system's roots) names no file.
+  const paths = { ...(cacert === undefined || cacert === 'system' ? {} : { cacert }), ...(cert === undefined ? {} : { cert, key }) };
+  readTlsFiles(paths, 'PostgreSQL store', { cacert: 'sslrootcert', cert: 'sslcert', key: 'sslkey' });
+}
+
+/** Node's TLS verification failures (err.code): the server's certificate is not the one the URL trusts. */
+const TLS_CODES = /^(?:SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(?:_LOCALLY)?|CERT_HAS_EXPIRED|CERT_NOT_YET_VALID|CERT_UNTRUSTED|ERR_TLS_CERT_ALTNAME_INVALID|ERR_SSL_\w+)$/;
 
 /**
  * Maps a `pg` error to leasehold's taxonomy. Only what is known to be a connection problem, a
@@ -570,6 +592,14 @@ export function mapPgError(err: unknown, schema: string): Error {
   if (code.startsWith('28')) return new ConfigError(`PostgreSQL refused the login (${msg}); check the user and password in the store URL`, { cause: err });
   if (code === '42501') {
     return new ConfigError(`PostgreSQL refused a statement (${msg}); grant the store's user access to schema "${schema}"`, { cause: err });
+  }
+  // Retried like an outage (the server's certificate may be mid-rotation), but says what to check.
+  if (TLS_CODES.test(code) || /does not support SSL/.test(msg)) {
+    return new StoreUnavailableError(
+      `the TLS connection to PostgreSQL failed (${code === '' ? '' : `${code}: `}${msg}); check the store URL's sslmode= and sslrootcert= ` +
+        "(the CA that signed the server's certificate, whose names must include the URL's host) and the server's ssl settings",
+      { cause: err },
+    );
   }
   if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code)) {
     return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });

@@ -108,7 +108,7 @@ export async function createOwnedDriver(url: string, options: OwnedClientOptions
   const u = new URL(url);
   const paths = tlsFilePaths(u.searchParams, 'Redis store');
   for (const k of TLS_PARAMETERS) u.searchParams.delete(k);
-  const tls: TlsMaterial | undefined = paths === undefined ? undefined : await readTlsFiles(paths, 'Redis store');
+  const tls: TlsMaterial | undefined = paths === undefined ? undefined : readTlsFiles(paths, 'Redis store');
   url = paths === undefined ? url : u.toString();
   const ioredis = options.clientPackage === 'redis' ? undefined : await tryImport<IoredisModule>('ioredis');
   const Redis = ioredis?.Redis ?? ioredis?.default;
