@@ -62,7 +62,17 @@ export interface PostgresStoreOptions {
   queryTimeoutMs?: number;
   /** For pools leasehold creates: give up connecting after this long. Default 5s. */
   connectTimeoutMs?: number;
+  /**
+   * Where followers LISTEN for releases, when `url` or `pool` goes through a pooler that cannot
+   * carry LISTEN (PgBouncer in transaction or statement mode): a direct postgres:// URL of the
+   * same primary, or `'none'` to not listen (followers then take a freed lease when its last
+   * term would have expired). Default: `?notify_url=` in the URL, else the store's own connection.
+   */
+  notifyUrl?: string;
 }
+
+/** What the store listens on: its own connection, another URL, or nothing. */
+type NotifyVia = { url: string } | 'own' | 'none';
 
 // Connection-level failures: the outcome of the call is unknown, try again later.
 const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|40001|40P01|55P03)/;
@@ -78,27 +88,32 @@ export class PostgresStore implements LeaseStore {
   readonly schema: string;
   private readonly pool: PgPoolLike;
   private readonly ownsPool: boolean;
-  private readonly url: string | undefined;
+  private readonly notify: NotifyVia;
   private readonly s: string;
   private closed = false;
+  /** Set once a probe showed notifications do not arrive: every later watchFreed says so at once. */
+  private notifyBroken: ConfigError | undefined;
   private listen: { stop: () => Promise<void> } | undefined;
 
-  private constructor(pool: PgPoolLike, ownsPool: boolean, schema: string, description: string, url?: string) {
+  private constructor(pool: PgPoolLike, ownsPool: boolean, schema: string, description: string, notify: NotifyVia) {
     this.pool = pool;
     this.ownsPool = ownsPool;
     this.schema = validateSchemaName(schema);
     this.s = `"${this.schema}"`;
     this.description = description;
-    this.url = url;
+    this.notify = notify;
   }
 
   /** @throws {ConfigError} for a malformed URL, or when `pg` is not installed. */
   static async create(options: PostgresStoreOptions): Promise<PostgresStore> {
+    const notifyOption = options.notifyUrl === undefined ? undefined : parseNotifyUrl(options.notifyUrl);
     if (options.pool !== undefined) {
-      return new PostgresStore(options.pool, false, options.schema ?? 'leasehold', `postgres (${options.schema ?? 'leasehold'}, your pool)`);
+      const notify = notifyOption === undefined ? 'own' : notifyOption === 'none' ? 'none' : { url: notifyOption };
+      return new PostgresStore(options.pool, false, options.schema ?? 'leasehold', `postgres (${options.schema ?? 'leasehold'}, your pool)`, notify);
     }
     if (options.url === undefined) throw new ConfigError('PostgresStore needs a url or a pool');
-    const { connectionString, schema, description } = parsePostgresUrl(options.url);
+    const { connectionString, schema, description, notifyUrl } = parsePostgresUrl(options.url);
+    const listenAt = notifyOption ?? notifyUrl ?? connectionString;
     const pg = await loadPg();
     const pool = new pg.Pool({
       connectionString,
@@ -110,7 +125,7 @@ export class PostgresStore implements LeaseStore {
     });
     // An idle client's socket error is emitted on the pool; unhandled, it would crash the process.
     pool.on('error', () => {});
-    return new PostgresStore(pool as unknown as PgPoolLike, true, options.schema ?? schema ?? 'leasehold', description, connectionString);
+    return new PostgresStore(pool as unknown as PgPoolLike, true, options.schema ?? schema ?? 'leasehold', description, listenAt === 'none' ? 'none' : { url: listenAt });
   }
 
   private async q(text: string, values?: unknown[], options?: CallOptions): Promise<PgResultLike> {
@@ -351,7 +366,12 @@ export class PostgresStore implements LeaseStore {
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
     if (this.listen !== undefined) throw new ConfigError('watchFreed is already active on this store; stop the first listener (or open a second store) before starting another');
+    if (this.closed) throw new ClosedError('this PostgresStore is closed; open a new store');
+    if (this.notifyBroken !== undefined) throw this.notifyBroken;
+    // Told not to listen (notify_url=none): followers take a freed lease at its expiry.
+    if (this.notify === 'none') return () => Promise.resolve();
     const channel = channelFor(this.schema);
+    let probed = false;
     let stopped = false;
     let client: PgListenClientLike | undefined;
     let timer: NodeJS.Timeout | undefined;
@@ -371,6 +391,15 @@ export class PostgresStore implements LeaseStore {
           dropped(c);
         });
         await c.query(`LISTEN "${channel}"`);
+        if (!probed) {
+          if (!(await this.probeNotify(c))) {
+            await c.query(`UNLISTEN "${channel}"`).catch(() => {});
+            await closeListenClient(c, true);
+            stopped = true;
+            throw this.notifyBroken;
+          }
+          probed = true;
+        }
         // An idle LISTEN socket must not keep the process alive on its own (waiters hold refs).
         (c as unknown as { connection?: { stream?: { unref?: () => void } } }).connection?.stream?.unref?.();
         if (stopped) {
@@ -380,7 +409,8 @@ export class PostgresStore implements LeaseStore {
         client = c;
         if (attempt > 0) onReconnect?.();
         attempt = 0;
-      } catch {
+      } catch (err) {
+        if (err === this.notifyBroken && err !== undefined) throw err;
         scheduleReconnect();
       }
     };
@@ -414,10 +444,44 @@ export class PostgresStore implements LeaseStore {
     return stop;
   }
 
+  /**
+   * Whether a NOTIFY sent through the store's pool reaches this LISTEN connection. Through
+   * PgBouncer in transaction or statement mode it does not: the LISTEN ran on a server
+   * connection that went back to the pool, and PgBouncer drops what arrives there ("got packet
+   * 'A' from server when not linked"). Followers would then wait for expiry with nobody told,
+   * so the store says so (once) and stops listening. A probe on a channel of its own, so no
+   * follower mistakes it for a release. False only when the NOTIFY went out and nothing came.
+   */
+  private async probeNotify(c: PgListenClientLike): Promise<boolean> {
+    const probe = `leasehold_probe_${Math.random().toString(36).slice(2, 12)}`;
+    let arrived!: () => void;
+    const came = new Promise<void>((resolve) => (arrived = resolve));
+    c.on('notification', (msg) => {
+      if (msg.channel === probe) arrived();
+    });
+    await c.query(`LISTEN "${probe}"`);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await this.q(`SELECT pg_notify($1, '')`, [probe]);
+      const ok = await Promise.race([came.then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), NOTIFY_PROBE_MS)))]);
+      if (!ok) {
+        this.notifyBroken = new ConfigError(
+          `PostgreSQL notifications do not reach ${this.notify === 'own' ? "this store's connection" : 'notify_url'} ` +
+            '(a pooler in transaction or statement mode, such as PgBouncer, cannot carry LISTEN): followers take a released lease only when its term would have expired. ' +
+            'Add notify_url=<a direct postgres:// URL of the same primary, %-encoded> to the store URL for prompt handover, or notify_url=none to accept the wait',
+        );
+      }
+      return ok;
+    } finally {
+      clearTimeout(timer);
+      await c.query(`UNLISTEN "${probe}"`).catch(() => {});
+    }
+  }
+
   private async listenClient(): Promise<PgListenClientLike> {
-    if (this.url === undefined) return this.pool.connect();
+    if (this.notify === 'own' || this.notify === 'none') return this.pool.connect();
     const pg = await loadPg();
-    const c = new pg.Client({ connectionString: this.url, connectionTimeoutMillis: 5000, keepAlive: true });
+    const c = new pg.Client({ connectionString: this.notify.url, connectionTimeoutMillis: 5000, keepAlive: true });
     c.on('error', () => {});
     await c.connect();
     return c as unknown as PgListenClientLike;
@@ -509,7 +573,30 @@ const POSTGRES_URL_PARAMETERS = [
   'statement_timeout',
   'lock_timeout',
   'idle_in_transaction_session_timeout',
+  'notify_url',
 ] as const;
+
+/** How long a NOTIFY probe may take to come back before notifications count as not arriving. */
+const NOTIFY_PROBE_MS = 3000;
+
+/**
+ * notify_url=: a postgres:// URL of its own (the LISTEN connection, straight to the primary
+ * when the store's URL goes through PgBouncer), or `none`.
+ * @throws {ConfigError}
+ */
+function parseNotifyUrl(value: string): string {
+  if (value === 'none') return value;
+  if (!/^postgres(?:ql)?:\/\//i.test(value)) {
+    throw new ConfigError(
+      `notify_url=${JSON.stringify(redactUrl(value))} is not a postgres:// URL; give a direct URL of the same primary (%-encode its & as %26), or notify_url=none`,
+    );
+  }
+  const inner = new URL(value);
+  if (inner.searchParams.has('notify_url') || inner.searchParams.has('schema')) {
+    throw new ConfigError('notify_url= takes a plain connection URL: no schema= or notify_url= of its own (the store URL sets the schema)');
+  }
+  return parsePostgresUrl(value).connectionString;
+}
 
 /**
  * libpq's multi-host form (host1,host2 with target_session_attrs) is often not a WHATWG URL, and
@@ -524,7 +611,7 @@ function refuseMultiHost(url: string, cause?: unknown): void {
   );
 }
 
-export function parsePostgresUrl(url: string): { connectionString: string; schema: string | undefined; description: string } {
+export function parsePostgresUrl(url: string): { connectionString: string; schema: string | undefined; description: string; notifyUrl?: string } {
   let u: URL;
   try {
     u = new URL(url);
@@ -545,8 +632,17 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
   if (schema !== undefined) validateSchemaName(schema);
   u.searchParams.delete('schema');
   checkSslFiles(u.searchParams);
+  const notifyParam = u.searchParams.get('notify_url') ?? undefined;
+  const notifyUrl = notifyParam === undefined ? undefined : parseNotifyUrl(notifyParam);
+  u.searchParams.delete('notify_url');
   const connectionString = u.toString();
-  return { connectionString, schema, description: `postgres ${redactUrl(connectionString)} (schema ${schema ?? 'leasehold'})` };
+  const via = notifyUrl === undefined ? '' : notifyUrl === 'none' ? ', no LISTEN' : `, LISTEN at ${redactUrl(notifyUrl)}`;
+  return {
+    connectionString,
+    schema,
+    description: `postgres ${redactUrl(connectionString)} (schema ${schema ?? 'leasehold'}${via})`,
+    ...(notifyUrl === undefined ? {} : { notifyUrl }),
+  };
 }
 
 
