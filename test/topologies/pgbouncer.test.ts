@@ -11,6 +11,7 @@
  * Port: LEASEHOLD_TEST_PGBOUNCER_PORT (default 26330).
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -113,6 +114,24 @@ void describe('PostgreSQL through PgBouncer, transaction pooling', { skip }, () 
     } finally {
       await direct.close();
     }
+  });
+
+  void it('the conformance suite passes on postgres through it (with notify_url= to the server)', async () => {
+    // The suite as its own process, pointed at PgBouncer: every store-level and engine-level
+    // property it checks must hold through transaction pooling.
+    const url = `${bounced}?notify_url=${encodeURIComponent(DIRECT)}`;
+    const file = join(ROOT, 'dist', 'test', 'conformance', 'conformance.test.js');
+    // Without the runner's NODE_TEST_CONTEXT, the child is a runner of its own, reporting TAP here.
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('NODE_TEST')));
+    const r = spawnSync(process.execPath, ['--test', '--test-reporter=tap', file], {
+      env: { ...env, LEASEHOLD_TEST_STORES: 'postgres', LEASEHOLD_TEST_PG_URL: url },
+      encoding: 'utf8',
+      timeout: 180_000,
+    });
+    const summary = (r.stdout ?? '').split('\n').filter((l) => /^# (tests|pass|fail)|clean handover/.test(l));
+    for (const l of summary) console.log(`# through PgBouncer: ${l.replace(/^#\s*(\\#\s*)?/, '')}`);
+    assert.equal(r.status, 0, `conformance through PgBouncer failed:\n${(r.stdout ?? '').split('\n').filter((l) => /not ok|error/.test(l)).slice(0, 20).join('\n')}`);
+    assert.ok(summary.some((l) => /^# pass [1-9]/.test(l)), 'the suite ran no tests');
   });
 
   for (const mode of ['notify_url (direct)', 'notify_url=none (expiry)', 'no notify_url (expiry, warned)'] as const) {

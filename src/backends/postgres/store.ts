@@ -91,8 +91,13 @@ export class PostgresStore implements LeaseStore {
   private readonly notify: NotifyVia;
   private readonly s: string;
   private closed = false;
-  /** Set once a probe showed notifications do not arrive: every later watchFreed says so at once. */
+  /**
+   * Set when a probe showed notifications do not arrive: later watchFreed calls say so at once
+   * for a minute (the engine asks again every few seconds), then probe again, so one slow
+   * probe on a direct connection does not cost prompt handover for the life of the process.
+   */
   private notifyBroken: ConfigError | undefined;
+  private notifyBrokenAt = 0;
   private listen: { stop: () => Promise<void> } | undefined;
 
   private constructor(pool: PgPoolLike, ownsPool: boolean, schema: string, description: string, notify: NotifyVia) {
@@ -367,7 +372,8 @@ export class PostgresStore implements LeaseStore {
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
     if (this.listen !== undefined) throw new ConfigError('watchFreed is already active on this store; stop the first listener (or open a second store) before starting another');
     if (this.closed) throw new ClosedError('this PostgresStore is closed; open a new store');
-    if (this.notifyBroken !== undefined) throw this.notifyBroken;
+    if (this.notifyBroken !== undefined && performance.now() - this.notifyBrokenAt < NOTIFY_REPROBE_MS) throw this.notifyBroken;
+    this.notifyBroken = undefined;
     // Told not to listen (notify_url=none): followers take a freed lease at its expiry.
     if (this.notify === 'none') return () => Promise.resolve();
     const channel = channelFor(this.schema);
@@ -465,6 +471,7 @@ export class PostgresStore implements LeaseStore {
       await this.q(`SELECT pg_notify($1, '')`, [probe]);
       const ok = await Promise.race([came.then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), NOTIFY_PROBE_MS)))]);
       if (!ok) {
+        this.notifyBrokenAt = performance.now();
         this.notifyBroken = new ConfigError(
           `PostgreSQL notifications do not reach ${this.notify === 'own' ? "this store's connection" : 'notify_url'} ` +
             '(a pooler in transaction or statement mode, such as PgBouncer, cannot carry LISTEN): followers take a released lease only when its term would have expired. ' +
@@ -578,6 +585,8 @@ const POSTGRES_URL_PARAMETERS = [
 
 /** How long a NOTIFY probe may take to come back before notifications count as not arriving. */
 const NOTIFY_PROBE_MS = 3000;
+/** How long a failed probe's verdict stands before watchFreed probes again. */
+const NOTIFY_REPROBE_MS = 60_000;
 
 /**
  * notify_url=: a postgres:// URL of its own (the LISTEN connection, straight to the primary
