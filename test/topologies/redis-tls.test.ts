@@ -43,13 +43,22 @@ void describe('Redis over TLS (rediss://?cacert=[&cert=&key=])', { skip: !wanted
   void it('connects with the CA, through ioredis and through node-redis', async (t) => {
     if (tlsMissing !== undefined) return t.skip(tlsMissing);
     assert.ok((await roundTrip(url(PORT, `cacert=${certs.ca}`))) > 0n);
-    const store = await createRedisStore({ url: url(PORT, `cacert=${certs.ca}`), clientPackage: 'redis' });
-    try {
-      await store.migrate();
-      const [r] = await store.claim([{ name: 'n', holder: 'h', ttlMs: 5000, expect: null, nextNonce: 'x' }]);
-      assert.equal(r?.outcome, 'acquired');
-    } finally {
-      await store.close();
+    for (const clientPackage of ['ioredis', 'redis'] as const) {
+      // The pub/sub connection (a duplicate of the client) must carry the TLS options too.
+      const store = await createRedisStore({ url: url(PORT, `cacert=${certs.ca}`), clientPackage });
+      try {
+        await store.migrate();
+        let heard!: (name: string) => void;
+        const freed = new Promise<string>((resolve) => (heard = resolve));
+        const stop = await store.watchFreed!((name) => heard(name));
+        const [r] = await store.claim([{ name: 'n', holder: 'h', ttlMs: 5000, expect: null, nextNonce: 'x' }]);
+        assert.equal(r?.outcome, 'acquired', clientPackage);
+        assert.equal(await store.release({ name: 'n', holder: 'h', expect: ['x'] }), true);
+        assert.equal(await freed, 'n', clientPackage);
+        await stop();
+      } finally {
+        await store.close();
+      }
     }
   });
 

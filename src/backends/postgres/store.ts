@@ -52,7 +52,10 @@ export interface PgPoolLike extends PgQueryableLike {
 }
 
 export interface PostgresStoreOptions {
-  /** `postgres://user@host:5432/db?schema=leasehold`, or pass `pool`. */
+  /**
+   * `postgres://user@host:5432/db?schema=leasehold` (TLS: `sslmode=verify-full&sslrootcert=ca.pem`;
+   * through PgBouncer: `notify_url=`, see below), or pass `pool`.
+   */
   url?: string;
   /** Your own pool; leasehold will not end it on close(). */
   pool?: PgPoolLike;
