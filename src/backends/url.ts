@@ -2,15 +2,20 @@ import { readFileSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
 import { ConfigError } from '../core/errors.js';
 
-/** A URL with its password masked, safe to put in an error message or a log line. */
+/**
+ * A URL with its password masked, safe to put in an error message or a log line. Also the
+ * passwords of URLs inside its parameters (PostgreSQL's notify_url=), plain or %-encoded.
+ */
 export function redactUrl(url: string): string {
+  let out: string;
   try {
     const u = new URL(url);
     if (u.password !== '') u.password = '***';
-    return u.toString();
+    out = u.toString();
   } catch {
-    return url.replace(/:[^:@/]*@/, ':***@');
+    out = url.replace(/:[^:@/]*@/, ':***@');
   }
+  return out.replace(/([?&][^=&#]*=[a-z][a-z0-9+.-]*(?::|%3A)(?:\/\/|%2F%2F)[^:@/?#&%]*(?::|%3A))[^@/?#&]*?(@|%40)/gi, '$1***$2');
 }
 
 /**

@@ -55,6 +55,11 @@ void describe('TLS and notify_url parameters in store URLs', () => {
     assert.equal(parsePostgresUrl('postgres://u@bouncer:6432/db?notify_url=none').notifyUrl, 'none');
     assert.equal(parsePostgresUrl('postgres://u@h/db').notifyUrl, undefined);
     refused(() => parsePostgresUrl('postgres://u@h/db?notify_url=redis://x'), /not a postgres:\/\/ URL/);
+    // An error that quotes the store URL masks the notify_url's password too, plain or %-encoded.
+    for (const inner of ['postgres://u:secret@p/db', encodeURIComponent('postgres://u:secret@p/db')]) {
+      refused(() => parsePostgresUrl(`postgres://u@h:0/db?notify_url=${inner}`), /notify_url=postgres(:|%3A).*u(:|%3A)\*\*\*(@|%40)p.*port 0/);
+      assert.throws(() => parsePostgresUrl(`postgres://u@h:0/db?notify_url=${inner}`), (e: Error) => !e.message.includes('secret'));
+    }
     refused(() => parsePostgresUrl(`postgres://u@h/db?notify_url=${encodeURIComponent('postgres://u@p/db?schema=x')}`), /no schema=/);
     refused(() => parsePostgresUrl(`postgres://u@h/db?notify_url=${encodeURIComponent('postgres://u@p/db?prefx=1')}`), /"prefx" is not understood/);
   });
