@@ -89,6 +89,19 @@ void describe('PostgreSQL through PgBouncer, transaction pooling', { skip }, () 
     assert.equal(s.code, 0, s.stderr);
   });
 
+  void it('a URL parameter PgBouncer will not pass on is a ConfigError, not an outage retried for ever', async () => {
+    const store = await PostgresStore.create({ url: `${bounced}?schema=${fresh()}&statement_timeout=5000` });
+    try {
+      await assert.rejects(store.schemaStatus(), (err: Error) => {
+        assert.ok(err instanceof ConfigError, String(err));
+        assert.match(err.message, /refused the store URL's statement_timeout=.*ignore_startup_parameters/);
+        return true;
+      });
+    } finally {
+      await store.close();
+    }
+  });
+
   void it('without notify_url, the store proves LISTEN does not work here and says so', async () => {
     const store = await PostgresStore.create({ url: `${bounced}?schema=${fresh()}` });
     try {

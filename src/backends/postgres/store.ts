@@ -701,6 +701,16 @@ export function mapPgError(err: unknown, schema: string): Error {
   if (code === '42501') {
     return new ConfigError(`PostgreSQL refused a statement (${msg}); grant the store's user access to schema "${schema}"`, { cause: err });
   }
+  // PgBouncer refuses startup parameters it does not track (statement_timeout=, options=, ...)
+  // with a protocol-violation SQLSTATE that would otherwise read as an outage, retried for ever.
+  const startup = /unsupported startup parameter: (\S+)/.exec(msg);
+  if (startup !== null) {
+    return new ConfigError(
+      `the server (a pooler such as PgBouncer) refused the store URL's ${startup[1]}= (${msg}); remove it from the URL, ` +
+        "or list it in PgBouncer's ignore_startup_parameters (or set it on the server or the database instead)",
+      { cause: err },
+    );
+  }
   // Retried like an outage (the server's certificate may be mid-rotation), but says what to check.
   if (TLS_CODES.test(code) || /does not support SSL/.test(msg)) {
     return new StoreUnavailableError(
