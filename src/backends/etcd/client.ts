@@ -1,7 +1,7 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { MAX_DURATION_MS } from '../../core/config.js';
 import { ClosedError, ConfigError, LeaseholdError, StoreError, StoreUnavailableError } from '../../core/errors.js';
-import { checkQueryParameters } from '../url.js';
+import { checkQueryParameters, readTlsFiles, tlsFilePaths, type TlsFilePaths } from '../url.js';
 import { MemberPool } from './members.js';
 
 /**
@@ -133,7 +133,8 @@ export interface Etcd3Like {
 interface Etcd3Options {
   hosts: string[];
   auth?: { username: string; password: string };
-  credentials?: { rootCertificate: Buffer };
+  /** grpc's createSsl arguments: no rootCertificate means the system's CA roots. */
+  credentials?: { rootCertificate?: Buffer; privateKey?: Buffer; certChain?: Buffer };
   grpcOptions?: Record<string, number | string>;
   faultHandling?: {
     host?: (host: string) => PolicyLike;
@@ -184,6 +185,8 @@ const TRANSIENT = new Set([
   'BrokenCircuitError',
 ]);
 
+const TLS_FAILURE = /SSL routines|alert (?:bad|unknown|certificate)|certificate (?:verify|required|unknown|has expired)|verify the first certificate|self[- ]signed certificate|altnames|wrong version number|handshake/i;
+
 export function isTransient(err: unknown): boolean {
   if (typeof err !== 'object' || err === null) return false;
   if (TRANSIENT.has(err.constructor.name)) return true;
@@ -213,6 +216,8 @@ function watchBackoff(attempt = 0): BackoffLike {
 interface ParsedEtcdUrl {
   hosts: string[];
   tls: boolean;
+  /** etcds:// only: ?cacert= (instead of the system's roots), ?cert= and ?key= (a client certificate). */
+  tlsFiles?: TlsFilePaths;
   username?: string;
   password?: string;
   prefix: string | undefined;
@@ -220,15 +225,18 @@ interface ParsedEtcdUrl {
   description: string;
 }
 
-const URL_SHAPE = 'write etcd://host:2379 or etcd://host1:2379,host2:2379?prefix=leasehold';
+const URL_SHAPE =
+  'write etcd://host:2379 or etcd://host1:2379,host2:2379?prefix=leasehold (etcds:// for TLS, with ?cacert=ca.pem&cert=client.pem&key=client-key.pem as needed)';
 
 /** Dot-separated labels of letters, digits and inner hyphens (RFC 1123), with an optional final dot. */
 const DNS_NAME = /^(?=.{1,253}\.?$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$/;
 
 /**
  * `etcd://[user:password@]host:port[,host:port...][?prefix=leasehold&timeout=5000]`, or
- * `etcds://` for TLS with the system's CA roots. Parsed by hand: WHATWG URL rejects a comma
- * list of hosts.
+ * `etcds://` for TLS: the server's certificate checked against the system's CA roots, or the
+ * PEM file `?cacert=`; `?cert=&key=` present a client certificate (etcd's --client-cert-auth).
+ * The files are read when the client is made (createEtcd3Client). Parsed by hand: WHATWG URL
+ * rejects a comma list of hosts.
  * @throws {ConfigError}
  */
 export function parseEtcdUrl(url: string): ParsedEtcdUrl {
@@ -266,12 +274,16 @@ export function parseEtcdUrl(url: string): ParsedEtcdUrl {
   const twice = normalised.find((h, i) => normalised.indexOf(h) !== i);
   if (twice !== undefined) throw new ConfigError(`etcd endpoint ${twice} is listed twice; list each cluster member once`);
   const params = new URLSearchParams(m[4] ?? '');
-  checkQueryParameters(params, ['prefix', 'timeout'], 'the etcd store');
+  checkQueryParameters(params, ['prefix', 'timeout', 'cacert', 'cert', 'key'], 'the etcd store');
+  const tlsFiles = tlsFilePaths(params, 'etcd store');
+  if (tlsFiles !== undefined && !tls) {
+    throw new ConfigError(`store URL ${JSON.stringify(redactEtcdUrl(url))} has TLS files (cacert=, cert=, key=) but the etcd:// scheme; write etcds:// to use TLS`);
+  }
   let prefix: string | undefined;
   let callTimeoutMs: number | undefined;
   for (const [k, v] of params) {
     if (k === 'prefix') prefix = validatePrefix(v);
-    else {
+    else if (k === 'timeout') {
       callTimeoutMs = /^\d+$/.test(v) ? Number(v) : Number.NaN;
       if (!(callTimeoutMs >= 1 && callTimeoutMs <= MAX_DURATION_MS)) {
         throw new ConfigError(
@@ -284,6 +296,7 @@ export function parseEtcdUrl(url: string): ParsedEtcdUrl {
   return {
     hosts: normalised.map((h) => (tls ? `https://${h}` : h)),
     tls,
+    ...(tlsFiles === undefined ? {} : { tlsFiles }),
     ...(username === undefined ? {} : { username, password: password ?? '' }),
     prefix,
     callTimeoutMs,
@@ -310,10 +323,20 @@ export function validatePrefix(prefix: string): string {
  */
 export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<MemberPool> {
   const { Etcd3 } = await loadEtcd3();
+  const tls = parsed.tlsFiles === undefined ? undefined : readTlsFiles(parsed.tlsFiles, 'etcd store');
+  const credentials =
+    tls === undefined
+      ? undefined
+      : {
+          ...(tls.ca === undefined ? {} : { rootCertificate: tls.ca }),
+          ...(tls.key === undefined ? {} : { privateKey: tls.key }),
+          ...(tls.cert === undefined ? {} : { certChain: tls.cert }),
+        };
   const make = (hosts: string[]): Etcd3Like =>
     new Etcd3({
       hosts,
       ...(parsed.username === undefined ? {} : { auth: { username: parsed.username, password: parsed.password ?? '' } }),
+      ...(credentials === undefined ? {} : { credentials }),
       grpcOptions: {
         // Notice a dead connection (a partitioned member) in seconds, not at the next TCP timeout.
         // etcd refuses pings more often than every 5s (--grpc-keepalive-min-time).
@@ -359,6 +382,16 @@ export function mapEtcdError(err: unknown, where: string): Error {
     return new ConfigError(`etcd refused ${where} (${msg}); check the user, password and role permissions for the key prefix`, {
       cause: err,
     });
+  }
+  // A refused handshake (an unknown CA, no or a wrong client certificate, a name not in the
+  // server's certificate) is retried like an outage, since a member may be mid-rotation, but
+  // says what to check.
+  if (TLS_FAILURE.test(msg)) {
+    return new StoreUnavailableError(
+      `the TLS handshake with etcd failed during ${where} (${msg}); check the etcds:// URL's cacert= (the CA that signed the server's certificate), ` +
+        "cert= and key= (a client certificate the server's --trusted-ca-file signed) and that the host is named in the server's certificate",
+      { cause: err },
+    );
   }
   if (name === 'ClientClosedError') return new ClosedError(`the etcd client is closed (${where}); open a new store`, { cause: err });
   // "requested lease not found": the batch's etcd lease ran out between its grant and the Txn

@@ -35,7 +35,10 @@ import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from
 import { watchTermDeletes } from './watch.js';
 
 export interface EtcdStoreOptions {
-  /** `etcd://host:2379[,host:2379]?prefix=leasehold&timeout=5000`, or pass `client`. */
+  /**
+   * `etcd://host:2379[,host:2379]?prefix=leasehold&timeout=5000` (`etcds://` for TLS, with
+   * `cacert=`, `cert=`, `key=` PEM files as needed), or pass `client`.
+   */
   url?: string;
   /** Your own `Etcd3` client; leasehold will not close it. Its fault-handling policies are yours. */
   client?: Etcd3Like;

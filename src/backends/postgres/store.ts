@@ -1,4 +1,4 @@
-import { checkQueryParameters, checkUrlParts, redactUrl } from '../url.js';
+import { checkQueryParameters, checkUrlParts, readTlsFiles, redactUrl } from '../url.js';
 import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
@@ -52,7 +52,10 @@ export interface PgPoolLike extends PgQueryableLike {
 }
 
 export interface PostgresStoreOptions {
-  /** `postgres://user@host:5432/db?schema=leasehold`, or pass `pool`. */
+  /**
+   * `postgres://user@host:5432/db?schema=leasehold` (TLS: `sslmode=verify-full&sslrootcert=ca.pem`;
+   * through PgBouncer: `notify_url=`, see below), or pass `pool`.
+   */
   url?: string;
   /** Your own pool; leasehold will not end it on close(). */
   pool?: PgPoolLike;
@@ -62,7 +65,17 @@ export interface PostgresStoreOptions {
   queryTimeoutMs?: number;
   /** For pools leasehold creates: give up connecting after this long. Default 5s. */
   connectTimeoutMs?: number;
+  /**
+   * Where followers LISTEN for releases, when `url` or `pool` goes through a pooler that cannot
+   * carry LISTEN (PgBouncer in transaction or statement mode): a direct postgres:// URL of the
+   * same primary, or `'none'` to not listen (followers then take a freed lease when its last
+   * term would have expired). Default: `?notify_url=` in the URL, else the store's own connection.
+   */
+  notifyUrl?: string;
 }
+
+/** What the store listens on: its own connection, another URL, or nothing. */
+type NotifyVia = { url: string } | 'own' | 'none';
 
 // Connection-level failures: the outcome of the call is unknown, try again later.
 const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|40001|40P01|55P03)/;
@@ -78,27 +91,37 @@ export class PostgresStore implements LeaseStore {
   readonly schema: string;
   private readonly pool: PgPoolLike;
   private readonly ownsPool: boolean;
-  private readonly url: string | undefined;
+  private readonly notify: NotifyVia;
   private readonly s: string;
   private closed = false;
+  /**
+   * Set when a probe showed notifications do not arrive: later watchFreed calls say so at once
+   * for a minute (the engine asks again every few seconds), then probe again, so one slow
+   * probe on a direct connection does not cost prompt handover for the life of the process.
+   */
+  private notifyBroken: ConfigError | undefined;
+  private notifyBrokenAt = 0;
   private listen: { stop: () => Promise<void> } | undefined;
 
-  private constructor(pool: PgPoolLike, ownsPool: boolean, schema: string, description: string, url?: string) {
+  private constructor(pool: PgPoolLike, ownsPool: boolean, schema: string, description: string, notify: NotifyVia) {
     this.pool = pool;
     this.ownsPool = ownsPool;
     this.schema = validateSchemaName(schema);
     this.s = `"${this.schema}"`;
     this.description = description;
-    this.url = url;
+    this.notify = notify;
   }
 
   /** @throws {ConfigError} for a malformed URL, or when `pg` is not installed. */
   static async create(options: PostgresStoreOptions): Promise<PostgresStore> {
+    const notifyOption = options.notifyUrl === undefined ? undefined : parseNotifyUrl(options.notifyUrl);
     if (options.pool !== undefined) {
-      return new PostgresStore(options.pool, false, options.schema ?? 'leasehold', `postgres (${options.schema ?? 'leasehold'}, your pool)`);
+      const notify = notifyOption === undefined ? 'own' : notifyOption === 'none' ? 'none' : { url: notifyOption };
+      return new PostgresStore(options.pool, false, options.schema ?? 'leasehold', `postgres (${options.schema ?? 'leasehold'}, your pool)`, notify);
     }
     if (options.url === undefined) throw new ConfigError('PostgresStore needs a url or a pool');
-    const { connectionString, schema, description } = parsePostgresUrl(options.url);
+    const { connectionString, schema, description, notifyUrl } = parsePostgresUrl(options.url);
+    const listenAt = notifyOption ?? notifyUrl ?? connectionString;
     const pg = await loadPg();
     const pool = new pg.Pool({
       connectionString,
@@ -110,7 +133,7 @@ export class PostgresStore implements LeaseStore {
     });
     // An idle client's socket error is emitted on the pool; unhandled, it would crash the process.
     pool.on('error', () => {});
-    return new PostgresStore(pool as unknown as PgPoolLike, true, options.schema ?? schema ?? 'leasehold', description, connectionString);
+    return new PostgresStore(pool as unknown as PgPoolLike, true, options.schema ?? schema ?? 'leasehold', description, listenAt === 'none' ? 'none' : { url: listenAt });
   }
 
   private async q(text: string, values?: unknown[], options?: CallOptions): Promise<PgResultLike> {
@@ -353,7 +376,13 @@ export class PostgresStore implements LeaseStore {
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
     if (this.listen !== undefined) throw new ConfigError('watchFreed is already active on this store; stop the first listener (or open a second store) before starting another');
+    if (this.closed) throw new ClosedError('this PostgresStore is closed; open a new store');
+    if (this.notifyBroken !== undefined && performance.now() - this.notifyBrokenAt < NOTIFY_REPROBE_MS) throw this.notifyBroken;
+    this.notifyBroken = undefined;
+    // Told not to listen (notify_url=none): followers take a freed lease at its expiry.
+    if (this.notify === 'none') return () => Promise.resolve();
     const channel = channelFor(this.schema);
+    let probed = false;
     let stopped = false;
     let client: PgListenClientLike | undefined;
     let timer: NodeJS.Timeout | undefined;
@@ -373,6 +402,15 @@ export class PostgresStore implements LeaseStore {
           dropped(c);
         });
         await c.query(`LISTEN "${channel}"`);
+        if (!probed) {
+          if (!(await this.probeNotify(c))) {
+            await c.query(`UNLISTEN "${channel}"`).catch(() => {});
+            await closeListenClient(c, true);
+            stopped = true;
+            throw this.notifyBroken;
+          }
+          probed = true;
+        }
         // An idle LISTEN socket must not keep the process alive on its own (waiters hold refs).
         (c as unknown as { connection?: { stream?: { unref?: () => void } } }).connection?.stream?.unref?.();
         if (stopped) {
@@ -382,7 +420,8 @@ export class PostgresStore implements LeaseStore {
         client = c;
         if (attempt > 0) onReconnect?.();
         attempt = 0;
-      } catch {
+      } catch (err) {
+        if (err === this.notifyBroken && err !== undefined) throw err;
         scheduleReconnect();
       }
     };
@@ -416,10 +455,45 @@ export class PostgresStore implements LeaseStore {
     return stop;
   }
 
+  /**
+   * Whether a NOTIFY sent through the store's pool reaches this LISTEN connection. Through
+   * PgBouncer in transaction or statement mode it does not: the LISTEN ran on a server
+   * connection that went back to the pool, and PgBouncer drops what arrives there ("got packet
+   * 'A' from server when not linked"). Followers would then wait for expiry with nobody told,
+   * so the store says so (once) and stops listening. A probe on a channel of its own, so no
+   * follower mistakes it for a release. False only when the NOTIFY went out and nothing came.
+   */
+  private async probeNotify(c: PgListenClientLike): Promise<boolean> {
+    const probe = `leasehold_probe_${Math.random().toString(36).slice(2, 12)}`;
+    let arrived!: () => void;
+    const came = new Promise<void>((resolve) => (arrived = resolve));
+    c.on('notification', (msg) => {
+      if (msg.channel === probe) arrived();
+    });
+    await c.query(`LISTEN "${probe}"`);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await this.q(`SELECT pg_notify($1, '')`, [probe]);
+      const ok = await Promise.race([came.then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), NOTIFY_PROBE_MS)))]);
+      if (!ok) {
+        this.notifyBrokenAt = performance.now();
+        this.notifyBroken = new ConfigError(
+          `PostgreSQL notifications do not reach ${this.notify === 'own' ? "this store's connection" : 'notify_url'} ` +
+            '(a pooler in transaction or statement mode, such as PgBouncer, cannot carry LISTEN): followers take a released lease only when its term would have expired. ' +
+            'Add notify_url=<a direct postgres:// URL of the same primary, %-encoded> to the store URL for prompt handover, or notify_url=none to accept the wait',
+        );
+      }
+      return ok;
+    } finally {
+      clearTimeout(timer);
+      await c.query(`UNLISTEN "${probe}"`).catch(() => {});
+    }
+  }
+
   private async listenClient(): Promise<PgListenClientLike> {
-    if (this.url === undefined) return this.pool.connect();
+    if (this.notify === 'own' || this.notify === 'none') return this.pool.connect();
     const pg = await loadPg();
-    const c = new pg.Client({ connectionString: this.url, connectionTimeoutMillis: 5000, keepAlive: true });
+    const c = new pg.Client({ connectionString: this.notify.url, connectionTimeoutMillis: 5000, keepAlive: true });
     c.on('error', () => {});
     await c.connect();
     return c as unknown as PgListenClientLike;
@@ -511,7 +585,32 @@ const POSTGRES_URL_PARAMETERS = [
   'statement_timeout',
   'lock_timeout',
   'idle_in_transaction_session_timeout',
+  'notify_url',
 ] as const;
+
+/** How long a NOTIFY probe may take to come back before notifications count as not arriving. */
+const NOTIFY_PROBE_MS = 3000;
+/** How long a failed probe's verdict stands before watchFreed probes again. */
+const NOTIFY_REPROBE_MS = 60_000;
+
+/**
+ * notify_url=: a postgres:// URL of its own (the LISTEN connection, straight to the primary
+ * when the store's URL goes through PgBouncer), or `none`.
+ * @throws {ConfigError}
+ */
+function parseNotifyUrl(value: string): string {
+  if (value === 'none') return value;
+  if (!/^postgres(?:ql)?:\/\//i.test(value)) {
+    throw new ConfigError(
+      `notify_url=${JSON.stringify(redactUrl(value))} is not a postgres:// URL; give a direct URL of the same primary (%-encode its & as %26), or notify_url=none`,
+    );
+  }
+  const inner = new URL(value);
+  if (inner.searchParams.has('notify_url') || inner.searchParams.has('schema')) {
+    throw new ConfigError('notify_url= takes a plain connection URL: no schema= or notify_url= of its own (the store URL sets the schema)');
+  }
+  return parsePostgresUrl(value).connectionString;
+}
 
 /**
  * libpq's multi-host form (host1,host2 with target_session_attrs) is often not a WHATWG URL, and
@@ -526,7 +625,7 @@ function refuseMultiHost(url: string, cause?: unknown): void {
   );
 }
 
-export function parsePostgresUrl(url: string): { connectionString: string; schema: string | undefined; description: string } {
+export function parsePostgresUrl(url: string): { connectionString: string; schema: string | undefined; description: string; notifyUrl?: string } {
   let u: URL;
   try {
     u = new URL(url);
@@ -546,10 +645,41 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
   const schema = u.searchParams.get('schema') ?? undefined;
   if (schema !== undefined) validateSchemaName(schema);
   u.searchParams.delete('schema');
+  checkSslFiles(u.searchParams);
+  const notifyParam = u.searchParams.get('notify_url') ?? undefined;
+  const notifyUrl = notifyParam === undefined ? undefined : parseNotifyUrl(notifyParam);
+  u.searchParams.delete('notify_url');
   const connectionString = u.toString();
-  return { connectionString, schema, description: `postgres ${redactUrl(connectionString)} (schema ${schema ?? 'leasehold'})` };
+  const via = notifyUrl === undefined ? '' : notifyUrl === 'none' ? ', no LISTEN' : `, LISTEN at ${redactUrl(notifyUrl)}`;
+  return {
+    connectionString,
+    schema,
+    description: `postgres ${redactUrl(connectionString)} (schema ${schema ?? 'leasehold'}${via})`,
+    ...(notifyUrl === undefined ? {} : { notifyUrl }),
+  };
 }
 
+
+/**
+ * pg reads sslrootcert=, sslcert= and sslkey= itself, at each connection: a missing file would
+ * surface as a bare ENOENT from the first query. Read them once now, so a wrong path or a key
+ * that does not match its certificate is a ConfigError naming the parameter and the file.
+ * @throws {ConfigError}
+ */
+function checkSslFiles(params: URLSearchParams): void {
+  const cacert = params.get('sslrootcert') ?? undefined;
+  const cert = params.get('sslcert') ?? undefined;
+  const key = params.get('sslkey') ?? undefined;
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new ConfigError(`PostgreSQL store URL has ${cert === undefined ? 'sslkey= without sslcert=' : 'sslcert= without sslkey='}; a client certificate needs both, as PEM files`);
+  }
+  // libpq's sslrootcert=system (the system's roots) names no file.
+  const paths = { ...(cacert === undefined || cacert === 'system' ? {} : { cacert }), ...(cert === undefined ? {} : { cert, key }) };
+  readTlsFiles(paths, 'PostgreSQL store', { cacert: 'sslrootcert', cert: 'sslcert', key: 'sslkey' });
+}
+
+/** Node's TLS verification failures (err.code): the server's certificate is not the one the URL trusts. */
+const TLS_CODES = /^(?:SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(?:_LOCALLY)?|CERT_HAS_EXPIRED|CERT_NOT_YET_VALID|CERT_UNTRUSTED|ERR_TLS_CERT_ALTNAME_INVALID|ERR_SSL_\w+)$/;
 
 /**
  * Maps a `pg` error to leasehold's taxonomy. Only what is known to be a connection problem, a
@@ -572,6 +702,24 @@ export function mapPgError(err: unknown, schema: string): Error {
   if (code.startsWith('28')) return new ConfigError(`PostgreSQL refused the login (${msg}); check the user and password in the store URL`, { cause: err });
   if (code === '42501') {
     return new ConfigError(`PostgreSQL refused a statement (${msg}); grant the store's user access to schema "${schema}"`, { cause: err });
+  }
+  // PgBouncer refuses startup parameters it does not track (statement_timeout=, options=, ...)
+  // with a protocol-violation SQLSTATE that would otherwise read as an outage, retried for ever.
+  const startup = /unsupported startup parameter: (\S+)/.exec(msg);
+  if (startup !== null) {
+    return new ConfigError(
+      `the server (a pooler such as PgBouncer) refused the store URL's ${startup[1]}= (${msg}); remove it from the URL, ` +
+        "or list it in PgBouncer's ignore_startup_parameters (or set it on the server or the database instead)",
+      { cause: err },
+    );
+  }
+  // Retried like an outage (the server's certificate may be mid-rotation), but says what to check.
+  if (TLS_CODES.test(code) || /does not support SSL/.test(msg)) {
+    return new StoreUnavailableError(
+      `the TLS connection to PostgreSQL failed (${code === '' ? '' : `${code}: `}${msg}); check the store URL's sslmode= and sslrootcert= ` +
+        "(the CA that signed the server's certificate, whose names must include the URL's host) and the server's ssl settings",
+      { cause: err },
+    );
   }
   if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code)) {
     return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });

@@ -1,4 +1,4 @@
-import { checkQueryParameters, checkUrlParts, redactUrl } from '../url.js';
+import { checkQueryParameters, checkUrlParts, readTlsFiles, redactUrl, tlsFilePaths, type TlsMaterial } from '../url.js';
 import { ConfigError } from '../../core/errors.js';
 import { driverFor, type IoredisLike, type NodeRedisLike, type RedisDriver } from './driver.js';
 
@@ -15,7 +15,7 @@ export function validatePrefix(prefix: string): string {
 }
 
 interface ParsedRedisUrl {
-  /** The URL handed to the driver: no leasehold parameters left in it. */
+  /** The URL for createOwnedDriver: no prefix=; TLS file parameters it reads and removes. */
   url: string;
   prefix: string | undefined;
   /** The URL with any password replaced by ***: safe to log. */
@@ -25,9 +25,15 @@ interface ParsedRedisUrl {
 /** Redis's default `databases 16`; the range a URL can name without the server telling us its own. */
 const MAX_REDIS_DB = 15;
 
-const EXAMPLE = 'write redis://[user:password@]host:6379/0?prefix=leasehold (or rediss:// for TLS)';
+const EXAMPLE =
+  'write redis://[user:password@]host:6379/0?prefix=leasehold (or rediss:// for TLS, with ?cacert=ca.pem[&cert=client.pem&key=client-key.pem] as needed)';
 
-/** @throws {ConfigError} for anything but a redis:// or rediss:// URL with a host, a database 0-15 and at most ?prefix=. */
+const TLS_PARAMETERS = ['cacert', 'cert', 'key'] as const;
+
+/**
+ * @throws {ConfigError} for anything but a redis:// or rediss:// URL with a host, a database
+ * 0-15, and at most ?prefix= (and on rediss://, the TLS files cacert=, cert=, key=).
+ */
 export function parseRedisUrl(url: string): ParsedRedisUrl {
   let u: URL;
   try {
@@ -55,7 +61,10 @@ export function parseRedisUrl(url: string): ParsedRedisUrl {
   }
   // Drivers turn query parameters into client options (ioredis would accept keyPrefix, which
   // would split leasehold's keys from its channel); leasehold takes options as options.
-  checkQueryParameters(u.searchParams, ['prefix'], 'the Redis store (pass a client for other settings)');
+  checkQueryParameters(u.searchParams, ['prefix', ...TLS_PARAMETERS], 'the Redis store (pass a client for other settings)');
+  if (tlsFilePaths(u.searchParams, 'Redis store') !== undefined && u.protocol !== 'rediss:') {
+    throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} has TLS files (cacert=, cert=, key=) but the redis:// scheme; write rediss:// to use TLS`);
+  }
   const prefix = u.searchParams.get('prefix') ?? undefined;
   if (prefix !== undefined) validatePrefix(prefix);
   u.searchParams.delete('prefix');
@@ -94,6 +103,13 @@ interface NodeRedisModule {
  * @throws {ConfigError} when neither driver is installed.
  */
 export async function createOwnedDriver(url: string, options: OwnedClientOptions): Promise<RedisDriver> {
+  // The drivers would read the TLS parameters as client options of their own (or not at all):
+  // they are taken out here and given as tls options, read from their files.
+  const u = new URL(url);
+  const paths = tlsFilePaths(u.searchParams, 'Redis store');
+  for (const k of TLS_PARAMETERS) u.searchParams.delete(k);
+  const tls: TlsMaterial | undefined = paths === undefined ? undefined : readTlsFiles(paths, 'Redis store');
+  url = paths === undefined ? url : u.toString();
   const ioredis = options.clientPackage === 'redis' ? undefined : await tryImport<IoredisModule>('ioredis');
   const Redis = ioredis?.Redis ?? ioredis?.default;
   if (Redis !== undefined) {
@@ -107,6 +123,7 @@ export async function createOwnedDriver(url: string, options: OwnedClientOptions
       commandTimeout: options.commandTimeoutMs,
       connectTimeout: options.connectTimeoutMs,
       retryStrategy: backoff,
+      ...(tls === undefined ? {} : { tls }),
     });
     // Without a listener, a connection error event would crash the process.
     return withLastError(client, driverFor(client, true));
@@ -116,7 +133,7 @@ export async function createOwnedDriver(url: string, options: OwnedClientOptions
     const client = nodeRedis.createClient({
       url,
       disableOfflineQueue: true,
-      socket: { connectTimeout: options.connectTimeoutMs, reconnectStrategy: backoff },
+      socket: { connectTimeout: options.connectTimeoutMs, reconnectStrategy: backoff, ...(tls === undefined ? {} : { tls: true, ...tls }) },
       commandOptions: { timeout: options.commandTimeoutMs },
     });
     const driver = withLastError(client, driverFor(client, true));
