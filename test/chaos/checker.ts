@@ -135,6 +135,14 @@ function verdict(name: string, title: string, safety: boolean, violations: strin
   return { name, title, safety, ok: violations.length === 0, detail, violations: violations.slice(0, MAX_LISTED) };
 }
 
+/** True when `worker` had term `token` renewed by a claim sent at or after `from` and answered by `by`. */
+function renewedAfter(workers: WorkerInfo[], worker: string, token: bigint, from: number, by: number): boolean {
+  const w = workers.find((x) => x.id === worker);
+  return (
+    w?.events.some((e) => e.ev === 'claim' && e.outcome === 'renewed' && e.token === token.toString() && e.sent >= from && e.t <= by) === true
+  );
+}
+
 /** True when a target of the pause sent a claim before the SIGSTOP and got its answer after it. */
 function frozeInsideClaim(workers: WorkerInfo[], f: FaultRecord): boolean {
   return workers.some(
@@ -346,7 +354,10 @@ export function check(input: CheckInput): CheckResult {
         if (w.t < ref) return false;
         if (!untouched.has(w.worker)) return true;
         const g = grantByTerm.get(`${w.holder}|${w.token}`);
-        return g !== undefined && g.sent >= f.start; // the faulted process itself, in a term begun after the fault
+        if (g !== undefined && g.sent >= f.start) return true; // the faulted process itself, in a term begun after the fault
+        // A clock jump the engine rightly shrugged off (expiry is the store's, deadlines are
+        // monotonic): the leader never left if the store renewed its term after the jump landed.
+        return f.kind === 'clock-jump' && renewedAfter(input.workers, w.worker, w.token, f.ref, w.t);
       });
       const ms = first === undefined ? null : Math.round(first.t - ref);
       failovers.push({

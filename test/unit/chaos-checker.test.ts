@@ -76,3 +76,27 @@ void test('chaos checker: on a store whose locks live on the server, a claim in 
   assert.equal(r.failovers[0]!.ms, 3700);
   assert.equal(r.verdicts.find((v) => v.name === 'failover-bounded')?.ok, false);
 });
+
+/** w1 leads with token 1; its clock jumps at 1000ms (landing by 2000ms); nobody else ever writes. */
+function jumped(w1Events: Ev[]): CheckInput {
+  const jump: FaultRecord = { n: 1, kind: 'clock-jump', targets: ['w1'], role: 'leader', start: 1000, heal: 2500, ref: 2000, params: {}, spawned: [], note: '' };
+  const grant1 = { ev: 'claim', kind: 'acquire', sent: 5, outcome: 'acquired', holder: 'w1-h', token: '1', t: 10 };
+  return {
+    ...input([], false),
+    writes: [row(1, 'w1', 1n, 500), row(2, 'w1', 1n, 2300), row(3, 'w1', 1n, 2600)],
+    workers: [worker('w1', [grant1, ...w1Events])],
+    faults: [jump],
+  };
+}
+
+void test('chaos checker: a leader whose term the store renewed after its clock jumped never left; its next write is the leader back', () => {
+  const r = check(jumped([{ ev: 'claim', kind: 'renew', sent: 2100, outcome: 'renewed', holder: 'w1-h', token: '1', t: 2110 }]));
+  assert.equal(r.failovers[0]!.ms, 300);
+  assert.equal(r.verdicts.find((v) => v.name === 'failover-bounded')?.ok, true);
+});
+
+void test('chaos checker: without a renewal after the jump landed, the jumped leader\'s writes do not show a leader is back', () => {
+  const r = check(jumped([{ ev: 'claim', kind: 'renew', sent: 1500, outcome: 'renewed', holder: 'w1-h', token: '1', t: 1510 }]));
+  assert.equal(r.failovers[0]!.ms, null);
+  assert.equal(r.verdicts.find((v) => v.name === 'failover-bounded')?.ok, false);
+});
