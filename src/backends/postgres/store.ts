@@ -20,6 +20,7 @@ import { SCHEMA_VERSION, channelFor, migrations, validateSchemaName } from './sc
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { leaseState } from '../../core/claim-rule.js';
+import { renewalStatement } from './renew.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -237,6 +238,21 @@ export class PostgresStore implements LeaseStore {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
+    if (requests.every((q) => q.expect !== null)) {
+      // The scheduler's steady state: renewals only, one statement that never inserts (./renew.ts).
+      const r = await this.q(
+        renewalStatement(this.s),
+        [
+          requests.map((q) => q.name),
+          requests.map((q) => q.holder),
+          requests.map((q) => q.expect!.join(',')),
+          requests.map((q) => q.nextNonce),
+          requests.map((q) => q.ttlMs),
+        ],
+        options,
+      );
+      return r.rows.map(toClaimResult);
+    }
     const r = await this.q(
       `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[])`,
       [
