@@ -234,10 +234,15 @@ export class PostgresStore implements LeaseStore {
   }
 
   async schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
-    const r = await this.q(`SELECT to_regclass($1) AS t`, [`${this.s}.schema_version`], options);
-    if (r.rows[0]?.['t'] == null) return { current: 0, expected: SCHEMA_VERSION };
-    const v = await this.q(`SELECT max(version) AS v FROM ${this.s}.schema_version`, [], options);
-    return { current: Number(v.rows[0]?.['v'] ?? 0), expected: SCHEMA_VERSION };
+    // One round trip (every `leasehold run` starts with this): no schema or no table is version 0.
+    try {
+      const v = await this.q(`SELECT max(version) AS v FROM ${this.s}.schema_version`, [], options);
+      return { current: Number(v.rows[0]?.['v'] ?? 0), expected: SCHEMA_VERSION };
+    } catch (err) {
+      const code = (err as { cause?: { code?: unknown } }).cause?.code;
+      if (err instanceof SchemaError && (code === '42P01' || code === '3F000')) return { current: 0, expected: SCHEMA_VERSION };
+      throw err;
+    }
   }
 
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
