@@ -1,8 +1,8 @@
 import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term } from '../../core/lease.js';
 import { parseDuration, type Duration } from '../../core/config.js';
-import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike } from './store.js';
-import { classifyFenceFailure, rotateFenceNonceAndCommit } from './term-fence.js';
+import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike, type PgResultLike } from './store.js';
+import { classifyFenceFailure, rotateFenceNonceAndCommit, sqlLiteral } from './term-fence.js';
 
 export type PgFenceOptions = {
   /** What is being protected: one high-water mark per resource ("invoices", "tenant:42"). */
@@ -150,18 +150,21 @@ export async function fencedTransaction<T>(
   emitter?.on?.('error', onError);
   let open = false;
   try {
-    // One round trip either way: a simple query may carry two statements.
-    await client.query(idleMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`);
+    // One round trip: BEGIN (and the idle bound) and the mark's advance, as one simple query,
+    // which carries no parameters (the resource goes in as a literal). Open from here: if the
+    // advance fails, BEGIN has run and the transaction is aborted, for the catch to roll back.
+    const begin = idleMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`;
     open = true;
-    let advanced;
+    let advanced: PgResultLike;
     try {
-      advanced = await client.query(
-        `INSERT INTO ${table} AS f (resource, token, updated_at) VALUES ($1, $2, now())
+      const results = (await client.query(
+        `${begin};
+         INSERT INTO ${table} AS f (resource, token, updated_at) VALUES (${sqlLiteral(options.resource)}, ${token.toString()}, now())
          ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
           WHERE f.token <= EXCLUDED.token
          RETURNING token`,
-        [options.resource, token.toString()],
-      );
+      )) as PgResultLike | PgResultLike[];
+      advanced = Array.isArray(results) ? results[results.length - 1]! : results;
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (code === '42P01' || code === '3F000') {

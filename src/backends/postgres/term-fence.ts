@@ -40,12 +40,12 @@ const CONFLICT_DETAIL = 'two processes wrote with one term (a restored snapshot 
 export async function rotateFenceNonceAndCommit(tx: PgQueryableLike, schema: string, req: TermFenceRequest & { next: string }): Promise<boolean> {
   const s = `"${validateSchemaName(schema)}"`;
   const token = req.token.toString();
-  const expect = req.expect.length === 0 ? "'{}'::text[]" : `ARRAY[${req.expect.map(literal).join(', ')}]::text[]`;
+  const expect = req.expect.length === 0 ? "'{}'::text[]" : `ARRAY[${req.expect.map(sqlLiteral).join(', ')}]::text[]`;
   try {
     await tx.query(
       `WITH u AS (
-         UPDATE ${s}.leases SET fence_token = ${token}, fence_nonce = ${literal(req.next)}
-          WHERE name = ${literal(req.name)} AND holder = ${literal(req.holder)} AND token = ${token} AND expires_at > now()
+         UPDATE ${s}.leases SET fence_token = ${token}, fence_nonce = ${sqlLiteral(req.next)}
+          WHERE name = ${sqlLiteral(req.name)} AND holder = ${sqlLiteral(req.holder)} AND token = ${token} AND expires_at > now()
             AND CASE WHEN fence_token IS NULL OR fence_token < ${token} THEN ${req.first ? 'true' : 'false'}
                      ELSE coalesce(fence_nonce = ANY (${expect}), false) END
          RETURNING 1)
@@ -62,7 +62,7 @@ export async function rotateFenceNonceAndCommit(tx: PgQueryableLike, schema: str
 const DIVISION_BY_ZERO = '22012';
 
 /** A string as an escape-string literal: right whatever standard_conforming_strings says. */
-function literal(v: string): string {
+export function sqlLiteral(v: string): string {
   return `E'${v.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
 }
 
