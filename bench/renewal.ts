@@ -1,6 +1,6 @@
 /**
  * Renewal at N leases: one process holds N leases and renews them all, as the renewal scheduler
- * does on each tick (src/core/scheduler.ts: batches of MAX_BATCH sent at once). Figure: the wall
+ * does on each tick (src/core/scheduler.ts: batches of the store's maxClaimBatch, else MAX_BATCH, sent at once). Figure: the wall
  * time of one tick and the store calls it makes; baseline: the raw driver renewing the same N
  * rows or keys in one call (etcd: one lease keepalive, which keeps any number of keys).
  */
@@ -18,16 +18,17 @@ async function hold(store: LeaseStore, n: number): Promise<() => Promise<number>
   const holder = `bench-${newNonce().slice(0, 8)}`;
   const names = Array.from({ length: n }, (_, i) => `renew-${i}`);
   let nonces = names.map(() => newNonce());
-  for (let i = 0; i < n; i += MAX_BATCH) {
-    const got = await store.claim(names.slice(i, i + MAX_BATCH).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! })));
+  const cap = store.maxClaimBatch ?? MAX_BATCH;
+  for (let i = 0; i < n; i += cap) {
+    const got = await store.claim(names.slice(i, i + cap).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! })));
     if (got.some((g) => g.outcome !== 'acquired')) throw new Error('bench could not acquire its leases');
   }
   // One tick, as the scheduler sends it: every batch at once.
   return async () => {
     const next = names.map(() => newNonce());
     const batches: ClaimRequest[][] = [];
-    for (let i = 0; i < n; i += MAX_BATCH) {
-      batches.push(names.slice(i, i + MAX_BATCH).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: [nonces[i + j]!], nextNonce: next[i + j]! })));
+    for (let i = 0; i < n; i += cap) {
+      batches.push(names.slice(i, i + cap).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: [nonces[i + j]!], nextNonce: next[i + j]! })));
     }
     const results = (await Promise.all(batches.map((b) => store.claim(b)))).flat();
     const lost = results.filter((r) => r.outcome !== 'renewed').length;

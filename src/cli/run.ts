@@ -61,7 +61,6 @@ import {
   usageError,
 } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, optionsOf } from './flags.js';
-import { startProbeServers } from '../health/serve.js';
 
 export const RUN_SPEC = defineCommand({
   name: 'run',
@@ -536,7 +535,7 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
       const probes =
         settings.metricsPort === undefined && settings.healthPort === undefined
           ? undefined
-          : await startProbeServers({ leasehold: lh, lease, host: settings.httpHost ?? '127.0.0.1', metricsPort: settings.metricsPort, healthPort: settings.healthPort });
+          : await (await import('../health/serve.js')).startProbeServers({ leasehold: lh, lease, host: settings.httpHost ?? '127.0.0.1', metricsPort: settings.metricsPort, healthPort: settings.healthPort });
       if (probes !== undefined) {
         closeProbes = () => probes.close();
         if (probes.metricsUrl !== undefined) report.event('serving', `metrics at ${probes.metricsUrl}/metrics`, { metrics: `${probes.metricsUrl}/metrics` });

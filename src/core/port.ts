@@ -90,6 +90,12 @@ export interface LeasePort {
   /** Where it points, with any password redacted: safe to log. */
   readonly description: string;
 
+  /**
+   * Optional: the most leases one `claim` should carry (the scheduler splits a tick into calls of
+   * at most this many). Default 5000 (the scheduler's MAX_BATCH).
+   */
+  readonly maxClaimBatch?: number;
+
   /** Acquire or renew many leases in one round trip. Results come back in request order. */
   claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]>;
   /** Releases the caller's current term. False when the caller no longer held it. */

@@ -3,7 +3,7 @@ import { ClosedError, StoreUnavailableError } from './errors.js';
 import { newNonces } from './identity.js';
 import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore } from './port.js';
 
-/** How many leases one claim round trip carries at most. */
+/** How many leases one claim round trip carries at most, unless the store says otherwise (maxClaimBatch). */
 export const MAX_BATCH = 5000;
 
 /**
@@ -34,7 +34,7 @@ type Item =
  * The one I/O loop between a process's leases and its store: acquisitions and renewals alike
  * go out through it, so both share round trips. Each tick sends everything that is due (every
  * queued acquisition, every renewal due within half a renew interval) in one claim per
- * MAX_BATCH leases. Renewing early is harmless, and it aligns leases acquired at different
+ * MAX_BATCH leases (or the store's maxClaimBatch). Renewing early is harmless, and it aligns leases acquired at different
  * moments: leases renewed together share a send time and stay together, and groups closer than
  * half an interval merge, so a process holding 10,000 leases settles into one or two round
  * trips per renew interval.
@@ -139,7 +139,8 @@ export class Scheduler {
       const req = renewal.request(now, nonces[i]!);
       if (req !== undefined) batch.push({ kind: 'renew', renewal, req, waiters: renewal.takeWaiters() });
     });
-    for (let i = 0; i < batch.length; i += MAX_BATCH) void this.send(batch.slice(i, i + MAX_BATCH), now);
+    const cap = this.store.maxClaimBatch ?? MAX_BATCH;
+    for (let i = 0; i < batch.length; i += cap) void this.send(batch.slice(i, i + cap), now);
     this.schedule();
   }
 

@@ -1,8 +1,8 @@
 import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term } from '../../core/lease.js';
 import { parseDuration, type Duration } from '../../core/config.js';
-import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike } from './store.js';
-import { classifyFenceFailure, rotateFenceNonce } from './term-fence.js';
+import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike, type PgResultLike } from './store.js';
+import { classifyFenceFailure, rotateFenceNonceAndCommit, sqlLiteral } from './term-fence.js';
 
 export type PgFenceOptions = {
   /** What is being protected: one high-water mark per resource ("invoices", "tenant:42"). */
@@ -150,18 +150,21 @@ export async function fencedTransaction<T>(
   emitter?.on?.('error', onError);
   let open = false;
   try {
-    // One round trip either way: a simple query may carry two statements.
-    await client.query(idleMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`);
+    // One round trip: BEGIN (and the idle bound) and the mark's advance, as one simple query,
+    // which carries no parameters (the resource goes in as a literal). Open from here: if the
+    // advance fails, BEGIN has run and the transaction is aborted, for the catch to roll back.
+    const begin = idleMs === undefined ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}`;
     open = true;
-    let advanced;
+    let advanced: PgResultLike;
     try {
-      advanced = await client.query(
-        `INSERT INTO ${table} AS f (resource, token, updated_at) VALUES ($1, $2, now())
+      const results = (await client.query(
+        `${begin};
+         INSERT INTO ${table} AS f (resource, token, updated_at) VALUES (${sqlLiteral(options.resource)}, ${token.toString()}, now())
          ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
           WHERE f.token <= EXCLUDED.token
          RETURNING token`,
-        [options.resource, token.toString()],
-      );
+      )) as PgResultLike | PgResultLike[];
+      advanced = Array.isArray(results) ? results[results.length - 1]! : results;
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (code === '42P01' || code === '3F000') {
@@ -208,14 +211,23 @@ export async function fencedTransaction<T>(
 }
 
 /**
- * The last step of a fenced transaction with `term`: swap the lease row's fence nonce, then
- * COMMIT. The swap waits for this process's previous fenced write of the term to settle, so
+ * The last step of a fenced transaction with `term`: swap the lease row's fence nonce and
+ * COMMIT, in one round trip (./term-fence.ts). The swap waits for this process's previous fenced write of the term to settle, so
  * this process's nonces reach the row in the order it issued them.
  */
 async function commitAsTerm(client: PgQueryableLike, same: { lease: Lease; schema: string }, term: Term, closed: () => void): Promise<void> {
   const w = await same.lease.fenceWrite(term);
   try {
-    if (!(await rotateFenceNonce(client, same.schema, w).catch((err: unknown) => Promise.reject(mapPgError(err, same.schema))))) {
+    let committed: boolean;
+    try {
+      committed = await rotateFenceNonceAndCommit(client, same.schema, w);
+    } catch (err) {
+      // The UPDATE or the COMMIT failed: which one, and so whether anything committed, is unknown.
+      // The transaction may still be open (aborted): the caller's ROLLBACK ends it.
+      w.settle('unknown');
+      throw endedIdle(err) ? err : mapPgError(err, same.schema);
+    }
+    if (!committed) {
       await client.query('ROLLBACK');
       closed();
       w.settle('not-written');
@@ -238,12 +250,7 @@ async function commitAsTerm(client: PgQueryableLike, same: { lease: Lease; schem
       same.lease.fenceLost(term, why.reason, detail);
       throw term.signal.aborted ? (term.signal.reason as Error) : new LeaseLostError(w.name, w.token, why.reason === 'released' ? 'superseded' : why.reason, detail);
     }
-    try {
-      await client.query('COMMIT');
-    } catch (err) {
-      w.settle('unknown');
-      throw err;
-    }
+    closed();
     w.settle('written');
   } finally {
     w.settle('not-written'); // no-op once settled: an error before the COMMIT left nothing written

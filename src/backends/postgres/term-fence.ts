@@ -28,18 +28,42 @@ export type TermFenceFailure = { kind: 'lost'; reason: LostReason } | { kind: 'm
 
 const CONFLICT_DETAIL = 'two processes wrote with one term (a restored snapshot or a clone), seen by a fenced write';
 
-/** Inside the caller's transaction. True when the row was ours and now holds `next`. */
-export async function rotateFenceNonce(tx: PgQueryableLike, schema: string, req: TermFenceRequest & { next: string }): Promise<boolean> {
+/**
+ * Inside the caller's transaction, as its last step: the UPDATE that moves the row's fence nonce
+ * to `next` only if the row is ours, then COMMIT, in one round trip, as one simple query
+ * (which carries no parameters, so the values go in as literals). When the row is not ours the
+ * UPDATE changes nothing and the statement divides by its zero row count: the error aborts the
+ * transaction, the server skips the COMMIT, and nothing is committed. True: committed. False:
+ * not ours, the transaction is still open and aborted (ROLLBACK it, then classifyFenceFailure).
+ * Any other error leaves the outcome of the COMMIT unknown to the caller, as a failed COMMIT does.
+ */
+export async function rotateFenceNonceAndCommit(tx: PgQueryableLike, schema: string, req: TermFenceRequest & { next: string }): Promise<boolean> {
   const s = `"${validateSchemaName(schema)}"`;
-  const r = await tx.query(
-    `UPDATE ${s}.leases SET fence_token = $3, fence_nonce = $4
-      WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now()
-        AND CASE WHEN fence_token IS NULL OR fence_token < $3 THEN $5::boolean
-                 ELSE coalesce(fence_nonce = ANY ($6::text[]), false) END
-     RETURNING 1`,
-    [req.name, req.holder, req.token.toString(), req.next, req.first, [...req.expect]],
-  );
-  return r.rows.length === 1;
+  const token = req.token.toString();
+  const expect = req.expect.length === 0 ? "'{}'::text[]" : `ARRAY[${req.expect.map(sqlLiteral).join(', ')}]::text[]`;
+  try {
+    await tx.query(
+      `WITH u AS (
+         UPDATE ${s}.leases SET fence_token = ${token}, fence_nonce = ${sqlLiteral(req.next)}
+          WHERE name = ${sqlLiteral(req.name)} AND holder = ${sqlLiteral(req.holder)} AND token = ${token} AND expires_at > now()
+            AND CASE WHEN fence_token IS NULL OR fence_token < ${token} THEN ${req.first ? 'true' : 'false'}
+                     ELSE coalesce(fence_nonce = ANY (${expect}), false) END
+         RETURNING 1)
+       SELECT 1 / (SELECT count(*)::int FROM u) AS ours;
+       COMMIT`,
+    );
+    return true;
+  } catch (err) {
+    if ((err as { code?: unknown }).code === DIVISION_BY_ZERO) return false;
+    throw err;
+  }
+}
+
+const DIVISION_BY_ZERO = '22012';
+
+/** A string as an escape-string literal: right whatever standard_conforming_strings says. */
+export function sqlLiteral(v: string): string {
+  return `E'${v.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
 }
 
 /**
