@@ -22,7 +22,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, write
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { killPid } from './etcd.mjs';
+import { commandLine, killPid, readPid } from './proc.mjs';
 
 const HOST = '127.0.0.1';
 const SIZE = 3;
@@ -54,24 +54,10 @@ function layout(basePort) {
   return { dir, members, initialCluster: members.map((m) => `${m.name}=${m.peerUrl}`).join(',') };
 }
 
-function readPid(file) {
-  try {
-    const pid = Number(readFileSync(file, 'utf8').trim());
-    return Number.isInteger(pid) && pid > 0 ? pid : null;
-  } catch {
-    return null;
-  }
-}
-
-/** Alive (a stopped process counts), not a zombie, and an etcd on this data dir. */
+/** Still an etcd on this member's data dir (pids are reused). */
 function isOurs(pid, dataDir) {
-  try {
-    if (/\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))) return false;
-    const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    return cmdline.some((a) => a.endsWith('etcd')) && cmdline.includes(dataDir);
-  } catch {
-    return false;
-  }
+  const cmdline = commandLine(pid);
+  return cmdline !== null && cmdline.some((a) => a.endsWith('etcd')) && cmdline.includes(dataDir);
 }
 
 function tail(file, lines = 15) {

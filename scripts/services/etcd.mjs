@@ -18,6 +18,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { commandLine, killPid, readPid } from './proc.mjs';
 
 const HOST = '127.0.0.1';
 const CLIENT_PORT = 2379;
@@ -88,25 +89,10 @@ function installEtcd(log) {
   return bin;
 }
 
-function readPid() {
-  try {
-    const pid = Number(readFileSync(PID_FILE, 'utf8').trim());
-    return Number.isInteger(pid) && pid > 0 ? pid : null;
-  } catch {
-    return null;
-  }
-}
-
-/** Alive, not a zombie, and still an etcd running on our data dir (pids are reused). */
+/** Still an etcd running on our data dir (pids are reused). */
 function isOurEtcd(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    if (/\) Z /.test(stat)) return false;
-    const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    return cmdline.some((a) => a.endsWith('etcd')) && cmdline.includes(DATA_DIR);
-  } catch {
-    return false;
-  }
+  const cmdline = commandLine(pid);
+  return cmdline !== null && cmdline.some((a) => a.endsWith('etcd')) && cmdline.includes(DATA_DIR);
 }
 
 function tail(file, lines = 20) {
@@ -158,30 +144,6 @@ async function waitHealthy(child, timeoutMs) {
   throw new Error(`etcd did not become healthy on ${CLIENT_URL} within ${timeoutMs}ms; last log lines:\n${tail(LOG_FILE)}`);
 }
 
-/**
- * SIGTERM, then SIGKILL after `timeoutMs`, and waits until `gone()` (the pid no longer being the
- * process we started). `cont`: SIGCONT first, since a frozen process cannot act on SIGTERM.
- */
-export async function killPid(pid, gone, { timeoutMs = 5000, cont = false } = {}) {
-  try {
-    if (cont) process.kill(pid, 'SIGCONT');
-    process.kill(pid, 'SIGTERM');
-  } catch {
-    return;
-  }
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (gone()) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  try {
-    process.kill(pid, 'SIGKILL');
-  } catch {
-    return;
-  }
-  while (!gone()) await new Promise((r) => setTimeout(r, 50));
-}
-
 async function startOwned(log, timeoutMs) {
   let bin = etcdBinary();
   if (bin === null) bin = installEtcd(log);
@@ -199,7 +161,7 @@ async function startOwned(log, timeoutMs) {
  * @throws when the running etcd was not started by this script.
  */
 export async function restartEtcd({ log = silent, downMs = 0, timeoutMs = 20_000 } = {}) {
-  const pid = readPid();
+  const pid = readPid(PID_FILE);
   if (pid === null || !isOurEtcd(pid)) {
     throw new Error('the running etcd was not started by scripts/services/etcd.mjs, so it cannot be restarted here');
   }
@@ -215,13 +177,13 @@ export async function restartEtcd({ log = silent, downMs = 0, timeoutMs = 20_000
 
 /** True when the etcd on 127.0.0.1:2379 is one this script started (so it can be restarted). */
 export function canRestartEtcd() {
-  const pid = readPid();
+  const pid = readPid(PID_FILE);
   return pid !== null && isOurEtcd(pid);
 }
 
 /** Stops the etcd this script started (whoever started it) and removes its data dir. */
 export async function stopEtcd({ log = silent } = {}) {
-  const pid = readPid();
+  const pid = readPid(PID_FILE);
   if (pid !== null && isOurEtcd(pid)) {
     log(`[etcd] stopping pid ${pid}`);
     await killPid(pid, () => !isOurEtcd(pid));
@@ -271,7 +233,7 @@ async function main(cmd) {
       return;
     case 'status': {
       const ok = await etcdHealthy();
-      console.log(ok ? `healthy at ${ETCD_URL}${canRestartEtcd() ? ` (pid ${readPid()}, ours)` : ' (not started by this script)'}` : 'not running');
+      console.log(ok ? `healthy at ${ETCD_URL}${canRestartEtcd() ? ` (pid ${readPid(PID_FILE)}, ours)` : ' (not started by this script)'}` : 'not running');
       process.exitCode = ok ? 0 : 1;
       return;
     }

@@ -17,6 +17,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { commandLine, readPid } from './proc.mjs';
 
 const HOST = '127.0.0.1';
 const silent = () => {};
@@ -25,22 +26,9 @@ function stateDir(port) {
   return join(tmpdir(), `leasehold-pgbouncer-${port}`);
 }
 
-function readPid(file) {
-  try {
-    const pid = Number(readFileSync(file, 'utf8').trim());
-    return Number.isInteger(pid) && pid > 0 ? pid : null;
-  } catch {
-    return null;
-  }
-}
-
+/** Still the PgBouncer started with `config` (pids are reused). */
 function isOurs(pid, config) {
-  try {
-    if (/\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))) return false;
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(config);
-  } catch {
-    return false;
-  }
+  return commandLine(pid)?.includes(config) === true;
 }
 
 async function listening(port) {

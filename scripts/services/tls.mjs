@@ -18,6 +18,7 @@ import { chownSync, closeSync, copyFileSync, existsSync, mkdirSync, openSync, re
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { commandLine, killPid, readPid } from './proc.mjs';
 
 const HOST = '127.0.0.1';
 const silent = () => {};
@@ -62,41 +63,9 @@ export function makeCerts(dir) {
   };
 }
 
-function readPid(file) {
-  try {
-    const pid = Number(readFileSync(file, 'utf8').trim());
-    return Number.isInteger(pid) && pid > 0 ? pid : null;
-  } catch {
-    return null;
-  }
-}
-
-/** Alive, not a zombie, and its command line names `marker` (its data dir or config file). */
+/** Alive and its command line names `marker` (its data dir or config file). */
 function isOurs(pid, marker) {
-  try {
-    if (/\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))) return false;
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').some((a) => a.includes(marker));
-  } catch {
-    return false;
-  }
-}
-
-async function killPid(pid, marker, timeoutMs = 5000) {
-  try {
-    process.kill(pid, 'SIGTERM');
-  } catch {
-    return;
-  }
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (!isOurs(pid, marker)) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  try {
-    process.kill(pid, 'SIGKILL');
-  } catch {
-    // gone
-  }
+  return commandLine(pid)?.some((a) => a.includes(marker)) === true;
 }
 
 function tail(file, lines = 15) {
@@ -128,7 +97,7 @@ async function waitForPort(port, what, logFile, timeoutMs = 20_000) {
 async function daemon({ dir, name, bin, args, port, marker, log, spawnOptions = {} }) {
   const pidFile = join(dir, `${name}.pid`);
   const old = readPid(pidFile);
-  if (old !== null && isOurs(old, marker)) await killPid(old, marker);
+  if (old !== null && isOurs(old, marker)) await killPid(old, () => !isOurs(old, marker));
   const logFile = join(dir, `${name}.log`);
   const out = openSync(logFile, 'a');
   const child = spawn(bin, args, { detached: true, stdio: ['ignore', out, out], ...spawnOptions });
@@ -143,7 +112,7 @@ async function daemon({ dir, name, bin, args, port, marker, log, spawnOptions = 
     pid,
     logFile,
     async stop() {
-      if (isOurs(pid, marker)) await killPid(pid, marker);
+      if (isOurs(pid, marker)) await killPid(pid, () => !isOurs(pid, marker));
     },
   };
 }
