@@ -4,7 +4,7 @@ import { driverFor, type RedisClientLike } from './driver.js';
 import { ScriptRunner } from './runner.js';
 import { RedisStore } from './store.js';
 import { createHash } from 'node:crypto';
-import type { LuaScript } from './scripts.js';
+import { LUA_DECIMAL_LESS, type LuaScript } from './scripts.js';
 
 /**
  * The resource-side fence for data kept in Redis: a write carries the lease's token, and Redis
@@ -23,15 +23,7 @@ const FENCED_WRITE: LuaScript = (() => {
 -- KEYS: [1] high-water mark, [2] target. ARGV: [1] token, [2] 'set' | 'hset', [3] px ms or '',
 -- [4..] the value (set) or field, value pairs (hset). Reply: [accepted '1'/'0', mark after].
 -- Byte by byte: Lua's string < goes through strcoll, which follows the server's locale.
-local function less(a, b)
-  if #a ~= #b then return #a < #b end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return false
-end
-local mark = redis.call('GET', KEYS[1])
+${LUA_DECIMAL_LESS}local mark = redis.call('GET', KEYS[1])
 if mark and less(ARGV[1], mark) then return { '0', mark } end
 -- Check the target's type before touching the mark: a WRONGTYPE error after SET would leave
 -- the mark advanced with nothing written.

@@ -26,6 +26,22 @@ function lua(name: string, source: string): LuaScript {
 }
 
 /** The key layout version. `migrate()` records it; claims refuse keys written by a newer layout. */
+/**
+ * Lua: decimal token strings compared exactly, by length then byte by byte (no double rounding,
+ * and not Lua's string <, which goes through strcoll and the server's locale). Shared by the
+ * fence and the slot ledger scripts.
+ */
+export const LUA_DECIMAL_LESS = `
+local function less(a, b)
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+`;
+
 export const LAYOUT_VERSION = 1;
 
 /** Error prefix the claim script uses for "keys from a newer leasehold"; mapped to SchemaError. */

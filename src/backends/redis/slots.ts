@@ -28,7 +28,7 @@ import type {
   SlotStatus,
   SlotTerm,
 } from '../../scheduler/ledger.js';
-import type { LuaScript } from './scripts.js';
+import { LUA_DECIMAL_LESS, type LuaScript } from './scripts.js';
 import { RedisStore } from './store.js';
 
 function lua(name: string, source: string): LuaScript {
@@ -40,15 +40,7 @@ local function fmt(x) return string.format('%.0f', x) end
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
 -- Decimal token strings, compared exactly (length, then byte by byte): no double rounding.
-local function less(a, b)
-  if #a ~= #b then return #a < #b end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return false
-end
--- KEYS[1] is the lease hash: is the term (holder ARGV[1], token ARGV[2]) live by Redis's clock?
+${LUA_DECIMAL_LESS}-- KEYS[1] is the lease hash: is the term (holder ARGV[1], token ARGV[2]) live by Redis's clock?
 local function held()
   local l = redis.call('HMGET', KEYS[1], 'holder', 'token', 'exp')
   return l[1] == ARGV[1] and l[2] == ARGV[2] and l[3] and tonumber(l[3]) and tonumber(l[3]) > now
