@@ -141,7 +141,7 @@ export async function followerLoad(rec: Recorder, kind: StoreKind, followers: nu
     const lh = await measure(server, leaseholdSystem(server, ttl, uniq('lhb')), ttl, followers, ttls);
     const peer = kind === 'etcd' ? await electionSystem(server, ttl) : k8sSystem(server, ttl, kind);
     const base = await measure(server, peer, ttl, followers, ttls);
-    const unit = kind === 'postgres' ? 'xact/follower/TTL' : kind === 'redis' ? 'cmds/follower/TTL' : 'grpc msgs/follower/TTL';
+    const unit = kind === 'postgres' ? 'xact/follower/TTL' : kind === 'redis' ? 'requests/follower/TTL' : 'grpc msgs/follower/TTL';
     rec.add({
       figure: 'followers',
       store: kind,

@@ -21,6 +21,7 @@ import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { leaseState } from '../../core/claim-rule.js';
 import { renewalStatement } from './renew.js';
+import { releaseStatement } from './release.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -314,12 +315,7 @@ export class PostgresStore implements LeaseStore {
 
   async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
     const r = await this.q(
-      `WITH upd AS (
-         UPDATE ${this.s}.leases SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'released'
-          WHERE name = $1 AND holder = $2 AND nonce = ANY ($3::text[])
-         RETURNING name, token)
-       INSERT INTO ${this.s}.history (name, event, holder, previous_holder, token, at)
-       SELECT name, 'released', NULL, $2, token, now() FROM upd RETURNING token`,
+      releaseStatement(this.s),
       [req.name, req.holder, [...req.expect]],
       options,
     );

@@ -99,7 +99,9 @@ if version and tonumber(version) and tonumber(version) > tonumber(ARGV[4]) then
 end
 local retain = tonumber(ARGV[1])
 local n = (#ARGV - 5) / 6
-local floor = tonumber(redis.call('GET', KEYS[4 + 2 * n]) or '0') or 0
+-- The operator's floor matters only to a new token: read on the first acquisition, so a busy
+-- follower's claim and a renewal are one HMGET (and a renewal's HSET) after the layout check.
+local floor
 local plan = {}
 -- Pass 1 reads and decides; nothing is written until every decision is known to be writable,
 -- because a Lua error halfway through would leave half a batch applied.
@@ -122,6 +124,7 @@ for i = 1, n do
     p.outcome = 'busy'
   end
   if p.outcome == 'acquired' then
+    if floor == nil then floor = tonumber(redis.call('GET', KEYS[4 + 2 * n]) or '0') or 0 end
     local last = (p.ct and tonumber(p.ct)) or 0
     local tok = last + 1
     if now_us > tok then tok = now_us end
