@@ -203,24 +203,54 @@ export class FailoverPool implements PgPoolLike {
     void cur.pool.end().catch(() => {});
   }
 
+  /**
+   * A statement on a connection of the chosen host. When no connection could be made there (the
+   * host is gone), the statement never went out: the host is chosen again and the statement
+   * tried once more, so a call right after a failover does not fail for nothing. A statement that
+   * went out and failed is never repeated here: its outcome is the caller's to judge.
+   */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   async query<R extends Record<string, any> = Record<string, unknown>>(text: string, values?: unknown[]): Promise<PgResultLike<R>> {
-    const cur = await this.chosen();
-    try {
-      return await cur.pool.query<R>(text, values);
-    } catch (err) {
-      if (leavesHost(err)) this.drop(cur);
-      throw err;
+    for (let attempt = 0; ; attempt++) {
+      const cur = await this.chosen();
+      let client;
+      try {
+        client = await cur.pool.connect();
+      } catch (err) {
+        if (!leavesHost(err)) throw err;
+        this.drop(cur);
+        if (attempt > 0) throw err;
+        continue;
+      }
+      // A checked-out client has no error listener of the pool's: without one, a socket error would crash the process.
+      const onError = (): void => {};
+      client.on('error', onError);
+      try {
+        const r = await client.query<R>(text, values);
+        client.release();
+        return r;
+      } catch (err) {
+        // With the error: the pool discards this connection rather than lend it again.
+        client.release(err as Error);
+        if (leavesHost(err)) this.drop(cur);
+        throw err;
+      } finally {
+        (client as { removeListener?: (e: string, l: () => void) => void }).removeListener?.('error', onError);
+      }
     }
   }
 
+  /** A checked-out client of the chosen host; as query(), chosen again once when no connection could be made. */
   async connect(): Promise<PgListenClientLike & { release(err?: Error | boolean): void }> {
-    const cur = await this.chosen();
-    try {
-      return await cur.pool.connect();
-    } catch (err) {
-      if (leavesHost(err)) this.drop(cur);
-      throw err;
+    for (let attempt = 0; ; attempt++) {
+      const cur = await this.chosen();
+      try {
+        return await cur.pool.connect();
+      } catch (err) {
+        if (!leavesHost(err)) throw err;
+        this.drop(cur);
+        if (attempt > 0) throw err;
+      }
     }
   }
 
