@@ -1,12 +1,14 @@
 #!/usr/bin/env node
-// A throwaway PostgreSQL primary and asynchronous streaming standby on loopback, for failover
-// tests (stop the primary, promote the standby). Needs the PostgreSQL server binaries (Debian:
-// postgresql-15 or newer); run as root, it runs the servers as the postgres user.
+// A throwaway PostgreSQL primary and streaming standby on loopback, for failover tests (stop the
+// primary, promote the standby). Asynchronous by default; synchronous on request (the primary's
+// synchronous_standby_names names the standby, synchronous_commit = on: a commit returns once
+// the standby has flushed it, and waits while the standby is down). Needs the PostgreSQL server
+// binaries (Debian: postgresql-15 or newer); run as root, it runs the servers as the postgres user.
 //
-//   node scripts/services/pg-replicas.mjs start [port]   primary on port (default 24432), standby on port+1
-//   node scripts/services/pg-replicas.mjs stop [port]    stop both, remove their data
+//   node scripts/services/pg-replicas.mjs start [port] [--sync]   primary on port (default 24432), standby on port+1
+//   node scripts/services/pg-replicas.mjs stop [port]             stop both, remove their data
 //
-// From a test: const r = await startPgReplicas({ port: 24432 });
+// From a test: const r = await startPgReplicas({ port: 24432, synchronous: true });
 //   r.primaryUrl, r.standbyUrl; r.stopPrimary(); r.stopStandby(); r.startStandby(); r.promote(); r.stop()
 import { execFileSync, spawnSync } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
@@ -53,7 +55,14 @@ export function stopPgReplicas({ port = 24432 } = {}) {
   rmSync(l.dir, { recursive: true, force: true });
 }
 
-export async function startPgReplicas({ port = 24432, log = () => {} } = {}) {
+/** The standby's name in synchronous_standby_names (its walreceiver's application_name is its cluster_name). */
+const STANDBY_NAME = 'leasehold_standby';
+
+function psql(port, sql) {
+  return run('psql', ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-d', 'postgres', '-Atc', sql]).trim();
+}
+
+export async function startPgReplicas({ port = 24432, synchronous = false, log = () => {} } = {}) {
   stopPgReplicas({ port });
   const l = layout(port);
   mkdirSync(l.dir, { recursive: true });
@@ -74,12 +83,22 @@ export async function startPgReplicas({ port = 24432, log = () => {} } = {}) {
   if (!pgCtl(l.primary, l.log('primary'), 'start')) throw new Error(`the primary did not start; see ${l.log('primary')}`);
   run('psql', ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-c', 'CREATE DATABASE test']);
   run('pg_basebackup', ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-D', l.standby, '-R', '-X', 'stream', '-c', 'fast']);
-  appendFileSync(join(l.standby, 'postgresql.conf'), `port = ${port + 1}\n`);
+  appendFileSync(join(l.standby, 'postgresql.conf'), `port = ${port + 1}\ncluster_name = '${STANDBY_NAME}'\n`);
   const startStandby = () => {
     if (!pgCtl(l.standby, l.log('standby'), 'start')) throw new Error(`the standby did not start; see ${l.log('standby')}`);
   };
   startStandby();
-  log(`[pg-replicas] primary 127.0.0.1:${port}, async standby 127.0.0.1:${port + 1} (${l.dir})`);
+  if (synchronous) {
+    // Only now: set before the standby existed, CREATE DATABASE above would have waited for it.
+    psql(port, `ALTER SYSTEM SET synchronous_standby_names = '${STANDBY_NAME}'`);
+    psql(port, 'SELECT pg_reload_conf()');
+    for (let i = 0; ; i++) {
+      if (psql(port, `SELECT sync_state FROM pg_stat_replication WHERE application_name = '${STANDBY_NAME}'`) === 'sync') break;
+      if (i > 100) throw new Error(`the standby did not become synchronous; see ${l.log('standby')}`);
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  }
+  log(`[pg-replicas] primary 127.0.0.1:${port}, ${synchronous ? 'synchronous' : 'async'} standby 127.0.0.1:${port + 1} (${l.dir})`);
   return {
     primaryUrl: `postgres://postgres@127.0.0.1:${port}/test`,
     standbyUrl: `postgres://postgres@127.0.0.1:${port + 1}/test`,
@@ -90,15 +109,19 @@ export async function startPgReplicas({ port = 24432, log = () => {} } = {}) {
     promote: () => {
       if (!pgCtl(l.standby, l.log('standby'), 'promote')) throw new Error(`the standby was not promoted; see ${l.log('standby')}`);
     },
+    /** The standby's replication state as the primary sees it ('sync', 'async', or '' when it is not connected). */
+    syncState: () => psql(port, `SELECT sync_state FROM pg_stat_replication WHERE application_name = '${STANDBY_NAME}'`),
     stop: () => stopPgReplicas({ port }),
   };
 }
 
-async function main(cmd, p) {
+async function main(cmd, ...args) {
+  const synchronous = args.includes('--sync');
+  const p = args.find((a) => a !== '--sync');
   const port = p === undefined ? 24432 : Number(p);
   switch (cmd) {
     case 'start': {
-      const r = await startPgReplicas({ port, log: console.log });
+      const r = await startPgReplicas({ port, synchronous, log: console.log });
       console.log(r.primaryUrl);
       console.log(r.standbyUrl);
       return;
@@ -107,13 +130,13 @@ async function main(cmd, p) {
       stopPgReplicas({ port });
       return;
     default:
-      console.error('usage: node scripts/services/pg-replicas.mjs start|stop [port]');
+      console.error('usage: node scripts/services/pg-replicas.mjs start|stop [port] [--sync]');
       process.exitCode = 2;
   }
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(process.argv[2], process.argv[3]).catch((err) => {
+  main(process.argv[2], ...process.argv.slice(3)).catch((err) => {
     console.error(err instanceof Error ? err.message : err);
     process.exitCode = 1;
   });

@@ -19,7 +19,8 @@ import {
   type SlotTerm,
 } from '../../scheduler/ledger.js';
 import { validateSchemaName } from './schema.js';
-import { mapPgError, parsePostgresUrl, type PgPoolLike, type PgQueryableLike } from './store.js';
+import { createPool, mapPgError, parsePostgresUrl, type PgPoolLike, type PgQueryableLike } from './store.js';
+import type { PgDriver } from './multi-host.js';
 
 export interface PostgresSlotLedgerOptions {
   /** A pool on the lease store's database (the ledger's claims check the lease row). */
@@ -48,16 +49,17 @@ export class PostgresSlotLedger implements SlotLedgerPort {
   /** A ledger with a small pool of its own, for the store at `url` (what the CLI uses). */
   static async fromUrl(url: string, schema?: string): Promise<PostgresSlotLedger> {
     const parsed = parsePostgresUrl(url);
-    let pg: { Pool: new (c: Record<string, unknown>) => PgPoolLike & { on(e: 'error', l: () => void): unknown; end(): Promise<void> } };
+    let pg: PgDriver;
     try {
       const mod = (await import('pg')) as unknown as { default?: typeof pg } & typeof pg;
       pg = mod.default ?? mod;
     } catch (err) {
       throw new ConfigError('the PostgreSQL slot ledger needs the "pg" package: npm install pg', { cause: err });
     }
-    const pool = new pg.Pool({ connectionString: parsed.connectionString, max: 2, connectionTimeoutMillis: 5000, query_timeout: 10_000, allowExitOnIdle: true });
-    pool.on('error', () => {});
-    return new PostgresSlotLedger({ pool, schema: schema ?? parsed.schema ?? 'leasehold' }, () => pool.end());
+    const s = schema ?? parsed.schema ?? 'leasehold';
+    // Several hosts: tried in order, as the lease store's own pool does (./multi-host.ts).
+    const pool = createPool(pg, parsed.target, { max: 2, connectionTimeoutMillis: 5000, query_timeout: 10_000, allowExitOnIdle: true }, s);
+    return new PostgresSlotLedger({ pool, schema: s }, () => pool.end?.() ?? Promise.resolve());
   }
 
   private async tx<T>(fn: (db: PgQueryableLike, nowMs: number, held: (t: SlotTerm) => Promise<boolean>) => Promise<T>, signal?: AbortSignal): Promise<T> {

@@ -22,6 +22,7 @@ import { checkClaimBatch, historyLimit } from '../checks.js';
 import { leaseState } from '../../core/claim-rule.js';
 import { renewalStatement } from './renew.js';
 import { releaseStatement } from './release.js';
+import { FailoverPool, connectFirst, describeHosts, parseHostEntry, parseTargetSessionAttrs, type PgDriver, type PgTarget } from './multi-host.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -77,8 +78,8 @@ export interface PostgresStoreOptions {
   notifyUrl?: string;
 }
 
-/** What the store listens on: its own connection, another URL, or nothing. */
-type NotifyVia = { url: string } | 'own' | 'none';
+/** What the store listens on: its own connection, another URL (one host or several), or nothing. */
+type NotifyVia = { target: PgTarget } | 'own' | 'none';
 
 // Connection-level failures: the outcome of the call is unknown, try again later.
 const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|40001|40P01|55P03)/;
@@ -124,24 +125,22 @@ export class PostgresStore implements LeaseStore {
   static async create(options: PostgresStoreOptions): Promise<PostgresStore> {
     const notifyOption = options.notifyUrl === undefined ? undefined : parseNotifyUrl(options.notifyUrl);
     if (options.pool !== undefined) {
-      const notify = notifyOption === undefined ? 'own' : notifyOption === 'none' ? 'none' : { url: notifyOption };
+      const notify = notifyOption === undefined ? 'own' : notifyOption === 'none' ? 'none' : { target: notifyOption.target };
       return new PostgresStore(options.pool, false, options.schema ?? 'leasehold', `postgres (${options.schema ?? 'leasehold'}, your pool)`, notify);
     }
     if (options.url === undefined) throw new ConfigError('PostgresStore needs a url or a pool');
-    const { connectionString, schema, description, notifyUrl } = parsePostgresUrl(options.url);
-    const listenAt = notifyOption ?? notifyUrl ?? connectionString;
+    const parsed = parsePostgresUrl(options.url);
+    const listenAt = notifyOption ?? parsed.notifyTarget ?? { target: parsed.target };
     const pg = await loadPg();
-    const pool = new pg.Pool({
-      connectionString,
+    const schema = options.schema ?? parsed.schema ?? 'leasehold';
+    const pool = createPool(pg, parsed.target, {
       max: 4,
       connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
       query_timeout: options.queryTimeoutMs ?? 10_000,
       idleTimeoutMillis: 30_000,
       allowExitOnIdle: true,
-    });
-    // An idle client's socket error is emitted on the pool; unhandled, it would crash the process.
-    pool.on('error', () => {});
-    return new PostgresStore(pool as unknown as PgPoolLike, true, options.schema ?? schema ?? 'leasehold', description, listenAt === 'none' ? 'none' : { url: listenAt });
+    }, schema);
+    return new PostgresStore(pool, true, schema, parsed.description, listenAt === 'none' ? 'none' : { target: listenAt.target });
   }
 
   private async q(text: string, values?: unknown[], options?: CallOptions): Promise<PgResultLike> {
@@ -524,10 +523,9 @@ export class PostgresStore implements LeaseStore {
   private async listenClient(): Promise<PgListenClientLike> {
     if (this.notify === 'own' || this.notify === 'none') return this.pool.connect();
     const pg = await loadPg();
-    const c = new pg.Client({ connectionString: this.notify.url, connectionTimeoutMillis: 5000, keepAlive: true });
-    c.on('error', () => {});
-    await c.connect();
-    return c as unknown as PgListenClientLike;
+    // With several hosts, in order, as the pool chooses: a reconnect after a failover finds the new primary.
+    const { client } = await connectFirst(pg, this.notify.target, { keepAlive: true }, 5000, (err) => mapPgError(err, this.schema));
+    return client;
   }
 
   async close(): Promise<void> {
@@ -576,9 +574,21 @@ function toClaimResult(row: Record<string, unknown>): ClaimResult {
   return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs };
 }
 
-interface PgModule {
-  Pool: new (config: Record<string, unknown>) => PgPoolLike & { on(event: 'error', l: (e: Error) => void): unknown };
-  Client: new (config: Record<string, unknown>) => PgListenClientLike & { connect(): Promise<void> };
+type PgModule = PgDriver;
+
+/**
+ * The pool for a parsed URL: pg's own for one host with no target_session_attrs (as before),
+ * else a {@link FailoverPool} that tries the hosts in order (./multi-host.ts).
+ * @param config pg.Pool settings; connectionTimeoutMillis is also each host's connect timeout
+ */
+export function createPool(pg: PgDriver, target: PgTarget, config: Record<string, unknown>, schema: string): PgPoolLike {
+  if (target.urls.length === 1 && target.attrs === 'any') {
+    const pool = new pg.Pool({ ...config, connectionString: target.urls[0] });
+    // An idle client's socket error is emitted on the pool; unhandled, it would crash the process.
+    pool.on('error', () => {});
+    return pool;
+  }
+  return new FailoverPool(pg, target, config, Number(config['connectionTimeoutMillis'] ?? 5000), (err) => mapPgError(err, schema));
 }
 
 async function loadPg(): Promise<PgModule> {
@@ -607,8 +617,9 @@ function requirePg(): PgModule {
 }
 
 /**
- * What a postgres:// URL may carry: leasehold's `schema`, and the parameters the pg driver acts
- * on. libpq options pg does not implement (connect_timeout, target_session_attrs, keepalives)
+ * What a postgres:// URL may carry: leasehold's `schema`, the parameters the pg driver acts
+ * on, and libpq's target_session_attrs (./multi-host.ts implements it). libpq options pg does
+ * not implement (connect_timeout, keepalives)
  * are refused rather than ignored, and so are pg's own settings that would override
  * leasehold's (query_timeout) or make a connection that cannot run queries (replication).
  */
@@ -632,6 +643,7 @@ const POSTGRES_URL_PARAMETERS = [
   'statement_timeout',
   'lock_timeout',
   'idle_in_transaction_session_timeout',
+  'target_session_attrs',
   'notify_url',
 ] as const;
 
@@ -642,45 +654,50 @@ const NOTIFY_REPROBE_MS = 60_000;
 
 /**
  * notify_url=: a postgres:// URL of its own (the LISTEN connection, straight to the primary
- * when the store's URL goes through PgBouncer), or `none`.
+ * when the store's URL goes through PgBouncer; several hosts as in the store URL), or `none`.
  * @throws {ConfigError}
  */
-function parseNotifyUrl(value: string): string {
+function parseNotifyUrl(value: string): { connectionString: string; target: PgTarget } | 'none' {
   if (value === 'none') return value;
   if (!/^postgres(?:ql)?:\/\//i.test(value)) {
     throw new ConfigError(
       `notify_url=${JSON.stringify(redactUrl(value))} is not a postgres:// URL; give a direct URL of the same primary (%-encode its & as %26), or notify_url=none`,
     );
   }
-  const inner = new URL(value);
-  if (inner.searchParams.has('notify_url') || inner.searchParams.has('schema')) {
-    throw new ConfigError('notify_url= takes a plain connection URL: no schema= or notify_url= of its own (the store URL sets the schema)');
-  }
-  return parsePostgresUrl(value).connectionString;
+  const inner = parsePostgresUrl(value, true);
+  return { connectionString: inner.connectionString, target: inner.target };
 }
 
 /**
- * libpq's multi-host form (host1,host2 with target_session_attrs) is often not a WHATWG URL, and
- * node-postgres would not fail over between the hosts anyway: say so rather than "not a URL".
+ * libpq's host list in the authority (`u@h1:5432,h2:5433/db`), which is not a WHATWG URL: the
+ * URL of the first host, to check as any other, and every host of the list. Undefined for one host.
  */
-function refuseMultiHost(url: string, cause?: unknown): void {
-  if (!/^postgres(?:ql)?:\/\/(?:[^@/]*@)?[^/?#]*,/i.test(url) && !/[?&]host=[^&]*,/i.test(url)) return;
-  throw new ConfigError(
-    `store URL ${JSON.stringify(redactUrl(url))} names several hosts; leasehold does not support multi-host PostgreSQL URLs ` +
-      '(target_session_attrs) yet: point it at the current primary through a virtual IP or a DNS name that follows failover',
-    cause === undefined ? undefined : { cause },
-  );
+function splitAuthorityHosts(url: string): { first: string; hosts: { host: string; port: string }[] } | undefined {
+  const m = /^(postgres(?:ql)?:\/\/)([^@/?#]*@)?([^/?#]*)(.*)$/is.exec(url);
+  if (m === null || !m[3]!.includes(',')) return undefined;
+  const hosts = m[3]!.split(',').map((e) => parseHostEntry(e, m[3]!));
+  const h = hosts[0]!;
+  return { first: `${m[1]}${m[2] ?? ''}${h.host}${h.port === '' ? '' : `:${h.port}`}${m[4]}`, hosts };
 }
 
-export function parsePostgresUrl(url: string): { connectionString: string; schema: string | undefined; description: string; notifyUrl?: string } {
+/**
+ * Checks a postgres:// URL and splits it into what pg connects to (one connection string per
+ * host: several for libpq's `h1:5432,h2:5433` or `?host=h1,h2&port=5432,5433`), leasehold's
+ * own parameters, and a description without the password.
+ * @param inner a notify_url= value: no schema= or notify_url= of its own
+ * @throws {ConfigError}
+ */
+export function parsePostgresUrl(
+  url: string,
+  inner = false,
+): { connectionString: string; schema: string | undefined; description: string; notifyUrl?: string; target: PgTarget; notifyTarget?: { target: PgTarget } | 'none' } {
+  const authority = splitAuthorityHosts(url);
   let u: URL;
   try {
-    u = new URL(url);
+    u = new URL(authority?.first ?? url);
   } catch (err) {
-    refuseMultiHost(url, err);
     throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} is not a URL; write postgres://user@host:5432/database`, { cause: err });
   }
-  if (u.hostname.includes(',') || u.searchParams.getAll('host').some((h) => h.includes(','))) refuseMultiHost(url);
   if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') {
     throw new ConfigError(`store URL scheme "${u.protocol}" is not PostgreSQL; write postgres://user@host:5432/database`);
   }
@@ -689,23 +706,79 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
   }
   checkUrlParts(u, redactUrl(url));
   checkQueryParameters(u.searchParams, POSTGRES_URL_PARAMETERS, 'the PostgreSQL store');
+  if (inner && (u.searchParams.has('notify_url') || u.searchParams.has('schema'))) {
+    throw new ConfigError('notify_url= takes a plain connection URL: no schema= or notify_url= of its own (the store URL sets the schema)');
+  }
   const schema = u.searchParams.get('schema') ?? undefined;
   if (schema !== undefined) validateSchemaName(schema);
   u.searchParams.delete('schema');
   checkSslFiles(u.searchParams);
   const notifyParam = u.searchParams.get('notify_url') ?? undefined;
-  const notifyUrl = notifyParam === undefined ? undefined : parseNotifyUrl(notifyParam);
+  const notify = notifyParam === undefined ? undefined : parseNotifyUrl(notifyParam);
   u.searchParams.delete('notify_url');
+  const hostParam = u.searchParams.get('host');
+  if (authority !== undefined && hostParam !== null) {
+    throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} names hosts twice (in the URL and in host=); give the list in one place`);
+  }
+  const listed = hostParam !== null && hostParam.includes(',') ? queryHosts(hostParam, u.searchParams.get('port')) : authority?.hosts;
+  const attrs = parseTargetSessionAttrs(u.searchParams.get('target_session_attrs'), listed !== undefined);
+  u.searchParams.delete('target_session_attrs');
   const connectionString = u.toString();
-  const via = notifyUrl === undefined ? '' : notifyUrl === 'none' ? ', no LISTEN' : `, LISTEN at ${redactUrl(notifyUrl)}`;
+  let urls = [connectionString];
+  if (listed !== undefined) {
+    urls = listed.map(({ host, port }) => {
+      const one = new URL(connectionString);
+      if (authority !== undefined) {
+        one.hostname = host;
+        one.port = port;
+      } else {
+        one.searchParams.set('host', host);
+        if (port === '') one.searchParams.delete('port');
+        else one.searchParams.set('port', port);
+      }
+      return one.toString();
+    });
+  }
+  const target: PgTarget = { urls, attrs };
+  // With several hosts the string keeps the list as written (it is for messages; pg gets `urls`).
+  const whole = authority === undefined ? connectionString : withHostList(connectionString, u.host, authority.hosts.map((h) => (h.port === '' ? h.host : `${h.host}:${h.port}`)).join(','));
+  const via = notify === undefined ? '' : notify === 'none' ? ', no LISTEN' : `, LISTEN at ${redactUrl(notify.connectionString)}`;
+  const hosts = listed === undefined && attrs === 'any' ? '' : `, hosts in order ${describeHosts(target)}, target_session_attrs=${attrs}`;
   return {
-    connectionString,
+    connectionString: whole,
     schema,
-    description: `postgres ${redactUrl(connectionString)} (schema ${schema ?? 'leasehold'}${via})`,
-    ...(notifyUrl === undefined ? {} : { notifyUrl }),
+    description: `postgres ${redactUrl(whole)} (schema ${schema ?? 'leasehold'}${hosts}${via})`,
+    target,
+    ...(notify === undefined ? {} : { notifyUrl: notify === 'none' ? 'none' : notify.connectionString, notifyTarget: notify === 'none' ? 'none' : { target: notify.target } }),
   };
 }
 
+/** `s` (a URL whose host is `host`) with the host list in its place. */
+function withHostList(s: string, host: string, list: string): string {
+  const start = s.indexOf('//') + 2;
+  const pathAt = s.indexOf('/', start);
+  const end = pathAt === -1 ? s.length : pathAt;
+  const at = s.lastIndexOf('@', end);
+  const hostAt = at >= start ? at + 1 : start;
+  return s.slice(0, hostAt) + list + s.slice(hostAt + host.length);
+}
+
+/** libpq's `?host=h1,h2&port=5432,5433`: one port for all, or one per host. @throws {ConfigError} */
+function queryHosts(hostParam: string, portParam: string | null): { host: string; port: string }[] {
+  const hosts = hostParam.split(',');
+  if (hosts.some((h) => h.trim() === '')) throw new ConfigError(`the host list host=${JSON.stringify(hostParam)} has an empty entry; write host=h1,h2`);
+  const ports = portParam === null ? [] : portParam.split(',');
+  if (ports.length > 1 && ports.length !== hosts.length) {
+    throw new ConfigError(`host= lists ${hosts.length} hosts and port= ${ports.length} ports; give one port for all, or one per host`);
+  }
+  return hosts.map((host, i) => {
+    const port = ports.length === 0 ? '' : ports.length === 1 ? ports[0]! : ports[i]!;
+    if (port !== '' && !(/^\d+$/.test(port) && Number(port) >= 1 && Number(port) <= 65535)) {
+      throw new ConfigError(`port= ${JSON.stringify(port)} for host ${JSON.stringify(host)} is not a port; give the port the server listens on (1-65535)`);
+    }
+    return { host, port };
+  });
+}
 
 /**
  * pg reads sslrootcert=, sslcert= and sslkey= itself, at each connection: a missing file would
@@ -765,6 +838,15 @@ export function mapPgError(err: unknown, schema: string): Error {
     return new StoreUnavailableError(
       `the TLS connection to PostgreSQL failed (${code === '' ? '' : `${code}: `}${msg}); check the store URL's sslmode= and sslrootcert= ` +
         "(the CA that signed the server's certificate, whose names must include the URL's host) and the server's ssl settings",
+      { cause: err },
+    );
+  }
+  // A standby, or a primary demoted under us: the write did not land. Retryable, as a failover
+  // in progress is; a multi-host URL moves to the primary on the next call (./multi-host.ts).
+  if (code === '25006') {
+    return new StoreUnavailableError(
+      `PostgreSQL is read-only here (${msg}): the server is a standby or was demoted; this is retryable: ` +
+        'list the servers in the store URL with target_session_attrs=read-write (postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write), or point it at the primary',
       { cause: err },
     );
   }
