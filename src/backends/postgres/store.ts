@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { userInfo } from 'node:os';
 import { checkQueryParameters, checkUrlParts, readTlsFiles, redactUrl } from '../url.js';
 import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type {
@@ -592,10 +593,29 @@ export function createPool(pg: PgDriver, target: PgTarget, config: Record<string
 }
 
 async function loadPg(): Promise<PgModule> {
+  let pg: PgModule;
   try {
-    return requirePg();
+    pg = requirePg();
   } catch (err) {
     throw new ConfigError('the PostgreSQL store needs the "pg" package: npm install pg', { cause: err });
+  }
+  defaultUserFromOs(pg);
+  return pg;
+}
+
+/**
+ * A URL with no user name connects as the operating system's user, as libpq (psql) does. pg
+ * takes its default from $USER alone, which containers often leave unset (Docker does), so a
+ * URL that works in psql failed with "no PostgreSQL user name specified". $PGUSER and a user
+ * in the URL still win; a uid with no passwd entry leaves pg's own behaviour.
+ */
+function defaultUserFromOs(pg: PgModule): void {
+  const defaults = (pg as { defaults?: { user?: string | undefined } }).defaults;
+  if (defaults === undefined || (defaults.user ?? '') !== '' || (process.env['PGUSER'] ?? '') !== '') return;
+  try {
+    defaults.user = userInfo().username;
+  } catch {
+    // No passwd entry for this uid: nothing to default to.
   }
 }
 
