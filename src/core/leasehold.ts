@@ -362,7 +362,11 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
         },
       )
       .then((stop) => {
-        if (!wentDown) this.setFreedUp(true);
+        if (wentDown) return stop;
+        this.setFreedUp(true);
+        // Followers that claimed before the channel was up re-check now, and then wait on it,
+        // rather than at their next poll: the same one check, sooner.
+        if (this.store.freedCoversExpiry === true) for (const n of [...this.freedWaiters.keys()]) this.wake(n);
         return stop;
       })
       .catch((err: unknown) => {

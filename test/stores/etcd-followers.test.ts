@@ -161,7 +161,7 @@ void describe('etcd: idle followers', () => {
       await leader.lease('job', { ttl: TTL }).acquire();
       const lease = follower.lease('job', { ttl: TTL });
       const acquiring = lease.acquire();
-      // Start-up: the first attempt runs before the watch is up, so it re-checks within a TTL.
+      // Start-up: the first attempt runs before the watch is up, and checks once more when it is.
       await sleep(TTL + 1000);
       s.reset();
       await sleep(3 * TTL);

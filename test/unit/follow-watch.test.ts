@@ -72,8 +72,8 @@ void test('on a channel that reports expiry, an idle follower makes no claims fo
     const lease = follower.lease('job', TIMING);
     const acquiring = lease.acquire();
     await clock.advance(15 * TTL - 1);
-    // The first attempt runs before the channel is up (so it sleeps at most a TTL); the second finds it up.
-    assert.ok(attempts().length <= 2, `${attempts().length} attempts in 15 TTLs`);
+    // The first attempt runs before the channel is up; the channel coming up makes it check once more.
+    assert.equal(attempts().length, 2, `${attempts().length} attempts in 15 TTLs`);
     assert.equal(lease.state, 'contending');
     const before = attempts().length;
     await clock.advance(1);
@@ -82,6 +82,21 @@ void test('on a channel that reports expiry, an idle follower makes no claims fo
     const term = await acquiring;
     assert.equal(attempts().length, before + 1);
     assert.equal(term.holder, follower.holder);
+  } finally {
+    await follower.close();
+  }
+});
+
+void test('a follower that claimed before the channel was up checks again as soon as it is, not at its next poll', async () => {
+  const { clock, store, follower, attempts } = setup(true);
+  try {
+    await deadHolder(store, 1000 * TTL);
+    const acquiring = follower.lease('job', TIMING).acquire();
+    await clock.advance(0);
+    assert.equal(attempts().length, 2);
+    await clock.advance(10 * TTL);
+    assert.equal(attempts().length, 2);
+    void acquiring.catch(() => {});
   } finally {
     await follower.close();
   }
