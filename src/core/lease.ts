@@ -332,9 +332,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
         const sentAt = this.clock.monoNow();
         // Listening from before the claim goes out: a release or expiry the store applies after
         // our read, but whose notification arrives before we would start to sleep, still wakes us.
-        // (A single attempt never sleeps: it need not start the channel.)
+        // (An attempt with no wait left never sleeps: it need not start the channel.)
         freed?.cancel();
-        freed = waitUntil === 0 ? undefined : this.host.waitForFreed(this.name, signal);
+        freed = waitUntil <= sentAt ? undefined : this.host.waitForFreed(this.name, signal);
         const epoch = this.host.freedEpoch();
         let result: ClaimResult | undefined;
         try {
