@@ -123,6 +123,11 @@ void describe('etcd: quiet contention on the watch', () => {
       } finally {
         await stop();
       }
+      // Without the watch, the same follower gets the full answer again (its expiry included).
+      await one(s.follower, contend('job', 'h3', 'x1'));
+      const unwatched = await one(s.follower, contend('job', 'h3', 'x2'));
+      assert.equal(unwatched.outcome, 'busy');
+      assert.ok(unwatched.expiresAtMs !== null, 'no watch: the expiry is looked up');
     } finally {
       await s.close();
     }
