@@ -26,6 +26,18 @@ export type { Term, TermFenceWrite } from './term.js';
 /** While the store is unreachable, contention says so at most this often. */
 const OUTAGE_LINE_EVERY_MS = 5000;
 
+/**
+ * How long a follower waits between checks while a freed channel that also reports expiry is up
+ * (LeasePort.freedCoversExpiry): every release, revocation and expiry wakes it at once, and a
+ * reconnect or a drop of the channel wakes it too, so this only bounds what a channel could miss
+ * silently (a half-open connection, a watch on an etcd member cut off from its cluster). Ten TTLs
+ * keep an idle follower's cost at a tenth of one request per TTL; the minute keeps short-TTL
+ * followers from checking every few seconds.
+ */
+export function followerRecheckMs(ttlMs: number): number {
+  return Math.max(10 * ttlMs, 60_000);
+}
+
 export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
 
 export interface LeaseOptions extends TimingOptions {
@@ -95,6 +107,8 @@ interface LeaseHost {
   /** Someone waits for a round trip: tick the scheduler now. */
   renewNow(): void;
   waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void };
+  /** An id of the current up-period of a freed channel that also reports expiry; undefined when none is up. */
+  freedEpoch(): number | undefined;
   checkSuspension(): void;
   suspect(detector: 'deadline-passed', detail: string): void;
   retainWhileContending(delta: 1 | -1): void;
@@ -307,6 +321,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     let lastError: unknown;
     let lastWarnedMs = -Infinity;
     let outageSinceMs = 0;
+    let freed: { promise: Promise<void>; cancel(): void } | undefined;
     this.host.retainWhileContending(1);
     try {
       for (;;) {
@@ -315,6 +330,12 @@ export class Lease extends EventEmitter<LeaseEvents> {
         const holder = this.host.currentHolder();
         const nextNonce = newNonce();
         const sentAt = this.clock.monoNow();
+        // Listening from before the claim goes out: a release or expiry the store applies after
+        // our read, but whose notification arrives before we would start to sleep, still wakes us.
+        // (An attempt with no wait left never sleeps: it need not start the channel.)
+        freed?.cancel();
+        freed = waitUntil <= sentAt ? undefined : this.host.waitForFreed(this.name, signal);
+        const epoch = this.host.freedEpoch();
         let result: ClaimResult | undefined;
         try {
           result = await this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce });
@@ -359,10 +380,16 @@ export class Lease extends EventEmitter<LeaseEvents> {
         } else {
           const remaining = result.expiresAtMs === null ? null : Math.max(0, result.expiresAtMs - result.storeNowMs);
           this.emit('busy', result.holder, remaining);
-          // Never longer than one TTL: a reported expiry far away (a holder with a much longer
-          // TTL, or a clock step on a one-host store) must not keep us asleep past a release we
-          // missed. Never a negative answer cached for longer than it can be true.
-          sleepMs = Math.min(remaining ?? this.timing.renewMs, this.timing.ttlMs) + jitter(Math.min(250, this.timing.ttlMs / 10)) + 1;
+          if (epoch !== undefined && this.host.freedEpoch() === epoch) {
+            // The channel was up before the claim was sent and has stayed up: the release or
+            // expiry of this term will be notified, so wait on it (see followerRecheckMs).
+            sleepMs = followerRecheckMs(this.timing.ttlMs) + jitter(Math.min(5000, this.timing.ttlMs));
+          } else {
+            // Never longer than one TTL: a reported expiry far away (a holder with a much longer
+            // TTL, or a clock step on a one-host store) must not keep us asleep past a release we
+            // missed. Never a negative answer cached for longer than it can be true.
+            sleepMs = Math.min(remaining ?? this.timing.renewMs, this.timing.ttlMs) + jitter(Math.min(250, this.timing.ttlMs / 10)) + 1;
+          }
         }
         const left = waitUntil - this.clock.monoNow();
         if (left <= 0) {
@@ -376,17 +403,17 @@ export class Lease extends EventEmitter<LeaseEvents> {
           if (result === undefined) (err as { cause?: unknown }).cause = lastError;
           throw err;
         }
-        await this.sleepOrFreed(Math.min(sleepMs, left), signal);
+        await this.sleepOrFreed(Math.min(sleepMs, left), freed ?? this.host.waitForFreed(this.name, signal));
       }
     } finally {
+      freed?.cancel();
       this.host.retainWhileContending(-1);
       if (this._state === 'contending') this._state = 'idle';
     }
   }
 
-  /** Sleeps until the store-reported expiry, a "freed" notification, or the signal. */
-  private async sleepOrFreed(ms: number, signal: AbortSignal): Promise<void> {
-    const freed = this.host.waitForFreed(this.name, signal);
+  /** Sleeps for `ms`, or until a "freed" notification (or the signal) since the claim was sent. */
+  private async sleepOrFreed(ms: number, freed: { promise: Promise<void>; cancel(): void }): Promise<void> {
     let timer: ClockTimer | undefined;
     try {
       await Promise.race([

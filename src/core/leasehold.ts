@@ -83,6 +83,9 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
   private readonly freedWaiters = new Map<string, Set<() => void>>();
   private freedStop: Promise<(() => Promise<void>) | undefined> | undefined;
   private freedRetryAt = 0;
+  /** Counts the freed channel's ups and downs; meaningful only while `freedUp`. */
+  private freedEpochCount = 0;
+  private freedUp = false;
 
   constructor(options: LeaseholdOptions) {
     super();
@@ -323,18 +326,49 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     };
   }
 
+  /**
+   * @internal the engine's own plumbing: while a freed channel that also reports expiry
+   * (LeasePort.freedCoversExpiry) is up, an id of this up-period; else undefined. A follower
+   * that read it before its claim and finds it unchanged after may wait on the channel alone.
+   */
+  freedEpoch(): number | undefined {
+    return this.freedUp && this.store.freedCoversExpiry === true ? this.freedEpochCount : undefined;
+  }
+
+  private setFreedUp(up: boolean): void {
+    this.freedUp = up && !this.closed;
+    this.freedEpochCount++;
+  }
+
   private ensureFreedWatch(): void {
     if (this.freedStop !== undefined || this.store.watchFreed === undefined || this.closed) return;
     if (this.clock.monoNow() < this.freedRetryAt) return;
+    let wentDown = false;
     this.freedStop = this.store
       .watchFreed(
         (name) => this.wake(name),
         () => {
+          this.setFreedUp(true);
           // Notifications sent while the channel was down are gone: everyone re-checks.
           for (const n of [...this.freedWaiters.keys()]) this.wake(n);
           for (const l of this.enrolled) l.checkNow();
         },
+        () => {
+          wentDown = true;
+          if (!this.freedUp) return;
+          this.setFreedUp(false);
+          // Followers waiting on the channel alone go back to polling at expiry.
+          for (const n of [...this.freedWaiters.keys()]) this.wake(n);
+        },
       )
+      .then((stop) => {
+        if (wentDown) return stop;
+        this.setFreedUp(true);
+        // Followers that claimed before the channel was up re-check now, and then wait on it,
+        // rather than at their next poll: the same one check, sooner.
+        if (this.store.freedCoversExpiry === true) for (const n of [...this.freedWaiters.keys()]) this.wake(n);
+        return stop;
+      })
       .catch((err: unknown) => {
         this.logger.warn({ err: errorMessage(err) }, 'leasehold: could not listen for releases; followers poll at expiry');
         this.freedRetryAt = this.clock.monoNow() + 5000;
@@ -365,6 +399,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     this.scheduler.close();
     this.stopWallWatchdog();
     const stop = await this.freedStop;
+    this.setFreedUp(false);
     await stop?.().catch(() => {});
     if (this.closeStore) await this.store.close();
   }

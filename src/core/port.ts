@@ -105,9 +105,23 @@ export interface LeasePort {
    * Optional: a push channel for "this lease may be free" (LISTEN/NOTIFY, pub/sub, watch).
    * Without it followers sleep until the store-reported expiry. The returned function stops
    * listening. `onReconnect` fires after the channel was down, since notifications may have
-   * been missed while it was.
+   * been missed while it was. `onDown` (for ports that set {@link freedCoversExpiry}) fires
+   * when the channel goes down, including before the returned promise resolves if it never came
+   * up; `onReconnect` follows once it is back.
    */
-  watchFreed?(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>>;
+  watchFreed?(listener: FreedListener, onReconnect?: () => void, onDown?: () => void): Promise<() => Promise<void>>;
+
+  /**
+   * Optional, with `watchFreed`: the channel also reports every term that runs out (etcd deletes
+   * the key on expiry, and the watch sees that delete like any other), and while it is up it
+   * misses nothing that happened after it came up. "Up" is from `watchFreed` resolving (unless
+   * `onDown` fired first) or from `onReconnect`, until `onDown`. A port that sets this must call
+   * `onDown`. Followers then wait on the channel alone, with only a rare safety re-check
+   * (core/lease.ts, FOLLOWER_RECHECK), instead of polling at each expiry: idle followers cost no
+   * requests. Without it (LISTEN/NOTIFY and pub/sub only hear releases) followers re-check
+   * within one TTL.
+   */
+  readonly freedCoversExpiry?: true;
 
   close(): Promise<void>;
 }

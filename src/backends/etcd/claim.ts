@@ -56,6 +56,14 @@ import { guarded, rangeOf, schemaOk } from './txn.js';
  * revision. Only this (rare) case costs one more round trip: etcd cannot compare "the value
  * begins with our holder id" and still tell us the token to record.
  *
+ * Quiet contention: a contender whose last read (by this store instance) found the term key held
+ * by someone else, while this store's watch is established and has not reported that key deleted
+ * since (store.ts clears the mark on the delete, and on any drop of the watch), sends only the
+ * reads: no LeaseGrant (it would almost surely go unused) and no LeaseTimeToLive (its follower
+ * waits on the watch, which reports the expiry; the busy answer's expiry is null, "could not
+ * say", rather than a guess from the holder's clock). One Txn per check. If the reads find the
+ * key gone after all, the next round grants and claims as usual.
+ *
  * Every answer can be recognised if it already landed (a failover retry inside etcd3, see
  * client.ts): the term key then holds this very request's nextNonce, fresh randomness that no
  * other request carries. A conflict delete that landed and is retried fails its compare, and
@@ -75,6 +83,8 @@ export interface SeenState {
   rev: string;
   holder: string | null;
   ended: boolean;
+  /** The last read found the term key present, and the watch has not reported it deleted since. */
+  termHeld?: boolean;
 }
 
 interface ClaimContext {
@@ -85,6 +95,8 @@ interface ClaimContext {
   /** etcd's --max-txn-ops (default 128): a nested Txn counts against its parent's budget. */
   maxOpsPerTxn: number;
   seen: Map<string, SeenState>;
+  /** This store's watch on term-key deletes is established right now. */
+  watched(): boolean;
   leaseFor(ttlMs: number, deadline: number): Promise<Grant>;
 }
 
@@ -104,7 +116,8 @@ const SEEN_CAP = 100_000;
 interface Plan {
   index: number;
   req: ClaimRequest;
-  grant: Grant;
+  /** Undefined for a quiet contender's reads (see above). */
+  grant: Grant | undefined;
   atMs: number;
   seen: SeenState;
   conflict: ConflictTarget | undefined;
@@ -124,6 +137,7 @@ interface Pending {
   req: ClaimRequest;
   seen: SeenState;
   conflict?: ConflictTarget;
+  quiet?: boolean;
 }
 
 export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequest[], deadline: number): Promise<ClaimResult[]> {
@@ -131,16 +145,12 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
   const results: (ClaimResult | undefined)[] = new Array<ClaimResult | undefined>(requests.length);
   const lookups: { index: number; lease: string; renew: RenewValue | null; nonce: string }[] = [];
 
-  let grants: Map<number, Grant>;
-  try {
-    const ttls = [...new Set(requests.map((r) => r.ttlMs))];
-    const granted = await Promise.all(ttls.map((t) => ctx.leaseFor(t, deadline)));
-    grants = new Map(ttls.map((t, i) => [t, granted[i]!]));
-  } catch (err) {
-    throw mapEtcdError(err, 'lease grant');
-  }
-
-  let pending: Pending[] = requests.map((req, index) => ({ index, req, seen: ctx.seen.get(req.name) ?? NEVER_SEEN }));
+  const grants = new Map<number, Grant>();
+  const watched = ctx.watched();
+  let pending: Pending[] = requests.map((req, index) => {
+    const seen = ctx.seen.get(req.name) ?? NEVER_SEEN;
+    return { index, req, seen, quiet: req.expect === null && watched && seen.termHeld === true };
+  });
   for (let round = 0; pending.length > 0; round++) {
     if (round >= MAX_ROUNDS) {
       throw new StoreUnavailableError(
@@ -153,12 +163,24 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     if (ctx.call.signal?.aborted === true) {
       throw new StoreUnavailableError('the claim was abandoned by its caller before round ' + String(round + 1) + '; this is retryable');
     }
+    // One LeaseGrant per distinct TTL, the first time a non-quiet request of the batch needs it.
+    const ttls = [...new Set(pending.filter((p) => p.quiet !== true && !grants.has(p.req.ttlMs)).map((p) => p.req.ttlMs))];
+    if (ttls.length > 0) {
+      try {
+        const granted = await Promise.all(ttls.map((t) => ctx.leaseFor(t, deadline)));
+        ttls.forEach((t, i) => grants.set(t, granted[i]!));
+      } catch (err) {
+        throw mapEtcdError(err, 'lease grant');
+      }
+    }
     const atMs = Date.now();
     const chunks = chunk(pending, ctx.maxOpsPerTxn).map((c) =>
       c.map((p, seq) =>
-        p.conflict === undefined
-          ? plan(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen)
-          : planConflict(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen, p.conflict),
+        p.conflict !== undefined
+          ? planConflict(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen, p.conflict)
+          : p.quiet === true
+            ? planReads(ctx, p.index, p.req, atMs, p.seen)
+            : plan(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen),
       ),
     );
     let responses: EtcdTxnResponse[];
@@ -178,6 +200,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
         if (inner == null) throw new StoreUnavailableError(`etcd answered claim of "${p.req.name}" without a transaction response`);
         const d =
           p.conflict !== undefined && inner.succeeded ? ended(ctx, p, p.conflict, revision, storeNowMs) : decide(ctx, p, leaf(inner), revision, storeNowMs);
+        // A retry is never quiet: the reads just found the term key gone.
         if ('retry' in d) next.push({ index: p.index, req: p.req, seen: d.retry });
         else if ('conflict' in d) next.push({ index: p.index, req: p.req, seen: d.seen, conflict: d.conflict });
         else {
@@ -192,6 +215,13 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
   if (lookups.length > 0) await fillExpiry(ctx, results, lookups, deadline);
   if (ctx.seen.size > SEEN_CAP) ctx.seen.clear();
   return results as ClaimResult[];
+}
+
+/** A quiet contender's round: the three reads, nothing written (decide() answers busy or retry). */
+function planReads(ctx: ClaimContext, index: number, req: ClaimRequest, atMs: number, seen: SeenState): Plan {
+  const k = ctx.keys;
+  const reads: EtcdRequestOp[] = [rangeOf(k.term(req.name)), rangeOf(k.state(req.name)), rangeOf(k.renew(req.name))];
+  return { index, req, grant: undefined, atMs, seen, conflict: undefined, op: { request_txn: { compare: [], success: reads, failure: [] } } };
 }
 
 function plan(ctx: ClaimContext, index: number, seq: number, req: ClaimRequest, grant: Grant, atMs: number, seen: SeenState): Plan {
@@ -350,10 +380,11 @@ function leaf(txn: EtcdTxnResponse): Leaf {
 
 function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowMs: number): Decided {
   const { req, grant } = p;
-  const expiresAtMs = grant.sentAtMs + grant.ttlSec * 1000;
-  const mine = (token: bigint, outcome: 'acquired' | 'renewed'): Decided => ({
-    result: { name: req.name, outcome, token, holder: req.holder, expiresAtMs, storeNowMs },
-  });
+  const mine = (token: bigint, outcome: 'acquired' | 'renewed'): Decided => {
+    // Only a request that put the term key gets here, and only a quiet one has no grant.
+    if (grant === undefined) throw new StoreUnavailableError(`etcd: "${req.name}" was answered as granted to a claim that wrote nothing`);
+    return { result: { name: req.name, outcome, token, holder: req.holder, expiresAtMs: grant.sentAtMs + grant.ttlSec * 1000, storeNowMs } };
+  };
 
   if (l.kind === 'put') {
     if (req.expect === null) {
@@ -373,7 +404,8 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
     l.state === undefined
       ? NEVER_SEEN
       : { rev: l.state.mod_revision, holder: stateVal?.holder ?? null, ended: stateVal === null || stateVal.endedBy !== undefined };
-  ctx.seen.set(req.name, seen);
+  // Marked held only by a contender's read: the next contention may then be quiet (see above).
+  ctx.seen.set(req.name, req.expect === null && l.term !== undefined ? { ...seen, termHeld: true } : seen);
 
   if (l.term !== undefined) {
     const token = ctx.keys.token(l.term.create_revision!);
@@ -391,7 +423,9 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
     }
     const lookup = { lease: l.term.lease, renew, nonce: term.nonce };
     if (req.expect === null) {
-      return { result: { name: req.name, outcome: 'busy', holder: term.holder, token, expiresAtMs: null, storeNowMs }, ttlLookup: lookup };
+      const result: ClaimResult = { name: req.name, outcome: 'busy', holder: term.holder, token, expiresAtMs: null, storeNowMs };
+      // Quiet: its follower waits on the watch; the expiry stays unknown rather than cost a lookup.
+      return p.grant === undefined ? { result } : { result, ttlLookup: lookup };
     }
     if (term.holder === req.holder) {
       // Our holder id, a nonce we do not hold, a live term: two processes renew one term.

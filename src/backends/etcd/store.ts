@@ -66,6 +66,8 @@ const MAX_CAS_ATTEMPTS = 5;
  */
 export class EtcdStore implements LeaseStore {
   readonly kind = 'etcd';
+  /** etcd deletes a term key when its etcd lease runs out, and the watch sees that delete too. */
+  readonly freedCoversExpiry = true as const;
   readonly description: string;
   readonly prefix: string;
   private readonly client: MemberPool;
@@ -76,7 +78,7 @@ export class EtcdStore implements LeaseStore {
   private readonly seen = new Map<string, SeenState>();
   private readonly grants = new Map<number, { promise: Promise<Grant>; grant?: Grant; sentAtMs: number }>();
   private closed = false;
-  private watching: { stop: () => Promise<void> } | undefined;
+  private watching: { stop: () => Promise<void>; up: () => boolean } | undefined;
 
   private constructor(client: MemberPool, ownsClient: boolean, prefix: string, description: string, options: EtcdStoreOptions) {
     this.client = client;
@@ -239,6 +241,7 @@ export class EtcdStore implements LeaseStore {
           keys: this.keys,
           maxOpsPerTxn: this.maxOpsPerTxn,
           seen: this.seen,
+          watched: () => this.watching?.up() === true,
           leaseFor: (ttlMs, d) => this.leaseFor(ttlMs, d, attemptMs),
           call: { signal: options?.signal, attemptMs },
         },
@@ -472,16 +475,30 @@ export class EtcdStore implements LeaseStore {
    * clone conflict, or etcd expiring the lease) means the name may be free. Resolves once the watch is
    * established, or after the call timeout if etcd is unreachable (the watch keeps trying, and
    * `onReconnect` fires when it gets through, since deletes may have been missed meanwhile).
+   * `onDown` fires whenever the watch stops being established.
+   *
+   * While it is established, a contender this store last saw the lease busy for claims with one
+   * read-only Txn (claim.ts, "quiet"): the delete that frees the name reaches it here first.
    */
-  async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
+  async watchFreed(listener: FreedListener, onReconnect?: () => void, onDown?: () => void): Promise<() => Promise<void>> {
     this.begin();
     if (this.watching !== undefined) throw new ConfigError('watchFreed is already active on this store; stop the first listener (or open a second store) before starting another');
-    const handle = await watchTermDeletes(this.client, this.keys, listener, onReconnect, this.callTimeoutMs);
+    const freed = (name: string): void => {
+      const s = this.seen.get(name);
+      if (s?.termHeld === true) this.seen.set(name, { ...s, termHeld: false });
+      listener(name);
+    };
+    const dropped = (): void => {
+      // Deletes may be missed from now on: no claim may take the quiet path on what we saw.
+      for (const [name, s] of this.seen) if (s.termHeld === true) this.seen.set(name, { ...s, termHeld: false });
+      onDown?.();
+    };
+    const handle = await watchTermDeletes(this.client, this.keys, freed, onReconnect, this.callTimeoutMs, dropped);
     const stop = async (): Promise<void> => {
       if (this.watching?.stop === stop) this.watching = undefined;
       await handle.stop();
     };
-    this.watching = { stop };
+    this.watching = { stop, up: () => handle.up() };
     return stop;
   }
 

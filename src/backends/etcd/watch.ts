@@ -11,6 +11,10 @@ import type { EtcdKeys } from './keys.js';
  * still call `onReconnect` after any gap, because a resume can fail (compaction) and because
  * the first connection may only have come up after deletes we never saw. A listener that throws
  * is contained here: etcd3 would rethrow it on a fresh tick, as an uncaught exception.
+ *
+ * `onDown` fires when the watch stops being established (a dropped stream, a cancelled watch,
+ * or no connection within the timeout): from then until `onReconnect`, deletes may be missed.
+ * `up()` says whether it is established right now.
  */
 export async function watchTermDeletes(
   client: { watch(): EtcdWatchBuilderLike },
@@ -18,10 +22,12 @@ export async function watchTermDeletes(
   listener: FreedListener,
   onReconnect: (() => void) | undefined,
   connectTimeoutMs: number,
-): Promise<{ stop(): Promise<void> }> {
+  onDown?: () => void,
+): Promise<{ stop(): Promise<void>; up(): boolean }> {
   let stopped = false;
   let watcher: EtcdWatcherLike | undefined;
   let missed = false;
+  let connected = false;
   let restartTimer: NodeJS.Timeout | undefined;
   let firstConnected: (() => void) | undefined;
 
@@ -33,6 +39,14 @@ export async function watchTermDeletes(
     }
   };
 
+  /** The watch is no longer established: deletes from now until it is may be missed. */
+  const lost = (): void => {
+    missed = true;
+    if (!connected) return;
+    connected = false;
+    if (onDown !== undefined && !stopped) safely(onDown);
+  };
+
   const start = (): void => {
     if (stopped) return;
     let w: EtcdWatcherLike;
@@ -40,7 +54,7 @@ export async function watchTermDeletes(
       w = client.watch().prefix(keys.termPrefix).only('delete').watcher();
     } catch {
       // Runs from a timer too: never throw from here. Try again shortly.
-      missed = true;
+      lost();
       restartTimer = setTimeout(start, 1000);
       restartTimer.unref();
       return;
@@ -53,6 +67,7 @@ export async function watchTermDeletes(
     });
     w.on('connected', () => {
       if (watcher !== w) return;
+      connected = true;
       firstConnected?.();
       if (missed) {
         missed = false;
@@ -60,13 +75,13 @@ export async function watchTermDeletes(
       }
     });
     w.on('disconnected', () => {
-      missed = true;
+      if (watcher === w) lost();
     });
     w.on('error', () => {
       // etcd cancelled the watch (for example, its resume revision was compacted away).
       // Replace it with a fresh one; the 'error' listener stays, so nothing is ever unhandled.
       if (watcher !== w || stopped) return;
-      missed = true;
+      lost();
       watcher = undefined;
       void w.cancel().catch(() => {});
       restartTimer = setTimeout(start, 250);
@@ -79,6 +94,7 @@ export async function watchTermDeletes(
       // etcd is unreachable: return anyway, and report the gap when the watch gets through.
       firstConnected = undefined;
       missed = true;
+      if (onDown !== undefined) safely(onDown);
       resolve();
     }, connectTimeoutMs);
     timer.unref();
@@ -91,9 +107,11 @@ export async function watchTermDeletes(
   });
 
   return {
+    up: () => connected && !stopped,
     async stop(): Promise<void> {
       if (stopped) return;
       stopped = true;
+      connected = false;
       if (restartTimer !== undefined) clearTimeout(restartTimer);
       const w = watcher;
       watcher = undefined;
