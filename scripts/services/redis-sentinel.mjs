@@ -16,6 +16,8 @@
 //   await s.failover()             SENTINEL FAILOVER mymaster: a clean, Sentinel-driven switch
 //   await s.waitForPrimary({ not: port })   until the Sentinels name another server, and it says it is primary
 //   await s.stop()
+//   startRedisSentinel({ basePort, tls: certs })  the same over TLS only (certs from tls.mjs makeCerts;
+//                                  s.url is then rediss+sentinel://, without the ?cacert=&cert=&key= to add)
 //
 // Sentinel timeouts are short (down after 1s, failover timeout 3s) so a failover takes seconds.
 // State (configs, pids, logs) lives under os.tmpdir()/leasehold-redis-sentinel-<basePort>/. Stop
@@ -70,11 +72,16 @@ function tail(file, lines = 10) {
   }
 }
 
+/** redis-cli's TLS flags for `certs` (from tls.mjs makeCerts), or none. */
+function tlsFlags(certs) {
+  return certs === undefined ? [] : ['--tls', '--cacert', certs.ca, '--cert', certs.clientCert, '--key', certs.clientKey];
+}
+
 /** One redis-cli command; its trimmed output, or null when the server does not answer in time. */
-export function cli(port, args, timeoutMs = 1000) {
+export function cliCommand(port, args, timeoutMs = 1000, certs = undefined) {
   const bin = redisBinaries()?.cli ?? 'redis-cli';
   return new Promise((resolve) => {
-    execFile(bin, ['-h', HOST, '-p', String(port), '--raw', ...args], { timeout: timeoutMs }, (err, stdout) => {
+    execFile(bin, ['-h', HOST, '-p', String(port), ...tlsFlags(certs), '--raw', ...args], { timeout: timeoutMs }, (err, stdout) => {
       resolve(err ? null : stdout.trim());
     });
   });
@@ -102,9 +109,23 @@ function spawnNode(bin, n, log) {
   return child.pid;
 }
 
-function serverConf(n, dir, replicaOf) {
+/** With certs: only a TLS port, TLS to replicate and to talk to the servers (Sentinels), client certificates optional. */
+function tlsConf(n, certs) {
+  if (certs === undefined) return [`port ${n.port}`];
   return [
-    `port ${n.port}`,
+    'port 0',
+    `tls-port ${n.port}`,
+    `tls-cert-file ${certs.serverCert}`,
+    `tls-key-file ${certs.serverKey}`,
+    `tls-ca-cert-file ${certs.ca}`,
+    'tls-auth-clients optional',
+    'tls-replication yes',
+  ];
+}
+
+function serverConf(n, dir, replicaOf, certs) {
+  return [
+    ...tlsConf(n, certs),
     `bind ${HOST}`,
     'protected-mode no',
     'daemonize no',
@@ -119,9 +140,9 @@ function serverConf(n, dir, replicaOf) {
   ].join('\n');
 }
 
-function sentinelConf(n, dir, primaryPort) {
+function sentinelConf(n, dir, primaryPort, certs) {
   return [
-    `port ${n.port}`,
+    ...tlsConf(n, certs),
     `bind ${HOST}`,
     'protected-mode no',
     'daemonize no',
@@ -152,21 +173,22 @@ export async function stopRedisSentinel({ basePort = DEFAULT_BASE, log = silent 
  * first) and waits until the replica is in sync and every Sentinel knows the replica and the two
  * other Sentinels (before that, a failover cannot be agreed).
  */
-export async function startRedisSentinel({ basePort = DEFAULT_BASE, log = silent, timeoutMs = 30_000 } = {}) {
+export async function startRedisSentinel({ basePort = DEFAULT_BASE, log = silent, timeoutMs = 30_000, tls = undefined } = {}) {
+  const cli = (port, args, ms) => cliCommand(port, args, ms, tls);
   const bins = redisBinaries();
   if (bins === null) throw new Error('no redis-server / redis-cli: apt-get install redis-server');
   await stopRedisSentinel({ basePort, log });
   const { dir, servers: specs, sentinels: sentinelSpecs } = layout(basePort);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(specs[0].conf, serverConf(specs[0], dir));
-  writeFileSync(specs[1].conf, serverConf(specs[1], dir, specs[0].port));
-  for (const s of sentinelSpecs) writeFileSync(s.conf, sentinelConf(s, dir, specs[0].port));
+  writeFileSync(specs[0].conf, serverConf(specs[0], dir, undefined, tls));
+  writeFileSync(specs[1].conf, serverConf(specs[1], dir, specs[0].port, tls));
+  for (const s of sentinelSpecs) writeFileSync(s.conf, sentinelConf(s, dir, specs[0].port, tls));
 
   const handle = (n) => {
     const h = {
       name: n.name,
       port: n.port,
-      url: `redis://${HOST}:${n.port}`,
+      url: `${tls === undefined ? 'redis' : 'rediss'}://${HOST}:${n.port}`,
       pid: spawnNode(bins.server, n, log),
       /** SIGKILL, SIGSTOP, SIGCONT, SIGTERM: to this process only. */
       signal(sig) {
@@ -208,7 +230,7 @@ export async function startRedisSentinel({ basePort = DEFAULT_BASE, log = silent
   }
 
   const set = {
-    url: `redis+sentinel://${sentinels.map((s) => `${HOST}:${s.port}`).join(',')}/${MASTER}`,
+    url: `${tls === undefined ? 'redis' : 'rediss'}+sentinel://${sentinels.map((s) => `${HOST}:${s.port}`).join(',')}/${MASTER}`,
     master: MASTER,
     servers,
     sentinels,
@@ -274,13 +296,13 @@ async function main(cmd, port) {
       await stopRedisSentinel({ basePort, log });
       return;
     case 'status': {
-      const named = await cli(sentinels[0].port, ['SENTINEL', 'get-master-addr-by-name', MASTER]);
+      const named = await cliCommand(sentinels[0].port, ['SENTINEL', 'get-master-addr-by-name', MASTER]);
       console.log(`Sentinel ${sentinels[0].name} names as primary: ${named === null ? 'no answer' : named.replace(/\r?\n/, ':')}`);
-      for (const n of servers) console.log(`${n.name} ${HOST}:${n.port}: ${fields(await cli(n.port, ['INFO', 'replication'])).role ?? 'not answering'}`);
+      for (const n of servers) console.log(`${n.name} ${HOST}:${n.port}: ${fields(await cliCommand(n.port, ['INFO', 'replication'])).role ?? 'not answering'}`);
       return;
     }
     case 'failover': {
-      const answer = await cli(sentinels[0].port, ['SENTINEL', 'FAILOVER', MASTER], 2000);
+      const answer = await cliCommand(sentinels[0].port, ['SENTINEL', 'FAILOVER', MASTER], 2000);
       console.log(answer ?? 'no answer');
       process.exitCode = answer === 'OK' ? 0 : 1;
       return;

@@ -8,13 +8,17 @@
  * b. split brain: the replica made a primary by hand (REPLICAOF NO ONE) while the primary lives.
  *    A holder there gets a larger token while the old holder still renews on the old primary:
  *    two holders believe they lead, and only the fence keeps the stale one's writes out. When
- *    the Sentinels demote the rogue primary, its holder's renewals meet READONLY and its term
- *    ends: READONLY is never a renewal.
- * c. a clean SENTINEL FAILOVER: the term may survive or end, no token repeats, and a waiting
+ *    the Sentinels demote the rogue primary, its holder's term ends (the replica, resynced,
+ *    shows the old holder; before that, a renewal meets READONLY: c.).
+ * c. the primary made read-only under its holder, its data intact: every renewal meets
+ *    READONLY and the term ends by its TTL (READONLY is "unavailable", never a renewal).
+ * d. rediss+sentinel:// with cacert=, cert=, key=: TLS to the Sentinels and the servers, a
+ *    term held again after the primary is killed; a wrong CA is "unavailable".
+ * e. a clean SENTINEL FAILOVER: the term may survive or end (a renewal the old primary
+ *    acknowledged after the promotion is lost, and the next one, on the new primary, looks
+ *    like a clone's: the term ends, safely), no token repeats, and a waiting
  *    follower gets the lease when the holder releases, told by a "freed" notification through
  *    the new primary (within TTL/2; without one it would wait for the expiry).
- * d. the primary made read-only under its holder, its data intact: every renewal meets
- *    READONLY and the term ends by its TTL (READONLY is "unavailable", never a renewal).
  *
  * Every holder writes through the Redis fence (fencedSet, on the shared test Redis, which does
  * not fail over) every 100ms of its term; the check: once a write with token T is accepted, no
@@ -24,6 +28,7 @@
  * Ports: LEASEHOLD_TEST_REDIS_SENTINEL_PORT (default 26400: servers +0, +1; Sentinels +10..+12).
  */
 import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -32,9 +37,10 @@ import { createRedisStore } from '../../src/backends/redis/index.js';
 import type { RedisStore } from '../../src/backends/redis/store.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Term } from '../../src/core/lease.js';
-import { FencedError, type LeaseLostError } from '../../src/core/errors.js';
+import { FencedError, StoreUnavailableError, type LeaseLostError } from '../../src/core/errors.js';
 import { fencedSet } from '../../src/fence/index.js';
 import { deleteRedisKeys, freshRedisPrefix, TEST_REDIS_URL } from '../helpers/redis-store.js';
+import { freshCerts, type Certs } from './tls-helpers.js';
 
 interface Server {
   name: string;
@@ -54,7 +60,7 @@ interface SentinelSet {
 }
 interface SentinelModule {
   redisBinaries(): { server: string; cli: string } | null;
-  startRedisSentinel(o: { basePort: number; log?: (m: string) => void }): Promise<SentinelSet>;
+  startRedisSentinel(o: { basePort: number; log?: (m: string) => void; tls?: Certs }): Promise<SentinelSet>;
 }
 
 const BASE = Number(process.env['LEASEHOLD_TEST_REDIS_SENTINEL_PORT'] ?? 26400);
@@ -234,6 +240,13 @@ void describe(`Redis behind Sentinel (primary, replica, three Sentinels), TTL ${
 
   void it('a. the primary killed: a term is held again after the failover, tokens increase, none twice', async (t) => {
     const { set, s } = await fresh();
+    // A master name the Sentinels do not monitor: unavailable, saying so.
+    const wrong = await createRedisStore({ url: set.url.replace(/mymaster$/, 'nosuch'), prefix: s.prefix, commandTimeoutMs: 1000, connectTimeoutMs: 1000 });
+    try {
+      await assert.rejects(wrong.list(), (e: unknown) => e instanceof StoreUnavailableError && /No such master with that name/.test(e.message));
+    } finally {
+      await wrong.close();
+    }
     const holders = { a: await s.holder('a', set.url), b: await s.holder('b', set.url) };
     const first = await s.waitForTerm(10_000);
     await sleep(2000); // settled: renewals and fenced writes on the primary
@@ -312,7 +325,7 @@ void describe(`Redis behind Sentinel (primary, replica, three Sentinels), TTL ${
     assert.ok(lastOldAccepted < firstNewAccepted + 1000, 'the stale holder kept writing long after the new one');
   });
 
-  void it('d. the primary turned read-only under its holder: READONLY ends the term, never renews it', async (t) => {
+  void it('c. the primary turned read-only under its holder: READONLY ends the term, never renews it', async (t) => {
     const { set, s } = await fresh();
     await s.holder('a', set.url);
     const first = await s.waitForTerm(10_000);
@@ -335,7 +348,51 @@ void describe(`Redis behind Sentinel (primary, replica, three Sentinels), TTL ${
     s.checkTokensAndFence();
   });
 
-  void it('c. a clean SENTINEL FAILOVER: no token twice, and a waiting follower gets the lease', async (t) => {
+  void it('d. rediss+sentinel://: TLS to the Sentinels and the servers, through a failover; a wrong CA is refused', async (t) => {
+    await scenario?.close();
+    await set?.stop();
+    scenario = undefined;
+    const certs = await freshCerts();
+    try {
+      set = await mod.startRedisSentinel({ basePort: BASE, tls: certs });
+      const s = (scenario = new Scenario());
+      assert.match(set.url, /^rediss\+sentinel:\/\//);
+      const q = `?cacert=${certs.ca}&cert=${certs.clientCert}&key=${certs.clientKey}`;
+      const wrong = await createRedisStore({ url: `${set.url}?cacert=${certs.otherCa}`, prefix: s.prefix, commandTimeoutMs: 1000, connectTimeoutMs: 1000 });
+      let refusal = '';
+      try {
+        await assert.rejects(wrong.list(), (e: unknown) => {
+          refusal = (e as Error).message;
+          return e instanceof StoreUnavailableError;
+        });
+      } finally {
+        await wrong.close();
+      }
+      await s.holder('a', `${set.url}${q}`);
+      await s.holder('b', `${set.url}${q}`);
+      const first = await s.waitForTerm(10_000);
+      await sleep(1000);
+      const old = (await set.primary())!;
+      const faultAt = performance.now();
+      old.signal('SIGKILL');
+      await set.waitForPrimary({ not: old.port, ms: 20_000 });
+      await sleep(Math.max(0, faultAt + TTL_MS - performance.now()));
+      const again = first.endedAt === undefined ? first : await s.waitForTerm(20_000, faultAt);
+      const msg = `TLS: a wrong CA is refused (${refusal.slice(0, 160)}); after SIGKILL of the primary a term was held again ${Math.max(0, Math.round(again.startedAt - faultAt))}ms after the kill; terms ${s.describe()}`;
+      console.log(`[redis-sentinel] ${msg}`);
+      t.diagnostic(msg);
+      await sleep(500);
+      s.checkTokensAndFence();
+    } finally {
+      await scenario?.close();
+      scenario = undefined;
+      await set?.stop();
+      set = undefined;
+      rmSync(certs.dir, { recursive: true, force: true });
+    }
+  });
+
+  void it('e. a clean SENTINEL FAILOVER: no token twice, and a waiting follower gets the lease', async (t) => {
     const { set, s } = await fresh();
     const a = await s.holder('a', set.url);
     const first = await s.waitForTerm(10_000);

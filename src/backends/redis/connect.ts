@@ -191,7 +191,25 @@ async function createSentinelDriver(url: string, options: OwnedClientOptions): P
     );
   }
   const client = new Redis({ ...ioredisOptions(options), ...ioredisSentinelOptions(target, tls, options.connectTimeoutMs, backoff) });
-  return withLastError(client, driverFor(client, true));
+  const driver = withLastError(client, driverFor(client, true));
+  // When no Sentinel names a primary, ioredis' error says only "All sentinels are unreachable
+  // ... Last error: Connection is closed."; each Sentinel's own reason (a TLS failure, a
+  // refused connection, no such master) comes as a 'sentinelError' event.
+  let sentinelError: string | undefined;
+  // ("Connection is closed" is ioredis closing its own Sentinel connection: keep the reason before it.)
+  (client as unknown as { on(event: 'sentinelError', listener: (err: Error) => void): unknown }).on('sentinelError', (err: Error) => {
+    if (sentinelError === undefined || !/Connection is closed\.?$/.test(err.message)) sentinelError = err.message;
+  });
+  client.on('ready', () => {
+    sentinelError = undefined;
+  });
+  return {
+    ...driver,
+    lastConnectionError: () => {
+      const last = driver.lastConnectionError?.();
+      return last !== undefined && sentinelError !== undefined && /All sentinels are unreachable/.test(last) ? `${last.replace(/ Last error: .*$/, '')} Last: ${sentinelError}` : last;
+    },
+  };
 }
 
 /** Listens for errors (unhandled, one would crash the process) and keeps the last for messages. */
