@@ -18,6 +18,7 @@
 //   await s.stop()
 //   startRedisSentinel({ basePort, tls: certs })  the same over TLS only (certs from tls.mjs makeCerts;
 //                                  s.url is then rediss+sentinel://, without the ?cacert=&cert=&key= to add)
+//   startRedisSentinel({ basePort, minReplicasMaxLag: 1 })  servers with min-replicas-to-write 1 (lag 1s)
 //
 // Sentinel timeouts are short (down after 1s, failover timeout 3s) so a failover takes seconds.
 // State (configs, pids, logs) lives under os.tmpdir()/leasehold-redis-sentinel-<basePort>/. Stop
@@ -123,9 +124,12 @@ function tlsConf(n, certs) {
   ];
 }
 
-function serverConf(n, dir, replicaOf, certs) {
+function serverConf(n, dir, replicaOf, certs, minReplicasMaxLag) {
   return [
     ...tlsConf(n, certs),
+    // Redis' own guard against a primary cut off from its replicas: refuse writes (NOREPLICAS)
+    // unless a replica acknowledged within the lag. Off unless asked for.
+    ...(minReplicasMaxLag === undefined ? [] : ['min-replicas-to-write 1', `min-replicas-max-lag ${minReplicasMaxLag}`]),
     `bind ${HOST}`,
     'protected-mode no',
     'daemonize no',
@@ -173,15 +177,15 @@ export async function stopRedisSentinel({ basePort = DEFAULT_BASE, log = silent 
  * first) and waits until the replica is in sync and every Sentinel knows the replica and the two
  * other Sentinels (before that, a failover cannot be agreed).
  */
-export async function startRedisSentinel({ basePort = DEFAULT_BASE, log = silent, timeoutMs = 30_000, tls = undefined } = {}) {
+export async function startRedisSentinel({ basePort = DEFAULT_BASE, log = silent, timeoutMs = 30_000, tls = undefined, minReplicasMaxLag = undefined } = {}) {
   const cli = (port, args, ms) => cliCommand(port, args, ms, tls);
   const bins = redisBinaries();
   if (bins === null) throw new Error('no redis-server / redis-cli: apt-get install redis-server');
   await stopRedisSentinel({ basePort, log });
   const { dir, servers: specs, sentinels: sentinelSpecs } = layout(basePort);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(specs[0].conf, serverConf(specs[0], dir, undefined, tls));
-  writeFileSync(specs[1].conf, serverConf(specs[1], dir, specs[0].port, tls));
+  writeFileSync(specs[0].conf, serverConf(specs[0], dir, undefined, tls, minReplicasMaxLag));
+  writeFileSync(specs[1].conf, serverConf(specs[1], dir, specs[0].port, tls, minReplicasMaxLag));
   for (const s of sentinelSpecs) writeFileSync(s.conf, sentinelConf(s, dir, specs[0].port, tls));
 
   const handle = (n) => {

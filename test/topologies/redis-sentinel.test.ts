@@ -14,7 +14,12 @@
  *    READONLY and the term ends by its TTL (READONLY is "unavailable", never a renewal).
  * d. rediss+sentinel:// with cacert=, cert=, key=: TLS to the Sentinels and the servers, a
  *    term held again after the primary is killed; a wrong CA is "unavailable".
- * e. a clean SENTINEL FAILOVER: the term may survive or end (a renewal the old primary
+ * e. the primary frozen (SIGSTOP) through a failover, then thawed, with one more holder on the
+ *    primary's own address (not through Sentinel): what the thawed old primary grants before
+ *    the Sentinels demote it is printed; tokens stay unique and the fence keeps order. With
+ *    LEASEHOLD_TEST_REDIS_SENTINEL_MIN_REPLICAS_LAG=<s>, the servers run min-replicas-to-write 1
+ *    with that lag, and the thawed primary must grant nothing.
+ * f. a clean SENTINEL FAILOVER: the term may survive or end (a renewal the old primary
  *    acknowledged after the promotion is lost, and the next one, on the new primary, looks
  *    like a clone's: the term ends, safely), no token repeats, and a waiting
  *    follower gets the lease when the holder releases, told by a "freed" notification through
@@ -60,11 +65,13 @@ interface SentinelSet {
 }
 interface SentinelModule {
   redisBinaries(): { server: string; cli: string } | null;
-  startRedisSentinel(o: { basePort: number; log?: (m: string) => void; tls?: Certs }): Promise<SentinelSet>;
+  startRedisSentinel(o: { basePort: number; log?: (m: string) => void; tls?: Certs; minReplicasMaxLag?: number }): Promise<SentinelSet>;
 }
 
 const BASE = Number(process.env['LEASEHOLD_TEST_REDIS_SENTINEL_PORT'] ?? 26400);
 const TTL_MS = 3000;
+/** Scenario e with min-replicas-to-write 1 and this max lag (seconds) on the servers: Redis' own split-brain guard. */
+const MIN_REPLICAS_LAG = process.env['LEASEHOLD_TEST_REDIS_SENTINEL_MIN_REPLICAS_LAG'];
 const wanted = (process.env['LEASEHOLD_TEST_STORES'] ?? 'redis').split(',').includes('redis');
 
 async function sentinelModule(): Promise<SentinelModule> {
@@ -230,10 +237,10 @@ void describe(`Redis behind Sentinel (primary, replica, three Sentinels), TTL ${
     await set?.stop();
   });
 
-  async function fresh(): Promise<{ set: SentinelSet; s: Scenario }> {
+  async function fresh(minReplicasMaxLag?: number): Promise<{ set: SentinelSet; s: Scenario }> {
     await scenario?.close();
     await set?.stop();
-    set = await mod.startRedisSentinel({ basePort: BASE });
+    set = await mod.startRedisSentinel({ basePort: BASE, ...(minReplicasMaxLag === undefined ? {} : { minReplicasMaxLag }) });
     scenario = new Scenario();
     return { set, s: scenario };
   }
@@ -344,7 +351,6 @@ void describe(`Redis behind Sentinel (primary, replica, three Sentinels), TTL ${
     t.diagnostic(msg);
     assert.notEqual(endedAfter, undefined, 'a holder whose renewals met READONLY kept its term');
     assert.ok(endedAfter! <= TTL_MS, `the term ended ${endedAfter}ms after the demotion, later than its TTL`);
-    await s.waitForTerm(20_000, first.endedAt);
     s.checkTokensAndFence();
   });
 
@@ -392,7 +398,59 @@ void describe(`Redis behind Sentinel (primary, replica, three Sentinels), TTL ${
     }
   });
 
-  void it('e. a clean SENTINEL FAILOVER: no token twice, and a waiting follower gets the lease', async (t) => {
+  void it(`e. the primary frozen through a failover, then thawed, with a client still pointed at it${MIN_REPLICAS_LAG === undefined ? '' : ` (min-replicas-to-write 1, max lag ${MIN_REPLICAS_LAG}s)`}`, async (t) => {
+    const { set, s } = await fresh(MIN_REPLICAS_LAG === undefined ? undefined : Number(MIN_REPLICAS_LAG));
+    const old = (await set.primary())!;
+    await s.holder('a', set.url);
+    await s.holder('b', set.url);
+    const first = await s.waitForTerm(10_000);
+    // A process configured with the primary's own address (not through Sentinel), waiting.
+    await s.holder('direct', old.url);
+    await sleep(1500);
+    const frozenAt = performance.now();
+    old.signal('SIGSTOP');
+    let thawedAt: number | undefined;
+    try {
+      await set.waitForPrimary({ not: old.port, ms: 20_000 });
+      const promotedAt = performance.now();
+      // With min-replicas-to-write and one replica, the promoted primary has no replica while the
+      // old one is frozen, and refuses writes: no term until the old one is back as its replica.
+      let next = MIN_REPLICAS_LAG === undefined ? await s.waitForTerm(15_000, frozenAt) : undefined;
+      if (next === undefined) await sleep(TTL_MS);
+      old.signal('SIGCONT');
+      thawedAt = performance.now();
+      // The Sentinels demote the thawed old primary in their own time; if not within 25s, as they would.
+      let demotedBy = 'the Sentinels';
+      const end = performance.now() + 25_000;
+      while ((await old.role()) !== 'slave') {
+        if (performance.now() > end) {
+          demotedBy = 'the test (the Sentinels had not within 25s)';
+          await old.cli(['REPLICAOF', '127.0.0.1', String((await set.primary())!.port)]);
+        }
+        await sleep(100);
+      }
+      const demotedAt = performance.now();
+      next ??= await s.waitForTerm(30_000, frozenAt);
+      await sleep(TTL_MS + 500);
+      const direct = s.terms.filter((h) => h.who === 'direct' && h.startedAt > thawedAt!);
+      const legitFenced = s.writes.filter((w) => w.who !== 'direct' && w.outcome === 'fenced' && w.sentAt > thawedAt!).length;
+      const msg =
+        `frozen primary: first term ${first.endedAt === undefined ? 'survived' : `ended (${first.reason}) ${Math.round(first.endedAt - frozenAt)}ms after the freeze`}; ` +
+        `Sentinels promoted after ${Math.round(promotedAt - frozenAt)}ms; a term was held again ${Math.round(next.startedAt - frozenAt)}ms after the freeze; ` +
+        `no leader for ${s.leaderless(frozenAt, next.startedAt)}ms; thawed after ${Math.round(thawedAt - frozenAt)}ms, demoted by ${demotedBy} ${Math.round(demotedAt - thawedAt)}ms later; ` +
+        `the client pointed at it got ${direct.length === 0 ? 'no term' : `${direct.length} term(s) from it (${direct.map((d) => `${d.token}, ${Math.round((d.endedAt ?? performance.now()) - d.startedAt)}ms`).join('; ')})`}; ` +
+        `two leaders for ${s.overlap()}ms; writes of the Sentinel holders fenced after the thaw: ${legitFenced}; terms ${s.describe()}`;
+      console.log(`[redis-sentinel] ${msg}`);
+      t.diagnostic(msg);
+      for (const d of direct) assert.notEqual(d.endedAt, undefined, `the term ${d.token} granted by the demoted old primary never ended`);
+      if (MIN_REPLICAS_LAG !== undefined) assert.equal(direct.length, 0, 'min-replicas-to-write did not stop the thawed old primary granting a term');
+      s.checkTokensAndFence();
+    } finally {
+      if (thawedAt === undefined) old.signal('SIGCONT');
+    }
+  });
+
+  void it('f. a clean SENTINEL FAILOVER: no token twice, and a waiting follower gets the lease', async (t) => {
     const { set, s } = await fresh();
     const a = await s.holder('a', set.url);
     const first = await s.waitForTerm(10_000);
