@@ -28,7 +28,7 @@ export interface OpenStoreOptions {
 }
 
 /**
- * Opens a store from a URL (every backend is also `XStore.create(options)`, the same shape): `postgres://...`, `sqlite:PATH`, `redis://...`, `etcd://host:port`.
+ * Opens a store from a URL (every backend is also `XStore.create(options)`, the same shape): `postgres://...`, `sqlite:PATH`, `redis://...` (or `redis+sentinel://`), `etcd://host:port`.
  * Each driver is loaded only when its scheme is used.
  * @throws {ConfigError} for an unknown scheme or a malformed URL.
  */
@@ -45,7 +45,9 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
       return SqliteStore.create({ url });
     }
     case 'redis':
-    case 'rediss': {
+    case 'rediss':
+    case 'redis+sentinel':
+    case 'rediss+sentinel': {
       const { RedisStore } = await import('./redis/store.js');
       return RedisStore.create({ url });
     }

@@ -1,6 +1,7 @@
 import { checkQueryParameters, checkUrlParts, readTlsFiles, redactUrl, tlsFilePaths, type TlsMaterial } from '../url.js';
 import { ConfigError } from '../../core/errors.js';
 import { driverFor, type IoredisLike, type NodeRedisLike, type RedisDriver } from './driver.js';
+import { ioredisSentinelOptions, MAX_REDIS_DB, parseSentinelUrl, SENTINEL_EXAMPLE, SENTINEL_SCHEME, TLS_PARAMETERS } from './sentinel.js';
 
 export const DEFAULT_PREFIX = 'leasehold';
 
@@ -22,19 +23,20 @@ interface ParsedRedisUrl {
   redacted: string;
 }
 
-/** Redis's default `databases 16`; the range a URL can name without the server telling us its own. */
-const MAX_REDIS_DB = 15;
-
 const EXAMPLE =
   'write redis://[user:password@]host:6379/0?prefix=leasehold (or rediss:// for TLS, with ?cacert=ca.pem[&cert=client.pem&key=client-key.pem] as needed)';
 
-const TLS_PARAMETERS = ['cacert', 'cert', 'key'] as const;
-
 /**
  * @throws {ConfigError} for anything but a redis:// or rediss:// URL with a host, a database
- * 0-15, and at most ?prefix= (and on rediss://, the TLS files cacert=, cert=, key=).
+ * 0-15, and at most ?prefix= (and on rediss://, the TLS files cacert=, cert=, key=); or a
+ * redis+sentinel:// / rediss+sentinel:// URL with Sentinels, a master name and the same.
  */
 export function parseRedisUrl(url: string): ParsedRedisUrl {
+  if (SENTINEL_SCHEME.test(url)) {
+    const s = parseSentinelUrl(url);
+    if (s.prefix !== undefined) validatePrefix(s.prefix);
+    return { url: s.url, prefix: s.prefix, redacted: s.redacted };
+  }
   let u: URL;
   try {
     u = new URL(url);
@@ -42,7 +44,7 @@ export function parseRedisUrl(url: string): ParsedRedisUrl {
     throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} is not a URL; ${EXAMPLE}`, { cause: err });
   }
   if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') {
-    throw new ConfigError(`store URL scheme "${u.protocol}" is not Redis; ${EXAMPLE}`);
+    throw new ConfigError(`store URL scheme "${u.protocol}" is not Redis; ${EXAMPLE}; for Sentinel, ${SENTINEL_EXAMPLE}`);
   }
   if (u.hostname === '') throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} has no host; ${EXAMPLE}`);
   checkUrlParts(u, redactUrl(url));
@@ -85,9 +87,14 @@ function backoff(attempt: number): number {
   return Math.min(50 * 2 ** Math.min(attempt, 6), 2000);
 }
 
+interface IoredisConstructor {
+  new (url: string, options: Record<string, unknown>): IoredisLike;
+  new (options: Record<string, unknown>): IoredisLike;
+}
+
 interface IoredisModule {
-  default?: new (url: string, options: Record<string, unknown>) => IoredisLike;
-  Redis?: new (url: string, options: Record<string, unknown>) => IoredisLike;
+  default?: IoredisConstructor;
+  Redis?: IoredisConstructor;
 }
 
 interface NodeRedisModule {
@@ -103,6 +110,7 @@ interface NodeRedisModule {
  * @throws {ConfigError} when neither driver is installed.
  */
 export async function createOwnedDriver(url: string, options: OwnedClientOptions): Promise<RedisDriver> {
+  if (SENTINEL_SCHEME.test(url)) return createSentinelDriver(url, options);
   // The drivers would read the TLS parameters as client options of their own (or not at all):
   // they are taken out here and given as tls options, read from their files.
   const u = new URL(url);
@@ -113,18 +121,7 @@ export async function createOwnedDriver(url: string, options: OwnedClientOptions
   const ioredis = options.clientPackage === 'redis' ? undefined : await tryImport<IoredisModule>('ioredis');
   const Redis = ioredis?.Redis ?? ioredis?.default;
   if (Redis !== undefined) {
-    const client = new Redis(url, {
-      lazyConnect: true,
-      // Commands wait while the first connection is made, and are failed (not kept) as soon as
-      // one connection attempt fails: maxRetriesPerRequest 0 flushes the queue on every close.
-      enableOfflineQueue: true,
-      maxRetriesPerRequest: 0,
-      autoResendUnfulfilledCommands: false,
-      commandTimeout: options.commandTimeoutMs,
-      connectTimeout: options.connectTimeoutMs,
-      retryStrategy: backoff,
-      ...(tls === undefined ? {} : { tls }),
-    });
+    const client = new Redis(url, { ...ioredisOptions(options), ...(tls === undefined ? {} : { tls }) });
     // Without a listener, a connection error event would crash the process.
     return withLastError(client, driverFor(client, true));
   }
@@ -159,6 +156,60 @@ export async function createOwnedDriver(url: string, options: OwnedClientOptions
     throw new ConfigError(`the Redis store was told to use the "${options.clientPackage}" package, which is not installed: npm install ${options.clientPackage}`);
   }
   throw new ConfigError('the Redis store needs a Redis client package: npm install ioredis (or npm install redis)');
+}
+
+/** The ioredis options of every client leasehold creates, Sentinel or not. */
+function ioredisOptions(options: OwnedClientOptions): Record<string, unknown> {
+  return {
+    lazyConnect: true,
+    // Commands wait while the first connection is made, and are failed (not kept) as soon as
+    // one connection attempt fails: maxRetriesPerRequest 0 flushes the queue on every close.
+    enableOfflineQueue: true,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    commandTimeout: options.commandTimeoutMs,
+    connectTimeout: options.connectTimeoutMs,
+    retryStrategy: backoff,
+  };
+}
+
+/**
+ * Sentinel through ioredis only: node-redis' Sentinel client (createSentinel) is a different
+ * object from createClient's, and leasehold has not been tested against its failover
+ * behaviour; an untested path to the primary is not one a lease should take.
+ */
+async function createSentinelDriver(url: string, options: OwnedClientOptions): Promise<RedisDriver> {
+  const target = parseSentinelUrl(url);
+  const tls = target.tlsPaths === undefined ? undefined : readTlsFiles(target.tlsPaths, 'Redis store');
+  const ioredis = options.clientPackage === 'redis' ? undefined : await tryImport<IoredisModule>('ioredis');
+  const Redis = ioredis?.Redis ?? ioredis?.default;
+  if (Redis === undefined) {
+    throw new ConfigError(
+      `a Sentinel store URL (${target.redacted}) needs the ioredis package` +
+        (options.clientPackage === 'redis' ? ', but the store was told to use "redis" (node-redis); drop clientPackage, and ' : '; ') +
+        'npm install ioredis (node-redis is not supported with Sentinel; or pass your own client already connected to the primary)',
+    );
+  }
+  const client = new Redis({ ...ioredisOptions(options), ...ioredisSentinelOptions(target, tls, options.connectTimeoutMs, backoff) });
+  const driver = withLastError(client, driverFor(client, true));
+  // When no Sentinel names a primary, ioredis' error says only "All sentinels are unreachable
+  // ... Last error: Connection is closed."; each Sentinel's own reason (a TLS failure, a
+  // refused connection, no such master) comes as a 'sentinelError' event.
+  let sentinelError: string | undefined;
+  // ("Connection is closed" is ioredis closing its own Sentinel connection: keep the reason before it.)
+  (client as unknown as { on(event: 'sentinelError', listener: (err: Error) => void): unknown }).on('sentinelError', (err: Error) => {
+    if (sentinelError === undefined || !/Connection is closed\.?$/.test(err.message)) sentinelError = err.message;
+  });
+  client.on('ready', () => {
+    sentinelError = undefined;
+  });
+  return {
+    ...driver,
+    lastConnectionError: () => {
+      const last = driver.lastConnectionError?.();
+      return last !== undefined && sentinelError !== undefined && /All sentinels are unreachable/.test(last) ? `${last.replace(/ Last error: .*$/, '')} Last: ${sentinelError}` : last;
+    },
+  };
 }
 
 /** Listens for errors (unhandled, one would crash the process) and keeps the last for messages. */

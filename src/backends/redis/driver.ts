@@ -179,17 +179,28 @@ function ioredisDriver(client: IoredisLike, owned: boolean): RedisDriver {
           closing = true;
           settleFirst();
           sub.removeAllListeners('message');
-          const quit = sub.quit().catch(() => undefined);
-          if ((await within(quit, QUIT_TIMEOUT_MS)) === undefined) sub.disconnect(false);
+          await quitIoredis(sub);
         },
       };
     },
     async close() {
       if (!owned) return;
-      const quit = client.quit().catch(() => undefined);
-      if ((await within(quit, QUIT_TIMEOUT_MS)) === undefined) client.disconnect(false);
+      await quitIoredis(client);
     },
   };
+}
+
+/**
+ * QUIT, then disconnect() whether or not QUIT answered: only disconnect() reaches a Sentinel
+ * client's connector, whose failover detector otherwise keeps its own connections to the
+ * Sentinels (and reconnects them for ever) after the client has quit.
+ */
+async function quitIoredis(c: IoredisLike): Promise<void> {
+  await within(
+    c.quit().catch(() => undefined),
+    QUIT_TIMEOUT_MS,
+  );
+  c.disconnect(false);
 }
 
 function nodeRedisDriver(client: NodeRedisLike, owned: boolean): RedisDriver {

@@ -94,6 +94,11 @@ export function mapRedisError(err: unknown, ctx: ErrorContext): Error {
         return new ConfigError(`Redis at ${at} refused the login (${last}); check the user and password in the store URL`, { cause: err });
       }
       detail = last === undefined ? 'not connected' : `not connected: ${last}`;
+    } else if (/Command timed out/i.test(msg)) {
+      // A command that waited for a first connection (through Sentinel: for the Sentinels to
+      // name a primary) times out rather than failing; why there is no connection is the news.
+      const last = ctx.lastConnectionError?.();
+      if (last !== undefined) detail = `${msg}, not connected: ${last}`;
     }
     return new StoreUnavailableError(
       `Redis at ${at} is unreachable (${detail}); this is retryable: check that Redis is running and the store URL is right`,

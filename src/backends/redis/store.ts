@@ -37,7 +37,10 @@ import {
 } from './scripts.js';
 
 export interface RedisStoreOptions {
-  /** `redis://[user:password@]host:6379/0?prefix=leasehold` or `rediss://...`; or pass `client`. */
+  /**
+   * `redis://[user:password@]host:6379/0?prefix=leasehold` or `rediss://...`; behind Sentinel,
+   * `redis+sentinel://[user:password@]s1:26379,s2:26379/mymaster[/0]` (ioredis only); or pass `client`.
+   */
   url?: string;
   /**
    * Your own ioredis or node-redis client; leasehold will not close it. Every call is bounded by
