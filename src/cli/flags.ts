@@ -77,7 +77,7 @@ export const STORE_FLAGS = {
     value: 'URL',
     env: 'LEASEHOLD_STORE',
     or: 'store-file',
-    help: 'where the leases live: postgres://user@host/db, sqlite:/path/file.db, redis://host:6379, etcd://host:2379',
+    help: 'where the leases live: postgres://user@host/db, sqlite:/path/file.db, redis://host:6379 (redis+sentinel://s1:26379,s2:26379/mymaster), etcd://host:2379',
     default: 'sqlite:$XDG_STATE_HOME/leasehold/leasehold.db',
   },
   'store-file': {

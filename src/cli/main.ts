@@ -80,8 +80,9 @@ ${summaries.join('\n')}
 Durations: 30s, 500ms, 2m, 1h, 1d, 1m30s, or whole milliseconds.
 Store: --store, else --store-file, else LEASEHOLD_STORE_FILE or LEASEHOLD_STORE (both set: they
        must agree), else sqlite:$XDG_STATE_HOME/leasehold/leasehold.db (~/.local/state/leasehold/
-       without XDG_STATE_HOME). postgres://user@host/db[?schema=S], sqlite:/path/file.db,
-       redis://host:6379, etcd://host:2379. A password in --store is visible to every user in
+       without XDG_STATE_HOME). postgres://user@host[,host2]/db[?schema=S], sqlite:/path/file.db,
+       redis://host:6379, redis+sentinel://s1:26379,s2:26379/mymaster, etcd://host:2379[,host2].
+       A password in --store is visible to every user in
        ps: put the URL in a file (--store-file, chmod 600) or in LEASEHOLD_STORE instead.
 ${wrapText([...new Set(env)].join(', '), WIDTH, 'Flags override environment:', '       ')}
 Diagnostics: --log-format json (or LEASEHOLD_LOG_FORMAT=json): one JSON object per line on stderr.
