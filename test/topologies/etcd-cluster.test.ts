@@ -21,6 +21,7 @@ import { createEtcdStore } from '../../src/backends/etcd/index.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Term } from '../../src/core/lease.js';
 import type { LeaseLostError } from '../../src/core/errors.js';
+import { leaderlessMs } from './shared.js';
 
 interface Member {
   name: string;
@@ -94,21 +95,6 @@ async function holdWith(url: string) {
   };
 }
 
-/** ms with no live term between from and to (ms since the timeOrigin). */
-function leaderless(terms: Held[], from: number, to: number): number {
-  let gap = 0;
-  let cursor = from;
-  const sorted = [...terms].sort((a, b) => a.startedAt - b.startedAt);
-  for (const t of sorted) {
-    const end = t.endedAt ?? Infinity;
-    if (end <= cursor) continue;
-    if (t.startedAt > cursor) gap += Math.min(t.startedAt, to) - cursor;
-    cursor = Math.max(cursor, end);
-    if (cursor >= to) break;
-  }
-  if (cursor < to) gap += to - cursor;
-  return Math.max(0, Math.round(gap));
-}
 
 const skip = !wanted ? 'etcd not selected' : !hasEtcd ? 'no etcd binary (apt-get install etcd-server)' : false;
 
@@ -147,7 +133,7 @@ void describe(`etcd, three members, TTL ${TTL_MS}ms: one member down costs no te
         else await victim.restart();
         await cluster.waitForLeader();
         await sleep(TTL_MS);
-        const gap = leaderless(holder.terms, faultAt, healedAt);
+        const gap = leaderlessMs(holder.terms, faultAt, healedAt);
         const lost = holder.terms.filter((h) => h.endedAt !== undefined);
         t.diagnostic(
           `${sig} ${who}: ${lost.length === 0 ? 'term survived' : `term ended (${lost.map((l) => `${l.reason} after ${Math.round(l.endedAt! - faultAt)}ms`).join(', ')})`}; ` +

@@ -7,34 +7,15 @@
  * Ports: LEASEHOLD_TEST_PG_REPLICA_PORT (default 24432; the standby on the next port).
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { after, describe, it } from 'node:test';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import type { LeaseStore } from '../../src/backends/store.js';
 import { openFleet } from '../../src/fleet/open.js';
+import { pgReplicaSkip, startPgReplicas, type PgReplicas as Replicas } from './shared.js';
 
-interface Replicas {
-  primaryUrl: string;
-  standbyUrl: string;
-  stopPrimary(): boolean;
-  stopStandby(): boolean;
-  startStandby(): void;
-  promote(): void;
-  stop(): void;
-}
+const skip = pgReplicaSkip();
 
-const PORT = Number(process.env['LEASEHOLD_TEST_PG_REPLICA_PORT'] ?? 24432);
-const wanted = (process.env['LEASEHOLD_TEST_STORES'] ?? 'postgres').split(',').includes('postgres');
-const hasServer = existsSync('/usr/lib/postgresql');
-const skip = !wanted ? 'postgres not selected' : !hasServer ? 'no PostgreSQL server binaries' : false;
-
-async function replicas(): Promise<Replicas> {
-  const mjs = join(fileURLToPath(import.meta.url), '..', '..', '..', '..', 'scripts', 'services', 'pg-replicas.mjs');
-  const mod = (await import(pathToFileURL(mjs).href)) as { startPgReplicas(o: { port: number }): Promise<Replicas> };
-  return mod.startPgReplicas({ port: PORT });
-}
+const replicas = (): Promise<Replicas> => startPgReplicas();
 
 /** Holds `agent/<id>` for a minute and registers it, so placements can land on it. */
 async function liveAgent(store: PostgresStore, id: string): Promise<void> {

@@ -21,32 +21,17 @@
  * Ports: LEASEHOLD_TEST_PG_REPLICA_PORT (default 24432; the standby on the next port).
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { after, describe, it } from 'node:test';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import { StoreUnavailableError } from '../../src/core/errors.js';
 import { Elector } from '../../src/core/elector.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Term } from '../../src/core/lease.js';
+import { PG_REPLICA_PORT, pgReplicaSkip, startPgReplicas, type PgReplicas as Replicas } from './shared.js';
 
-interface Replicas {
-  primaryUrl: string;
-  standbyUrl: string;
-  stopPrimary(): boolean;
-  stopStandby(): boolean;
-  startStandby(): void;
-  promote(): void;
-  syncState(): string;
-  stop(): void;
-}
-
-const PORT = Number(process.env['LEASEHOLD_TEST_PG_REPLICA_PORT'] ?? 24432);
-const wanted = (process.env['LEASEHOLD_TEST_STORES'] ?? 'postgres').split(',').includes('postgres');
-const hasServer = existsSync('/usr/lib/postgresql');
-const skip = !wanted ? 'postgres not selected' : !hasServer ? 'no PostgreSQL server binaries' : false;
+const PORT = PG_REPLICA_PORT;
+const skip = pgReplicaSkip();
 const silent = { debug() {}, info() {}, warn() {}, error() {} };
 /** Everything a test opened, closed in `after` even when an assertion failed half-way (no process left hanging). */
 const opened: (() => Promise<unknown>)[] = [];
@@ -59,11 +44,7 @@ async function open(url: string, options: { queryTimeoutMs?: number } = {}): Pro
   return store;
 }
 
-async function replicas(synchronous: boolean): Promise<Replicas> {
-  const mjs = join(fileURLToPath(import.meta.url), '..', '..', '..', '..', 'scripts', 'services', 'pg-replicas.mjs');
-  const mod = (await import(pathToFileURL(mjs).href)) as { startPgReplicas(o: { port: number; synchronous: boolean }): Promise<Replicas> };
-  return mod.startPgReplicas({ port: PORT, synchronous });
-}
+const replicas = (synchronous: boolean): Promise<Replicas> => startPgReplicas({ synchronous });
 
 const hostsUrl = (ports: number[], schema: string): string =>
   `postgres://postgres@${ports.map((p) => `127.0.0.1:${p}`).join(',')}/test?target_session_attrs=read-write&schema=${schema}`;

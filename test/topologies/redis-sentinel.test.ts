@@ -46,6 +46,7 @@ import { FencedError, StoreUnavailableError, type LeaseLostError } from '../../s
 import { fencedSet } from '../../src/fence/index.js';
 import { deleteRedisKeys, freshRedisPrefix, TEST_REDIS_URL } from '../helpers/redis-store.js';
 import { freshCerts, type Certs } from './tls-helpers.js';
+import { leaderlessMs } from './shared.js';
 
 interface Server {
   name: string;
@@ -172,18 +173,9 @@ class Scenario {
 
   /** ms with no live term between from and to. */
   leaderless(from: number, to: number): number {
-    let gap = 0;
-    let cursor = from;
-    for (const t of [...this.terms].sort((a, b) => a.startedAt - b.startedAt)) {
-      const end = t.endedAt ?? Infinity;
-      if (end <= cursor) continue;
-      if (t.startedAt > cursor) gap += Math.min(t.startedAt, to) - cursor;
-      cursor = Math.max(cursor, end);
-      if (cursor >= to) break;
-    }
-    if (cursor < to) gap += to - cursor;
-    return Math.max(0, Math.round(gap));
+    return leaderlessMs(this.terms, from, to);
   }
+
 
   /** ms during which two holders' terms were both live. */
   overlap(): number {
