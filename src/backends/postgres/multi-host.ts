@@ -15,7 +15,7 @@ import { ConfigError, StoreUnavailableError } from '../../core/errors.js';
 import type { PgListenClientLike, PgPoolLike, PgResultLike } from './store.js';
 
 /** The target_session_attrs values a lease store can use (libpq's others only pick read-only servers). */
-export type TargetSessionAttrs = 'any' | 'read-write' | 'primary';
+type TargetSessionAttrs = 'any' | 'read-write' | 'primary';
 
 /** Where to connect: one single-host connection string per host, in the URL's order, and what a host must be. */
 export interface PgTarget {

@@ -21,7 +21,7 @@ export const TLS_PARAMETERS = ['cacert', 'cert', 'key'] as const;
 
 const DEFAULT_SENTINEL_PORT = 26379;
 
-export interface SentinelTarget {
+interface SentinelTarget {
   tls: boolean;
   sentinels: { host: string; port: number }[];
   /** The master name the Sentinels monitor. */
