@@ -127,7 +127,12 @@ for (const kind of stores) {
               } finally {
                 running--;
               }
-              await new Promise((r) => setImmediate(r));
+              // On SQLite the writes hold the file's write lock synchronously, back to back: with
+              // only setImmediate between them, the store's renewal (retrying SQLITE_BUSY on short
+              // timers) found the lock free too rarely on a loaded CI machine and the term ended at
+              // its deadline. A millisecond between writes leaves it room; the writes still overlap
+              // every renewal, which is what this test is about.
+              await new Promise((r) => (kind === 'sqlite' ? setTimeout(r, 1) : setImmediate(r)));
             }
           }),
         );
