@@ -55,6 +55,26 @@ void describe('postgres: release commits without waiting for the WAL flush, acqu
     assert.deepEqual(events, ['acquired', 'released']);
   });
 
+  void it('renewals and revocations stay durable', async () => {
+    const [acq] = await store.claim([{ name: 'd', holder: 'h', ttlMs: 30_000, expect: null, nextNonce: 'd1' }]);
+    assert.equal(acq?.outcome, 'acquired');
+
+    // A renewal lost in a crash would leave the holder believing in an expiry the store never
+    // kept: another holder could be granted the lease inside the first one's believed term.
+    await client.query('BEGIN');
+    const [ren] = await store.claim([{ name: 'd', holder: 'h', ttlMs: 30_000, expect: ['d1'], nextNonce: 'd2' }]);
+    assert.equal(ren?.outcome, 'renewed');
+    assert.equal(await show(), 'on', 'a renewal must stay durable');
+    await client.query('COMMIT');
+
+    // An operator told "revoked" must not see the holder come back after a crash.
+    await client.query('BEGIN');
+    const r = await store.revoke('d', 'test');
+    assert.equal(r.revoked, true);
+    assert.equal(await show(), 'on', 'a revocation must stay durable');
+    await client.query('COMMIT');
+  });
+
   void it('a release that matches nothing changes nothing', async () => {
     await client.query('BEGIN');
     assert.equal(await store.release({ name: 'r', holder: 'someone-else', expect: ['n1'] }), false);
