@@ -8,7 +8,7 @@
  * case, not a lucky pick. The time without a leader per fault is printed as a diagnostic
  * (timing is measured here, asserted nowhere: see bench/ for timing claims).
  *
- * Takes about a minute and a half (a fresh cluster per fault, ~12s of fault each).
+ * Takes about two minutes (a fresh cluster per fault, ~12s of fault each).
  * Ports: LEASEHOLD_TEST_ETCD_CLUSTER_PORT (default 24379; members at +0, +100, +200, peers +1).
  */
 import assert from 'node:assert/strict';
@@ -147,6 +147,51 @@ void describe(`etcd, three members, TTL ${TTL_MS}ms: one member down costs no te
       }
     });
   }
+
+  void it('a watch served by a member cut off from its cluster reports the channel down, then back', async (t) => {
+    // Without etcd's require-leader metadata the watch on the lone member stays open and silent:
+    // followers waiting on it would hear of nothing until their re-check, a minute later.
+    await cluster?.stop();
+    cluster = await mod.startEtcdCluster({ basePort: BASE });
+    const leader = await cluster.waitForLeader();
+    const lone = cluster.members.find((m) => m !== leader)!;
+    const others = cluster.members.filter((m) => m !== lone);
+    const store = await createEtcdStore({ url: `etcd://${lone.endpoint}`, prefix: `lhtopo-${Math.random().toString(36).slice(2, 10)}` });
+    let downAt: number | undefined;
+    let backAt: number | undefined;
+    const stopWatching = await store.watchFreed(
+      () => {},
+      () => {
+        backAt ??= performance.now();
+      },
+      () => {
+        downAt ??= performance.now();
+      },
+    );
+    const until = async (f: () => boolean, ms: number): Promise<void> => {
+      const end = performance.now() + ms;
+      while (!f() && performance.now() < end) await sleep(50);
+    };
+    try {
+      assert.equal(downAt, undefined, 'the watch came up on a healthy cluster');
+      const faultAt = performance.now();
+      for (const m of others) m.signal('SIGSTOP');
+      await until(() => downAt !== undefined, 30_000);
+      const healAt = performance.now();
+      for (const m of others) m.signal('SIGCONT');
+      await until(() => backAt !== undefined, 30_000);
+      t.diagnostic(
+        `lone member: watch down ${downAt === undefined ? 'never' : `${Math.round(downAt - faultAt)}ms after the others froze`}, ` +
+          `back ${backAt === undefined ? 'never' : `${Math.round(backAt - healAt)}ms after they thawed`}`,
+      );
+      assert.notEqual(downAt, undefined, 'the watch on a member without a leader stayed open and silent');
+      assert.notEqual(backAt, undefined, 'the watch did not come back once the cluster had a leader again');
+    } finally {
+      for (const m of others) m.signal('SIGCONT');
+      await stopWatching();
+      await store.close();
+    }
+  });
 
   void it('quorum loss (two members frozen) still ends the term', async (t) => {
     await cluster?.stop();

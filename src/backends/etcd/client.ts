@@ -350,7 +350,37 @@ export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<MemberPo
     });
   const members = parsed.hosts.map((h) => make([h]));
   const watcher = members.length === 1 ? members[0]! : make(parsed.hosts);
+  requireLeader(watcher);
   return new MemberPool(members, watcher, members.length === 1 ? members : [...members, watcher]);
+}
+
+/**
+ * Sends etcd's require-leader metadata (`hasleader: true`) on every call of `client`. Without
+ * it, a watch served by a member cut off from its cluster stays open and silent: followers that
+ * wait on the watch would hear of a release or an expiry only at their safety re-check, a
+ * minute later. With it, etcd cancels the watch ("no leader") a few election timeouts after the
+ * member loses its leader; etcd3's watch manager reconnects, possibly to another member, and
+ * the gap reaches the engine as `onDown`, so followers poll meanwhile. Unary calls with it fail
+ * at once on a leaderless member instead of waiting out their deadline, which is what a retry
+ * on another member wants too.
+ *
+ * etcd3 has no option for call metadata, so this wraps its connection pool's authenticator
+ * (an internal, checked here): if its shape ever changes, the client works as before, without
+ * the early notice.
+ */
+function requireLeader(client: Etcd3Like): void {
+  const auth = (client as unknown as { pool?: { authenticator?: { getMetadata?: () => Promise<unknown> } } }).pool?.authenticator;
+  const original = auth?.getMetadata;
+  if (auth === undefined || typeof original !== 'function') return;
+  auth.getMetadata = function (this: unknown): Promise<unknown> {
+    return original.call(auth).then((meta) => {
+      const m = meta as { clone?: () => { set(k: string, v: string): void } };
+      if (typeof m.clone !== 'function') return meta;
+      const copy = m.clone();
+      copy.set('hasleader', 'true');
+      return copy;
+    });
+  };
 }
 
 /**
