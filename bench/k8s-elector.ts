@@ -26,17 +26,25 @@ export async function pgRecords(url: string, table = 'k8s_leader'): Promise<Reco
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   await c.query(`CREATE TABLE IF NOT EXISTS ${table} (name text PRIMARY KEY, holder text NOT NULL, version bigint NOT NULL)`);
+  // Every elector of a run shares this one connection: queue their queries here, in order, as pg
+  // did by itself before it deprecated queueing on a busy client.
+  let last: Promise<unknown> = Promise.resolve();
+  const query = <R extends pg.QueryResultRow>(text: string, values: unknown[]): Promise<pg.QueryResult<R>> => {
+    const next = last.then(() => c.query<R>(text, values));
+    last = next.catch(() => undefined);
+    return next;
+  };
   return {
     async get(name) {
-      const r = await c.query<{ holder: string; version: string }>(`SELECT holder, version FROM ${table} WHERE name = $1`, [name]);
+      const r = await query<{ holder: string; version: string }>(`SELECT holder, version FROM ${table} WHERE name = $1`, [name]);
       const row = r.rows[0];
       return row === undefined ? null : { holder: row.holder, version: Number(row.version) };
     },
     async put(name, holder, expected) {
       const r =
         expected === 0
-          ? await c.query(`INSERT INTO ${table} VALUES ($1, $2, 1) ON CONFLICT DO NOTHING`, [name, holder])
-          : await c.query(`UPDATE ${table} SET holder = $2, version = version + 1 WHERE name = $1 AND version = $3`, [name, holder, expected]);
+          ? await query(`INSERT INTO ${table} VALUES ($1, $2, 1) ON CONFLICT DO NOTHING`, [name, holder])
+          : await query(`UPDATE ${table} SET holder = $2, version = version + 1 WHERE name = $1 AND version = $3`, [name, holder, expected]);
       return r.rowCount === 1;
     },
     close: () => c.end(),
