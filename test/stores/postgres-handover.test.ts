@@ -15,7 +15,8 @@ import pg from 'pg';
 import { PostgresStore, type PgPoolLike, type PgResultLike } from '../../src/backends/postgres/store.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { newNonce } from '../../src/core/identity.js';
-import { FencedError } from '../../src/core/errors.js';
+import { FencedError, SchemaError } from '../../src/core/errors.js';
+import { migrations, SCHEMA_VERSION } from '../../src/backends/postgres/schema.js';
 import { fencedTransaction } from '../../src/fence/index.js';
 import type { ClaimResult } from '../../src/core/port.js';
 import { makeTestStore, selectedStores, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
@@ -279,6 +280,36 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     } finally {
       await a.close();
       await b.close();
+    }
+  });
+
+  void it('a schema at version 5 is refused with the SchemaError that says to migrate; migrating it under a live holder of the previous version keeps its term', async () => {
+    const old = `lh_t_v5_${randomBytes(4).toString('hex')}`;
+    const q = `"${old}"`;
+    await admin.query(`CREATE SCHEMA ${q}`);
+    try {
+      for (const m of migrations(old).slice(0, 5)) await admin.query(m);
+      await admin.query(`CREATE TABLE ${q}.schema_version (version integer NOT NULL); INSERT INTO ${q}.schema_version VALUES (5)`);
+      const s5 = await PostgresStore.create({ url: `${TEST_PG_URL}${TEST_PG_URL.includes('?') ? '&' : '?'}schema=${old}` });
+      try {
+        assert.deepEqual(await s5.schemaStatus(), { current: 5, expected: SCHEMA_VERSION });
+        await assert.rejects(s5.claim([{ name: 'n', holder: 'H', ttlMs: 10_000, expect: null, nextNonce: newNonce() }]), (err: unknown) => err instanceof SchemaError && /leasehold migrate/.test(err.message));
+
+        // A holder of the previous version: its claim function (six arguments) and statements.
+        const oldClaim = `SELECT * FROM ${q}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[])`;
+        const got = await admin.query(oldClaim, [['live'], ['OLD'], [null], ['o1'], [30_000], [true]]);
+        assert.equal(got.rows[0]!['outcome'], 'acquired');
+        assert.equal((await s5.migrate()).current, SCHEMA_VERSION);
+        const renewed = await admin.query(oldClaim, [['live'], ['OLD'], ['o1'], ['o2'], [30_000], [false]]);
+        assert.equal(renewed.rows[0]!['outcome'], 'renewed', 'the previous version still renews after the migration');
+        const [r] = await s5.claim([{ name: 'live', holder: 'OLD', ttlMs: 30_000, expect: ['o2'], nextNonce: 'o3' }]);
+        assert.equal(r?.outcome, 'renewed');
+        assert.equal(await s5.release({ name: 'live', holder: 'OLD', expect: ['o3'] }), true);
+      } finally {
+        await s5.close();
+      }
+    } finally {
+      await admin.query(`DROP SCHEMA ${q} CASCADE`);
     }
   });
 });
