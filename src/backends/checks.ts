@@ -24,6 +24,9 @@ export function checkClaimBatch(requests: readonly ClaimRequest[]): void {
     if (r.nextNonce.includes(',') || r.expect?.some((n) => n === '' || n.includes(',')) === true) {
       throw new ConfigError(`claim for lease "${r.name}" has a nonce that is empty or contains a comma; nonces are base64url`);
     }
+    if (r.handoff !== undefined && (r.handoff.length > MAX_EXPECTED_NONCES || r.handoff.some((n) => n === '' || n.includes(',')))) {
+      throw new ConfigError(`claim of "${r.name}" has ${r.handoff.length} handoff nonces, or one empty or with a comma; at most ${MAX_EXPECTED_NONCES}, base64url`);
+    }
     if (r.expect !== null && r.expect.length > MAX_EXPECTED_NONCES) {
       throw new ConfigError(`claim of "${r.name}" expects ${r.expect.length} nonces; at most ${MAX_EXPECTED_NONCES} are supported`);
     }

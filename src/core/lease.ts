@@ -27,6 +27,14 @@ export type { Term, TermFenceWrite } from './term.js';
 const OUTAGE_LINE_EVERY_MS = 5000;
 
 /**
+ * Handoff nonces one contender presents (see contend): the latest registration's, and the claims
+ * before it whose answers were lost. Within the port's MAX_EXPECTED_NONCES.
+ */
+const MAX_HANDOFF_NONCES = 4;
+
+const noop = (): void => {};
+
+/**
  * How long a follower waits between checks while a freed channel that also reports expiry is up
  * (LeasePort.freedCoversExpiry): every release, revocation and expiry wakes it at once, and a
  * reconnect or a drop of the channel wakes it too, so this only bounds what a channel could miss
@@ -322,14 +330,29 @@ export class Lease extends EventEmitter<LeaseEvents> {
     let lastWarnedMs = -Infinity;
     let outageSinceMs = 0;
     let freed: { promise: Promise<void>; cancel(): void } | undefined;
+    // One-write handover (LeasePort.handover): the nonces of this contention's claims that may
+    // have left it a term. A 'busy' answer registered it as the waiter under that claim's nonce,
+    // and a release may hand it the term under it; an unanswered claim may have done either, or
+    // acquired. Each claim presents them, and the store confirms such a term by a read.
+    const handsOver = this.host.store.handover === true;
+    let handoff: string[] = [];
+    let handoffHolder: string | undefined;
+    /** A 'busy' answer came: the store registered us (an outage alone never sends a withdrawal). */
+    let registered = false;
+    let won = false;
     this.host.retainWhileContending(1);
     try {
       for (;;) {
         if (signal.aborted) throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
         this.host.checkSuspension();
         const holder = this.host.currentHolder();
+        // Nonces are only ever the holder id's they were sent with: a new identity starts afresh
+        // (its first 'busy' claim replaces the old identity's registration).
+        if (holder !== handoffHolder) [handoff, handoffHolder, registered] = [[], holder, false];
         const nextNonce = newNonce();
         const sentAt = this.clock.monoNow();
+        // Only a contender that will wait registers: one that gives up at once never needs withdrawing.
+        const waits = handsOver && waitUntil > sentAt;
         // Listening from before the claim goes out: a release or expiry the store applies after
         // our read, but whose notification arrives before we would start to sleep, still wakes us.
         // (An attempt with no wait left never sleeps: it need not start the channel.)
@@ -338,7 +361,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
         const epoch = this.host.freedEpoch();
         let result: ClaimResult | undefined;
         try {
-          result = await this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce });
+          result = await this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(waits ? { handoff: [...handoff] } : {}) });
           errors = 0;
         } catch (err) {
           lastError = err;
@@ -357,15 +380,21 @@ export class Lease extends EventEmitter<LeaseEvents> {
           }
           errors++;
         }
+        if (waits && (result === undefined || result.outcome === 'busy')) handoff = [...handoff, nextNonce].slice(-MAX_HANDOFF_NONCES);
+        if (waits && result?.outcome === 'busy') registered = true;
+        // A term handed over by a release is held under the nonce this contender registered.
+        const termNonce = result?.outcome === 'acquired' ? (result.nonce ?? nextNonce) : nextNonce;
         if (result?.outcome === 'acquired' && (signal.aborted || (this._state as LeaseState) === 'closed')) {
           // Aborted (released, closed, stopped) while the claim was in flight: the store gave us
           // a term nobody wants any more. Hand it straight back rather than start it.
-          await this.host.store.release({ name: this.name, holder, expect: [nextNonce] }).catch(() => false);
+          await this.host.store.release({ name: this.name, holder, expect: [termNonce] }).catch(() => false);
           throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
         }
         if (result?.outcome === 'acquired') {
-          const term = TermMachine.granted(this.timing, result, holder, nextNonce, sentAt, this.clock.monoNow());
+          // The deadline as for any acquisition: from this claim's send time (never the release's).
+          const term = TermMachine.granted(this.timing, result, holder, termNonce, sentAt, this.clock.monoNow());
           if (term !== undefined) {
+            won = true;
             this.beginTerm(term);
             return term;
           }
@@ -407,6 +436,13 @@ export class Lease extends EventEmitter<LeaseEvents> {
       }
     } finally {
       freed?.cancel();
+      // Stopped without a term (aborted, closed, the wait ran out): withdraw as the registered
+      // waiter, so that no release hands the term to a process that is not waiting for it (it
+      // would sit unused until it expired). The same statement releases a term handed to us
+      // meanwhile. Best effort: if it fails, that costs at most one TTL, as a crash would.
+      if (!won && registered && handoffHolder !== undefined) {
+        await this.host.store.release({ name: this.name, holder: handoffHolder, expect: handoff }).catch(() => false);
+      }
       this.host.retainWhileContending(-1);
       if (this._state === 'contending') this._state = 'idle';
     }
@@ -595,7 +631,12 @@ export class Lease extends EventEmitter<LeaseEvents> {
    * the lease simply expires. Resolves true when the store confirmed the hand-over.
    */
   async release(): Promise<boolean> {
+    const contention = this.contention;
     this.contentionAbort?.abort(new AbortedError(`lease "${this.name}" was released while contending`));
+    // With one-write handover, a stopped contender withdraws as the waiter before this resolves
+    // (contend's finally), so a release that follows it (a shutdown, a test) cannot hand it a
+    // term. That waits for a claim in flight, one round trip.
+    if (contention !== undefined && this.host.store.handover === true) await contention.then(noop, noop);
     return this.endAndRelease('released', 'released by this process');
   }
 

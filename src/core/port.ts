@@ -30,6 +30,16 @@ export interface ClaimRequest {
   expect: readonly string[] | null;
   /** The nonce the store stores on success; fresh kernel randomness on every claim. */
   nextNonce: string;
+  /**
+   * Optional, contenders only (`expect` null), and only for a port with {@link LeasePort.handover}.
+   * Present: this contender will wait if told 'busy', so the store may register it as the lease's
+   * waiter under `nextNonce`, and a holder's release may hand it the term under that nonce. Its
+   * elements are the nextNonces of this contender's earlier claims that may have left it a term
+   * (answered 'busy', so registered; or unanswered): a live term held by `holder` under one of
+   * them is answered 'acquired' with that {@link GrantedClaim nonce}, without a write. Stores
+   * that do not hand over ignore the field. At most {@link MAX_EXPECTED_NONCES}; base64url.
+   */
+  handoff?: readonly string[];
 }
 
 /** How many nonces one renewal may present (the engine sends at most three). */
@@ -51,6 +61,12 @@ export type ClaimResult =
       holder: string;
       expiresAtMs: number;
       storeNowMs: number;
+      /**
+       * The nonce the store holds for the term, when it is not the request's `nextNonce`: a term
+       * a release handed to this contender (see {@link ClaimRequest.handoff}). The caller renews
+       * and releases with it.
+       */
+      nonce?: string;
     }
   | {
       name: string;
@@ -98,7 +114,12 @@ export interface LeasePort {
 
   /** Acquire or renew many leases in one round trip. Results come back in request order. */
   claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]>;
-  /** Releases the caller's current term. False when the caller no longer held it. */
+  /**
+   * Releases the caller's current term. False when the caller no longer held it. A port with
+   * {@link handover} may hand the term to the registered waiter in the same step (a new term,
+   * with a larger token, as an acquisition), and also withdraws the caller's own waiter
+   * registration when `expect` holds the nonce it registered under.
+   */
   release(request: ReleaseRequest, options?: CallOptions): Promise<boolean>;
 
   /**
@@ -122,6 +143,16 @@ export interface LeasePort {
    * within one TTL.
    */
   readonly freedCoversExpiry?: true;
+
+  /**
+   * Optional: one-write handover. A waiting contender's 'busy' claim registers it as the lease's
+   * waiter ({@link ClaimRequest.handoff}); a release then hands the term straight to a waiter
+   * registered recently enough (new token, the waiter's nonce and TTL) and notifies, and the
+   * waiter confirms it with a claim that only reads. The engine then sends `handoff` on waiting
+   * contenders' claims and, when such a contender stops without a term, withdraws it with a
+   * `release` of the nonces it registered under.
+   */
+  readonly handover?: true;
 
   close(): Promise<void>;
 }

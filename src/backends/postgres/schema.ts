@@ -2,9 +2,10 @@ import { ConfigError } from '../../core/errors.js';
 import { slotsMigration } from './slots-schema.js';
 import { fleetMigration } from './fleet-schema.js';
 import { timelineTokensMigration } from './timeline-tokens.js';
+import { handoverMigration } from './handover.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 export function validateSchemaName(schema: string): string {
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
@@ -170,5 +171,7 @@ ALTER TABLE ${s}.leases ADD COLUMN fence_token bigint, ADD COLUMN fence_nonce te
   ];
   // Tokens above every earlier timeline's after a promotion: ./timeline-tokens.ts.
   all.push(timelineTokensMigration(s, all[0]!));
+  // One-write handover: waiter registration and the claim function that confirms by a read (./handover.ts).
+  all.push(handoverMigration(s));
   return all;
 }

@@ -97,6 +97,8 @@ export class PostgresStore implements LeaseStore {
    * process holding 20,000 renews them in one round trip per tick.
    */
   readonly maxClaimBatch = 20_000;
+  /** A release hands the term to the registered waiter in its one statement (./handover.ts). */
+  readonly handover = true as const;
   readonly description: string;
   readonly schema: string;
   private readonly pool: PgPoolLike;
@@ -298,7 +300,7 @@ export class PostgresStore implements LeaseStore {
       );
     }
     const r = await this.q(
-      `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[])`,
+      `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[], $7::text[])`,
       [
         requests.map((q) => q.name),
         requests.map((q) => q.holder),
@@ -307,6 +309,8 @@ export class PostgresStore implements LeaseStore {
         requests.map((q) => q.nextNonce),
         requests.map((q) => q.ttlMs),
         requests.map((q) => q.expect === null),
+        // A waiting contender: it may be registered as the waiter and handed the term (./handover.ts).
+        requests.map((q) => (q.expect === null && q.handoff !== undefined ? q.handoff.join(',') : null)),
       ],
       options,
     );
@@ -315,7 +319,7 @@ export class PostgresStore implements LeaseStore {
 
   async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
     const r = await this.q(
-      releaseStatement(this.s),
+      releaseStatement(this.s, channelFor(this.schema)),
       [req.name, req.holder, [...req.expect]],
       options,
     );
@@ -563,7 +567,9 @@ function toClaimResult(row: Record<string, unknown>): ClaimResult {
   const expiresAtMs = (row['expires_at_ms'] as number | null) ?? null;
   const storeNowMs = row['now_ms'] as number;
   if (outcome === 'acquired' || outcome === 'renewed') {
-    return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs };
+    // A term a release handed to this contender (./handover.ts) carries the nonce it was handed under.
+    const nonce = (row['nonce'] as string | null | undefined) ?? undefined;
+    return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs, ...(nonce === undefined ? {} : { nonce }) };
   }
   if (outcome === 'lost') {
     const reason = row['reason'] as LostReason;
