@@ -203,6 +203,72 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     assert.equal((await t.store.list({ name: own }))[0]?.holder, null);
   });
 
+  void it("the release is one call of the schema's release function: called directly it hands over and notifies, a plain release notifies through the trigger", async () => {
+    // The store sends `SELECT schema.release(...)` (PostgreSQL keeps a function's plans for the
+    // session; a statement sent as text is planned on every call): nothing else is needed.
+    const listener = new pg.Client({ connectionString: TEST_PG_URL });
+    await listener.connect();
+    const heard: string[] = [];
+    listener.on('notification', (m) => heard.push(m.payload ?? ''));
+    await listener.query(`LISTEN "leasehold_freed_${schema}"`);
+    const waitHeard = async (name: string): Promise<void> => {
+      for (let i = 0; i < 100 && !heard.includes(name); i++) await sleep(20);
+      assert.ok(heard.includes(name), `a notification for ${name}`);
+    };
+    const release = async (name: string, holder: string, expect: string[]): Promise<boolean> =>
+      (await admin.query(`SELECT "${schema}".release($1, $2, $3::text[]) AS released`, [name, holder, expect])).rows[0]!['released'] as boolean;
+    try {
+      const before = obs.seen.length;
+      const mine = uniq('sent');
+      const m = await contend(store, mine, 'A', 30_000);
+      assert.equal(await store.release({ name: mine, holder: 'A', expect: [m.sent] }), true);
+      const sent = obs.seen.slice(before).filter((o) => !/\.claim\(/.test(o.text));
+      assert.equal(sent.length, 1);
+      assert.match(sent[0]!.text, new RegExp(`^SELECT "${schema}"\\.release\\(\\$1, \\$2, \\$3::text\\[\\]\\)`), 'the release is one function call');
+
+      const name = uniq('direct');
+      const a = await contend(t.store as PostgresStore, name, 'A', 30_000);
+      const b = await contend(store, name, 'B', 30_000, []);
+      assert.equal(await release(name, 'A', ['not-ours']), false, 'another nonce releases nothing');
+      assert.equal(await release(name, 'A', [a.sent]), true);
+      const [row] = await t.store.list({ name });
+      assert.equal(row?.holder, 'B', 'handed over');
+      await waitHeard(name);
+      assert.deepEqual((await t.store.history({ name })).map((h) => h.event), ['acquired', 'released', 'acquired']);
+
+      const plain = uniq('direct-plain');
+      const p = await contend(t.store as PostgresStore, plain, 'A', 30_000);
+      assert.equal(await release(plain, 'A', [p.sent]), true);
+      assert.equal((await t.store.list({ name: plain }))[0]?.holder, null);
+      await waitHeard(plain);
+      void b;
+
+      // Neither the release nor the follower's confirming claim plans on every call: no
+      // plan_cache_mode of their own (that stays on claim_write, which locks and writes batches).
+      const config = async (fn: string): Promise<unknown> =>
+        (await admin.query(`SELECT proconfig FROM pg_proc WHERE oid = $1::regprocedure`, [fn])).rows[0]!['proconfig'];
+      assert.equal(await config(`"${schema}".release(text, text, text[])`), null);
+      assert.equal(await config(`"${schema}".claim(text[], text[], text[], text[], float8[], boolean[], text[])`), null);
+      assert.deepEqual(await config(`"${schema}".claim_write(text[], text[], text[], text[], float8[], boolean[], text[], text[], text[])`), ['plan_cache_mode=force_custom_plan']);
+    } finally {
+      await listener.end();
+    }
+  });
+
+  void it('a waiter withdraws from a term that was revoked (the row has no holder), so the next holder does not hand the term to it', async () => {
+    const name = uniq('withdraw-revoked');
+    await contend(t.store as PostgresStore, name, 'A', 30_000);
+    const b = await contend(store, name, 'B', 30_000, []);
+    assert.equal(await waiterOf(name), 'B');
+    assert.equal((await t.store.revoke(name, 'test')).revoked, true);
+    assert.equal(await store.release({ name, holder: 'B', expect: [b.sent] }), false, 'B held nothing to release');
+    assert.equal(await waiterOf(name), null, 'withdrawn from the free row');
+    const c = await contend(t.store as PostgresStore, name, 'C', 30_000);
+    assert.equal(c.outcome, 'acquired');
+    assert.equal(await t.store.release({ name, holder: 'C', expect: [c.sent] }), true);
+    assert.equal((await t.store.list({ name }))[0]?.holder, null, 'released, not handed to the withdrawn B');
+  });
+
   void it('a handed term that was revoked before the waiter confirmed it is not confirmed', async () => {
     const name = uniq('revoked');
     const a = await contend(t.store as PostgresStore, name, 'A', 30_000);

@@ -1,3 +1,5 @@
+import { releaseFunction } from './release.js';
+
 /**
  * Migration 6: one-write handover. A clean handover used to be two write transactions in a row:
  * the holder's release, then the waiting follower's acquisition (each a WAL record and, for the
@@ -33,9 +35,18 @@
  * The six-argument claim function stays, unchanged, for processes still running the previous
  * version while the schema is migrated under them (they neither register nor hand over; their
  * release leaves a registration in place, and it lapses).
+ * The claim is two functions. `claim` (seven arguments) reads which requests confirm a handed
+ * term and answers a batch made only of those itself; it has no SET clause, so PL/pgSQL keeps
+ * its statements' plans for the session (index lookups by name, good for any batch size). Every
+ * other batch goes to `claim_write`, the locking and writing part, which plans each call for its
+ * batch (plan_cache_mode, see migration 1). A woken follower's confirming claim, on the handover's
+ * critical path, then plans nothing.
+ *
+ * The release is the `release` function of ./release.ts, created here (it needs the columns above).
  * @param s the quoted schema name
+ * @param channel the NOTIFY channel (schema.ts channelFor)
  */
-export function handoverMigration(s: string): string {
+export function handoverMigration(s: string, channel: string): string {
   return `
 ALTER TABLE ${s}.leases
   ADD COLUMN waiter text,
@@ -52,12 +63,11 @@ CREATE FUNCTION ${s}.claim(
 ) RETURNS TABLE (name text, outcome text, reason text, token bigint, holder text,
                  expires_at_ms float8, now_ms float8, nonce text)
 LANGUAGE plpgsql
-SET plan_cache_mode = force_custom_plan
+-- No plan_cache_mode here (see above): the plans of this part are kept for the session.
 AS $fn$
 #variable_conflict use_column
 DECLARE
   v_now timestamptz := now();
-  v_floor bigint;
   v_handed text[];
   v_rest text[];
 BEGIN
@@ -71,7 +81,7 @@ BEGIN
   v_rest := ARRAY(SELECT u FROM unnest(p_names) AS u WHERE u <> ALL (v_handed));
   IF cardinality(v_rest) = 0 THEN
     -- Every request confirms a handed term (a woken follower, alone in its batch): answer from
-    -- a plain read, without planning the statement below. Read again, as below: 'busy' (no
+    -- a plain read, without claim_write. Read again, as claim_write does: 'busy' (no
     -- write) if an operator or a clone ended the term since the read above.
     RETURN QUERY
     SELECT l.name, CASE WHEN x.ok THEN 'acquired' ELSE 'busy' END, NULL::text, l.token, l.holder,
@@ -84,6 +94,28 @@ BEGIN
      ORDER BY r.ord;
     RETURN;
   END IF;
+  RETURN QUERY
+  SELECT * FROM ${s}.claim_write(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff, v_handed, v_rest);
+END
+$fn$;
+
+-- The locking and writing part of the claim above, for the requests it did not answer from its
+-- read (p_handed: the requests that confirm a handed term; p_rest: the others).
+CREATE FUNCTION ${s}.claim_write(
+  p_names text[], p_holders text[], p_expect text[], p_next text[],
+  p_ttl_ms float8[], p_contend boolean[], p_handoff text[], p_handed text[], p_rest text[]
+) RETURNS TABLE (name text, outcome text, reason text, token bigint, holder text,
+                 expires_at_ms float8, now_ms float8, nonce text)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := now();
+  v_floor bigint;
+  v_handed text[] := p_handed;
+  v_rest text[] := p_rest;
+BEGIN
   IF cardinality(v_rest) > 0 THEN
     v_floor := ${s}.timeline_token_floor();
     INSERT INTO ${s}.leases AS l (name) SELECT DISTINCT u FROM unnest(v_rest) AS u
@@ -172,6 +204,6 @@ BEGIN
    ORDER BY c.ord;
 END
 $fn$;
-`;
+${releaseFunction(s, channel)}`;
 }
 

@@ -172,6 +172,6 @@ ALTER TABLE ${s}.leases ADD COLUMN fence_token bigint, ADD COLUMN fence_nonce te
   // Tokens above every earlier timeline's after a promotion: ./timeline-tokens.ts.
   all.push(timelineTokensMigration(s, all[0]!));
   // One-write handover: waiter registration and the claim function that confirms by a read (./handover.ts).
-  all.push(handoverMigration(s));
+  all.push(handoverMigration(s, channel));
   return all;
 }

@@ -318,12 +318,8 @@ export class PostgresStore implements LeaseStore {
   }
 
   async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
-    const r = await this.q(
-      releaseStatement(this.s, channelFor(this.schema)),
-      [req.name, req.holder, [...req.expect]],
-      options,
-    );
-    return r.rows.length > 0;
+    const r = await this.q(releaseStatement(this.s), [req.name, req.holder, [...req.expect]], options);
+    return r.rows[0]?.['released'] === true;
   }
 
   async revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
