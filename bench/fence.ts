@@ -2,6 +2,8 @@
  * Fence overhead: one PostgreSQL transaction that updates an application row, fenced against
  * unfenced, interleaved on the same pool. Fenced with `term` (the lease row is in the same
  * database: the high-water mark plus the term check) and with `token` only (high-water mark).
+ * And the token fence against the least any fence can do: the same transaction that also
+ * locks one row (`SELECT ... FOR UPDATE`, sent with BEGIN in one round trip, as the fence is).
  */
 import pg from 'pg';
 import { fencedTransaction } from '../src/fence/index.js';
@@ -15,7 +17,10 @@ export async function fenceOverhead(rec: Recorder, samples: number): Promise<voi
   const pool = new pg.Pool({ connectionString: TEST_PG_URL, max: 2 });
   const lh = new Leasehold({ store: t.store });
   try {
-    await pool.query(`CREATE TABLE "${schema}".app (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO "${schema}".app VALUES (1, 0)`);
+    await pool.query(
+      `CREATE TABLE "${schema}".app (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO "${schema}".app VALUES (1, 0);
+       CREATE TABLE "${schema}".lock_floor (id int PRIMARY KEY); INSERT INTO "${schema}".lock_floor VALUES (1)`,
+    );
     const term = await lh.lease(uniq('fence'), { ttl: 60_000 }).acquire();
     const write = `UPDATE "${schema}".app SET v = v + 1 WHERE id = 1`;
     const unfenced = (): Promise<number> =>
@@ -36,6 +41,19 @@ export async function fenceOverhead(rec: Recorder, samples: number): Promise<voi
     rec.add({ figure: 'fence', store: 'postgres', label: 'fenced tx (term)', unit: 'ms', leasehold: stat(a), baselineName: 'unfenced tx', baseline: stat(b) });
     const [c, d] = await interleave(n, fenced({ resource: 'app-token', token: term.token, table: `${schema}.fences` }), unfenced);
     rec.add({ figure: 'fence', store: 'postgres', label: 'fenced tx (token)', unit: 'ms', leasehold: stat(c), baselineName: 'unfenced tx', baseline: stat(d) });
+    const lockFloor = (): Promise<number> =>
+      timed(async () => {
+        const cl = await pool.connect();
+        try {
+          await cl.query(`BEGIN; SELECT id FROM "${schema}".lock_floor WHERE id = 1 FOR UPDATE`);
+          await cl.query(write);
+          await cl.query('COMMIT');
+        } finally {
+          cl.release();
+        }
+      });
+    const [e, g] = await interleave(n, fenced({ resource: 'app-token', token: term.token, table: `${schema}.fences` }), lockFloor);
+    rec.add({ figure: 'fence', store: 'postgres', label: 'token vs lock floor', unit: 'ms', leasehold: stat(e), baselineName: 'tx + one row lock', baseline: stat(g) });
   } finally {
     await lh.close();
     await pool.end();

@@ -36,8 +36,18 @@ const { values } = parseArgs({
     stores: { type: 'string', default: ALL_STORES.join(',') },
     json: { type: 'string' },
     svg: { type: 'string' },
+    help: { type: 'boolean', short: 'h', default: false },
   },
 });
+
+if (values.help) {
+  process.stdout.write(
+    'npm run bench [-- --quick | --smoke] [--only ' + FIGURES.join(',') + '] [--stores postgres,sqlite,redis,etcd] [--json FILE] [--svg FILE]\n' +
+      '  --quick under 2 minutes, --smoke seconds (proves the suite runs; its numbers mean nothing)\n' +
+      '  stores from LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL (as the tests)\n',
+  );
+  process.exit(0);
+}
 
 const usage = (why: string): never => {
   process.stderr.write(`bench: ${why}\n`);

@@ -1,6 +1,9 @@
 /**
  * CLI start-up: `leasehold run --store URL --name N -- true` (start, take the lease, run the
- * command, release, exit) against `node -e 0`, the least any Node CLI costs, interleaved.
+ * command, release, exit) against `node -e 0`, the least any Node CLI costs, interleaved; and
+ * against the store's driver floor (./driver-floor.ts: load the driver, connect, one read,
+ * close), the least any CLI on that store costs, so that the driver's own start-up and
+ * leasehold's are told apart.
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +11,7 @@ import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
 import { interleave, stat, uniq, type Recorder } from './lib.js';
 
 const bin = fileURLToPath(new URL('../../bin/leasehold.js', import.meta.url));
+const floor = fileURLToPath(new URL('./driver-floor.js', import.meta.url));
 
 function timeProcess(args: string[]): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -23,12 +27,11 @@ export async function startup(rec: Recorder, kind: StoreKind, samples: number): 
   const t = await makeTestStore(kind);
   try {
     const name = uniq('startup');
-    const [a, b] = await interleave(
-      samples,
-      () => timeProcess([bin, 'run', '--store', t.url, '--name', name, '--quiet', '--', 'true']),
-      () => timeProcess(['-e', '0']),
-    );
+    const run = (): Promise<number> => timeProcess([bin, 'run', '--store', t.url, '--name', name, '--quiet', '--', 'true']);
+    const [a, b] = await interleave(samples, run, () => timeProcess(['-e', '0']));
     rec.add({ figure: 'startup', store: kind, label: 'leasehold run -- true', unit: 'ms', leasehold: stat(a), baselineName: 'node -e 0', baseline: stat(b) });
+    const [c, d] = await interleave(samples, run, () => timeProcess([floor, kind, t.url]));
+    rec.add({ figure: 'startup', store: kind, label: 'run -- true vs driver', unit: 'ms', leasehold: stat(c), baselineName: 'driver floor', baseline: stat(d) });
   } finally {
     await t.cleanup();
   }

@@ -1,5 +1,4 @@
 import { readFileSync } from 'node:fs';
-import { createSecureContext } from 'node:tls';
 import { ConfigError } from '../core/errors.js';
 
 /**
@@ -117,7 +116,9 @@ export function readTlsFiles(paths: TlsFilePaths, store: string, names: Partial<
   ] as const) {
     if (Object.values(opts).every((v) => v === undefined)) continue;
     try {
-      createSecureContext(opts);
+      // node:tls is loaded here, not at the top: most store URLs have no TLS files, and every
+      // `leasehold` command imports this module on its start-up path.
+      process.getBuiltinModule('node:tls').createSecureContext(opts);
     } catch (err) {
       const files = k === 'cacert' ? `${n('cacert')}=${paths.cacert}` : `${n('cert')}=${paths.cert} with ${n('key')}=${paths.key}`;
       throw new ConfigError(`${store} URL ${files} is not usable for TLS (${(err as Error).message}); give PEM files (a key that matches its certificate)`, {
