@@ -11,6 +11,7 @@ import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
 import { interleave, stat, timed, type Recorder } from './lib.js';
 import { rawRenewer } from './raw.js';
 import { redisClient, redlockOn, randomKey } from './peers.js';
+import { CLAIM } from '../src/backends/redis/scripts.js';
 
 const TTL_MS = 60_000;
 
@@ -45,6 +46,7 @@ export async function renewal(rec: Recorder, kind: StoreKind, counts: number[], 
     try {
       const tick = await hold(t.store, n);
       let calls = 0;
+      const slow = kind === 'redis' ? await slowlogOn() : undefined;
       // Big batches are slow enough that fewer samples say as much.
       const reps = n >= 10_000 ? Math.max(3, Math.ceil(samples / 5)) : n >= 1000 ? Math.max(3, Math.ceil(samples / 2)) : samples;
       const [a, b] = await interleave(
@@ -60,7 +62,7 @@ export async function renewal(rec: Recorder, kind: StoreKind, counts: number[], 
         leasehold: stat(a),
         baselineName: raw!.name,
         baseline: stat(b),
-        extra: { 'store calls/tick': calls, 'baseline calls/tick': 1 },
+        extra: { 'store calls/tick': calls, 'baseline calls/tick': 1, ...(slow === undefined ? {} : await slow.longest()) },
       });
       if (kind === 'redis' && n === 1) await redlockRenewal(rec, tick, reps);
     } finally {
@@ -68,6 +70,38 @@ export async function renewal(rec: Recorder, kind: StoreKind, counts: number[], 
       await t.cleanup();
     }
   }
+}
+
+/**
+ * How long Redis's single thread was held by one script, by Redis's own measure (SLOWLOG with a
+ * threshold of 0 for the figure, the server's settings put back after): the longest claim script
+ * and the longest baseline script. leasehold splits a batch to keep each under maxScriptMs.
+ */
+async function slowlogOn(): Promise<{ longest(): Promise<Record<string, number>> }> {
+  const r = redisClient();
+  const before = (await r.config('GET', 'slowlog-*')) as string[];
+  await r.config('SET', 'slowlog-log-slower-than', '0');
+  await r.config('SET', 'slowlog-max-len', '10000');
+  await r.slowlog('RESET');
+  return {
+    async longest() {
+      try {
+        const entries = (await r.slowlog('GET', 10000)) as [number, number, number, string[]][];
+        let ours = 0;
+        let theirs = 0;
+        for (const [, , us, args] of entries) {
+          const cmd = String(args[0]).toLowerCase();
+          if (cmd !== 'evalsha' && cmd !== 'eval') continue;
+          if (args[1] === CLAIM.sha) ours = Math.max(ours, us);
+          else theirs = Math.max(theirs, us);
+        }
+        return { 'longest script ms': ours / 1000, 'baseline longest ms': theirs / 1000 };
+      } finally {
+        for (let i = 0; i + 1 < before.length; i += 2) await r.config('SET', before[i]!, before[i + 1]!);
+        r.disconnect();
+      }
+    },
+  };
 }
 
 /** redlock's extend: the peer's renewal of one lock. */

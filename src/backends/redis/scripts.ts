@@ -76,7 +76,8 @@ end
  * ARGV: [1] retain ms, [2] global history cap, [3] per-lease history cap, [4] layout version,
  *   [5] the freed channel, then per request 6 values: name, holder, expected nonces
  *   (comma-joined; nonces are base64url), next nonce, ttl ms, contend (1/0).
- * Reply: [now ms, then per request: outcome, reason, token, holder, expires at ms].
+ * Reply: [now ms, then per request: outcome, reason, token, holder, expires at ms, and last
+ *   the microseconds the script ran by Redis's own clock (store.ts sizes the next batch by it)].
  *
  * Clones (store.ts, expectation 4b): a renewal with our holder id but a nonce the hash does not
  * hold, on a live term, means two processes share one term. The script ends the term there and
@@ -211,6 +212,10 @@ for i = 1, n do
     out[#out + 1] = p.ce or ''
   end
 end
+-- How long this script held Redis's single thread, by Redis's clock (the store sizes its next
+-- batch so that no script holds it longer than its bound).
+local t_end = redis.call('TIME')
+out[#out + 1] = fmt(tonumber(t_end[1]) * 1000000 + tonumber(t_end[2]) - now_us)
 return out
 `,
 );
