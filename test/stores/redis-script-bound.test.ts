@@ -20,11 +20,13 @@ after(async () => {
 async function countedStore(maxScriptMs?: number) {
   const client = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: 0, commandTimeout: 10_000 });
   const scripts: number[] = [];
+  const flight = { now: 0, most: 0 };
   for (const m of ['evalsha', 'eval'] as const) {
     const orig = client[m].bind(client) as (...a: unknown[]) => Promise<unknown>;
     (client as unknown as Record<string, unknown>)[m] = (...a: unknown[]) => {
       scripts.push(a.length);
-      return orig(...a);
+      flight.most = Math.max(flight.most, ++flight.now);
+      return orig(...a).finally(() => flight.now--);
     };
   }
   const prefix = freshRedisPrefix();
@@ -33,6 +35,7 @@ async function countedStore(maxScriptMs?: number) {
   return {
     store,
     scripts,
+    flight,
     async close() {
       await store.close();
       client.disconnect();
@@ -72,6 +75,20 @@ void describe('Redis: a claim batch never runs as one long script', () => {
         again.map((r) => r.outcome),
         ['renewed', 'renewed', 'renewed', 'renewed', 'renewed'],
       );
+    } finally {
+      await s.close();
+    }
+  });
+
+  void it('two sliced batches sent at once take turns: never two scripts in flight', async () => {
+    const s = await countedStore(1);
+    try {
+      const batch = (from: number): ClaimRequest[] =>
+        names(1500).map((n, i) => ({ name: `${n}-${from}`, holder: 'h', expect: null, nextNonce: `t${from}-${i}`, ttlMs: 60_000 }));
+      const [a, b] = await Promise.all([s.store.claim(batch(1)), s.store.claim(batch(2))]);
+      assert.equal([...a, ...b].filter((r) => r.outcome === 'acquired').length, 3000);
+      assert.ok(s.scripts.length > 2, `${s.scripts.length} scripts`);
+      assert.equal(s.flight.most, 1);
     } finally {
       await s.close();
     }

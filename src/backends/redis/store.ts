@@ -213,14 +213,28 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
+    const size = (): number => Math.max(1, Math.floor((this.maxScriptUs * SCRIPT_SHARE) / this.usPerLease));
+    if (requests.length <= size()) return this.claimScript(requests, options);
     const results: ClaimResult[] = [];
     for (let at = 0; at < requests.length; ) {
-      const n = Math.max(1, Math.min(requests.length - at, Math.floor((this.maxScriptUs * SCRIPT_SHARE) / this.usPerLease)));
-      const slice = at === 0 && n === requests.length ? requests : requests.slice(at, at + n);
-      results.push(...(await this.claimScript(slice, options)));
-      at += n;
+      // Sliced batches take turns (the scheduler sends a tick's batches at once): two slices
+      // sent together on one connection would run back to back, twice the bound.
+      const slice = await this.oneSliceAtATime(async () => {
+        const part = requests.slice(at, at + size());
+        results.push(...(await this.claimScript(part, options)));
+        return part.length;
+      });
+      at += slice;
     }
     return results;
+  }
+
+  private sliceTurn: Promise<unknown> = Promise.resolve();
+
+  private oneSliceAtATime<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.sliceTurn.then(() => fn());
+    this.sliceTurn = run.catch(() => undefined);
+    return run;
   }
 
   private async claimScript(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
