@@ -21,8 +21,8 @@ import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import { cli, reapAgents, startCliAgent, type AgentProcess } from './helpers.js';
 
-const HEARTBEAT = '150ms';
-const STALE_MS = 600;
+const HEARTBEAT = '250ms';
+const STALE_MS = 1500;
 /**
  * etcd grants whole seconds (2s at least) whatever is asked, so asking 600ms there only makes
  * the agent's own deadline far tighter than the store's: on a loaded machine a couple of slow

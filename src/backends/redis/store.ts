@@ -79,10 +79,11 @@ const INITIAL_US_PER_LEASE = 50;
 const LEARN_FROM = 32;
 /**
  * The script measures itself from its first line to its last; Redis also spends time on the
- * command around it (reading the arguments in, writing the reply out). Aim the script at this
- * share of the bound so that the command as a whole stays under it.
+ * command around it (reading the arguments in, writing the reply out: SLOWLOG reads 1.15-1.3x
+ * the script's own figure here), and the next slice's leases may cost more than the last one's.
+ * Aim the script at this share of the bound so that the command as a whole stays under it.
  */
-const SCRIPT_SHARE = 0.75;
+const SCRIPT_SHARE = 0.5;
 
 const DAY_MS = 86_400_000;
 
