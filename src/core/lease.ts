@@ -20,6 +20,7 @@ import { TermMachine, issueFenceWrite, type Term, type TermFenceWrite, type Term
 import { revokeMarker, writeMarker } from './marker.js';
 import type { LoggerLike } from './logger.js';
 import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore, LostReason } from './port.js';
+import { AGENT_LEASE_PREFIX } from '../fleet/port.js';
 
 export type { Term, TermFenceWrite } from './term.js';
 
@@ -334,7 +335,11 @@ export class Lease extends EventEmitter<LeaseEvents> {
     // have left it a term. A 'busy' answer registered it as the waiter under that claim's nonce,
     // and a release may hand it the term under it; an unanswered claim may have done either, or
     // acquired. Each claim presents them, and the store confirms such a term by a read.
-    const handsOver = this.host.store.handover === true;
+    // Never for a fleet agent's liveness lease: a term handed to a waiting process says "this
+    // agent is alive" before that process has confirmed anything, and a waiter that has gone
+    // (killed, or given up without its withdrawal landing) would read as alive for a whole TTL,
+    // and be given work. Its waiters take the lease by their own claim, as before handover.
+    const handsOver = this.host.store.handover === true && !this.name.startsWith(AGENT_LEASE_PREFIX);
     let handoff: string[] = [];
     let handoffHolder: string | undefined;
     /** A 'busy' answer came: the store registered us (an outage alone never sends a withdrawal). */

@@ -152,7 +152,9 @@ void describe('dashboard in Chromium (sqlite, loopback)', { skip }, () => {
     const contexts = await Promise.all(Array.from({ length: 10 }, () => browser.newContext()));
     const pages = await Promise.all(contexts.map((c) => c.newPage()));
     await Promise.all(pages.map((p) => p.goto(url)));
-    await Promise.all(pages.map((p) => p.waitForSelector('tr[data-lease="nightly-billing"] td.holder', { timeout: 10_000 })));
+    // Ten pages render on two cores next to the rest of the suite: allow them time (CI saw one
+    // page take over 10s); what is asserted is the store reads below, not the rendering speed.
+    await Promise.all(pages.map((p) => p.waitForSelector('tr[data-lease="nightly-billing"] td.holder', { timeout: 30_000 })));
     await until('the server counts ten browsers', async () => (await state()).clients === 10);
     const during = await state();
     // History is read once per change the watch saw (a busy machine can let a 2s lease lapse),
