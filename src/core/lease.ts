@@ -20,7 +20,6 @@ import { TermMachine, issueFenceWrite, type Term, type TermFenceWrite, type Term
 import { revokeMarker, writeMarker } from './marker.js';
 import type { LoggerLike } from './logger.js';
 import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore, LostReason } from './port.js';
-import { AGENT_LEASE_PREFIX } from '../fleet/port.js';
 
 export type { Term, TermFenceWrite } from './term.js';
 
@@ -62,6 +61,15 @@ export interface LeaseOptions extends TimingOptions {
    * say "healthy" while the work itself is wedged).
    */
   progressTimeout?: Duration;
+  /**
+   * On a store with one-write handover (PostgreSQL, schema 6): whether a waiting acquire may be
+   * registered as the waiter, so that the holder's release hands it the term in the same
+   * statement. Default true. false where holding the lease means "this process is alive" (a
+   * fleet agent's liveness): a handed term says so before the process has confirmed anything,
+   * and a waiter that has gone would read as alive for a TTL. It then takes the lease by its
+   * own claim, after the release.
+   */
+  handover?: boolean;
 }
 
 /**
@@ -152,6 +160,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.name = validateLeaseName(name);
     this.timing = resolveTiming(options);
     this.markerPath = options.marker;
+    this.handover = options.handover !== false;
     this.progressTimeoutMs = options.progressTimeout === undefined ? undefined : parseDuration(options.progressTimeout, 'progress timeout');
     if (this.progressTimeoutMs !== undefined && this.progressTimeoutMs <= 0) throw new ConfigError('progress timeout must be greater than 0');
     // Revoke on the way in: whatever is on disk was not written by this process instance.
@@ -161,6 +170,11 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   private readonly markerPath: string | undefined;
+  private readonly handover: boolean;
+  /** This lease's contentions register as the waiter a release hands the term to (LeaseOptions.handover). */
+  private get handsOver(): boolean {
+    return this.handover && this.host.store.handover === true;
+  }
   private readonly progressTimeoutMs: number | undefined;
   private lastProgress = 0;
   private progressTimer: ClockTimer | undefined;
@@ -335,11 +349,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     // have left it a term. A 'busy' answer registered it as the waiter under that claim's nonce,
     // and a release may hand it the term under it; an unanswered claim may have done either, or
     // acquired. Each claim presents them, and the store confirms such a term by a read.
-    // Never for a fleet agent's liveness lease: a term handed to a waiting process says "this
-    // agent is alive" before that process has confirmed anything, and a waiter that has gone
-    // (killed, or given up without its withdrawal landing) would read as alive for a whole TTL,
-    // and be given work. Its waiters take the lease by their own claim, as before handover.
-    const handsOver = this.host.store.handover === true && !this.name.startsWith(AGENT_LEASE_PREFIX);
+    const handsOver = this.handsOver;
     let handoff: string[] = [];
     let handoffHolder: string | undefined;
     /** A 'busy' answer came: the store registered us (an outage alone never sends a withdrawal). */
@@ -641,7 +651,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     // With one-write handover, a stopped contender withdraws as the waiter before this resolves
     // (contend's finally), so a release that follows it (a shutdown, a test) cannot hand it a
     // term. That waits for a claim in flight, one round trip.
-    if (contention !== undefined && this.host.store.handover === true) await contention.then(noop, noop);
+    if (contention !== undefined && this.handsOver) await contention.then(noop, noop);
     return this.endAndRelease('released', 'released by this process');
   }
 

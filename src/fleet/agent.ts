@@ -106,7 +106,9 @@ export class Agent extends EventEmitter<AgentEvents> {
     const wait = options.wait === false ? false : parseDuration(options.wait ?? staleAfterMs + heartbeatMs, 'wait');
     // The lease's own local deadline (margin) keeps this process from believing it is alive
     // past what the store would say.
-    const leaseOptions = { ttl: staleAfterMs, renewInterval: heartbeatMs };
+    // No handover: holding agent/<id> is what says "alive", and only a process that confirmed
+    // its own claim may say so (a term handed to a waiter that has gone would read as alive).
+    const leaseOptions = { ttl: staleAfterMs, renewInterval: heartbeatMs, handover: false };
     AGENT_LEASE_OPTIONS.add(leaseOptions);
     const lease = leasehold.lease(`${AGENT_LEASE_PREFIX}${id}`, leaseOptions);
     let term: Term;

@@ -4,6 +4,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { after, describe, it } from 'node:test';
 import { Sandbox } from './helpers.js';
+import { TEST_PG_URL } from '../helpers/stores.js';
 
 // Start-up cost is mostly what gets loaded (bench/startup.ts measures it): `leasehold run` on a
 // store loads that store's driver and no other, and node:tls only when the URL names TLS files.
@@ -42,7 +43,7 @@ void describe('leasehold run loads only what its store needs', () => {
   });
 
   void it('on PostgreSQL: pg and nothing of Redis or etcd', () => {
-    const url = process.env['LEASEHOLD_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
+    const url = TEST_PG_URL;
     // `status` on a schema nobody migrated: it connects (pg is loaded) and answers 0 or 3.
     const r = loaded(['status', '--store', `${url}${url.includes('?') ? '&' : '?'}schema=lh_startup_modules`]);
     assert.ok(r.code === 0 || r.code === 3, r.stderr);

@@ -21,10 +21,13 @@ async function countedStore(maxScriptMs?: number) {
   const client = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: 0, commandTimeout: 10_000 });
   const scripts: number[] = [];
   const flight = { now: 0, most: 0 };
+  /** The n-th script call (1-based, counting every call) fails without being sent. */
+  const ctl: { failScript: number | undefined } = { failScript: undefined };
   for (const m of ['evalsha', 'eval'] as const) {
     const orig = client[m].bind(client) as (...a: unknown[]) => Promise<unknown>;
     (client as unknown as Record<string, unknown>)[m] = (...a: unknown[]) => {
       scripts.push(a.length);
+      if (scripts.length === ctl.failScript) return Promise.reject(new Error('test: this script never reached Redis'));
       flight.most = Math.max(flight.most, ++flight.now);
       return orig(...a).finally(() => flight.now--);
     };
@@ -36,6 +39,9 @@ async function countedStore(maxScriptMs?: number) {
     store,
     scripts,
     flight,
+    set failScript(n: number | undefined) {
+      ctl.failScript = n;
+    },
     async close() {
       await store.close();
       client.disconnect();
@@ -75,6 +81,25 @@ void describe('Redis: a claim batch never runs as one long script', () => {
         again.map((r) => r.outcome),
         ['renewed', 'renewed', 'renewed', 'renewed', 'renewed'],
       );
+    } finally {
+      await s.close();
+    }
+  });
+
+  void it('a slice that fails after others landed fails the call, and a claim naming both nonces recognises every lease', async () => {
+    const s = await countedStore(1);
+    try {
+      const all = names(2000);
+      await s.store.claim(all.map((name, i) => ({ name, holder: 'h', expect: null, nextNonce: `a${i}`, ttlMs: 60_000 })));
+      // The second script of the renewal never reaches Redis: the call fails with some slices landed.
+      const before = s.scripts.length;
+      s.failScript = before + 1;
+      const renew = all.map((name, i) => ({ name, holder: 'h', expect: [`a${i}`], nextNonce: `b${i}`, ttlMs: 60_000 }));
+      await assert.rejects(s.store.claim(renew));
+      s.failScript = undefined;
+      // Unknown is not yes: the engine's next claim expects the old nonce and the unanswered one.
+      const again = await s.store.claim(all.map((name, i) => ({ name, holder: 'h', expect: [`a${i}`, `b${i}`], nextNonce: `c${i}`, ttlMs: 60_000 })));
+      assert.equal(again.filter((r) => r.outcome === 'renewed').length, 2000);
     } finally {
       await s.close();
     }
