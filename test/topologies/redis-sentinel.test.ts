@@ -59,6 +59,7 @@ interface Server {
 interface SentinelSet {
   url: string;
   servers: Server[];
+  sentinels: Server[];
   primary(): Promise<Server | null>;
   waitForPrimary(o?: { not?: number; ms?: number }): Promise<Server>;
   failover(): Promise<void>;
@@ -470,5 +471,57 @@ void describe(`Redis behind Sentinel (primary, replica, three Sentinels), TTL ${
     t.diagnostic(msg);
     assert.ok(handover < TTL_MS / 2, `the follower waited ${handover}ms: no "freed" notification reached it through the new primary`);
     s.checkTokensAndFence();
+  });
+
+  void it('g. a failover announced while the client is reconnecting does not end the client for good', async (t) => {
+    // ioredis 6.0's failover detector, left from the last connection, hears +switch-master
+    // while the client is asking a Sentinel for the primary; it disconnects the connector, the
+    // reconnect fails with "Connection is closed." and ioredis ends the client: every command
+    // after that failed the same way, for ever (redis/ioredis#1683). Made certain here: the
+    // Sentinel the client asks first is frozen (its answer waits for the 5s command timeout)
+    // while the others fail over.
+    const { set } = await fresh();
+    const store = await createRedisStore({ url: set.url, prefix: freshRedisPrefix(), commandTimeoutMs: 1000, connectTimeoutMs: 5000 });
+    const [first, other] = [set.sentinels[0]!, set.sentinels[1]!];
+    try {
+      await store.list(); // connected, and the failover detector subscribed
+      const old = (await set.primary())!;
+      first.signal('SIGSTOP');
+      let frozen = true;
+      try {
+        const faultAt = performance.now();
+        // Drops the store's connection: its reconnect asks the frozen Sentinel first.
+        await old.cli(['CLIENT', 'KILL', 'TYPE', 'normal']);
+        assert.equal(await other.cli(['SENTINEL', 'FAILOVER', 'mymaster'], 2000), 'OK');
+        // The failover done by the two live Sentinels, then the frozen one back.
+        const end = performance.now() + 20_000;
+        while ((await other.cli(['SENTINEL', 'get-master-addr-by-name', 'mymaster']))?.split(/\r?\n/)[1] === String(old.port)) {
+          assert.ok(performance.now() < end, 'the Sentinels did not fail over within 20s');
+          await sleep(50);
+        }
+        await sleep(6000); // past the frozen Sentinel's command timeout: the reconnect has settled
+        first.signal('SIGCONT');
+        frozen = false;
+        let lastError = '';
+        const deadline = performance.now() + 15_000;
+        for (;;) {
+          try {
+            await store.list();
+            break;
+          } catch (err) {
+            lastError = (err as Error).message;
+            assert.ok(performance.now() < deadline, `the store never worked again after the failover: ${lastError}`);
+            await sleep(200);
+          }
+        }
+        const msg = `failover announced during a reconnect: the store answered again ${Math.round(performance.now() - faultAt)}ms after the fault${lastError === '' ? '' : ` (last failure: ${lastError.slice(0, 120)})`}`;
+        console.log(`[redis-sentinel] ${msg}`);
+        t.diagnostic(msg);
+      } finally {
+        if (frozen) first.signal('SIGCONT');
+      }
+    } finally {
+      await store.close();
+    }
   });
 });

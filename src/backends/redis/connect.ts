@@ -203,8 +203,35 @@ async function createSentinelDriver(url: string, options: OwnedClientOptions): P
   client.on('ready', () => {
     sentinelError = undefined;
   });
+  // ioredis (6.0) can end a Sentinel client for good in a failover: its failover detector,
+  // left over from the last connection, hears +switch-master while the client is reconnecting
+  // and disconnects the connector; the reconnect under way then fails with "Connection is
+  // closed.", the client goes to 'end', and every later command fails the same way (seen in
+  // the Sentinel TLS topology test, and upstream as redis/ioredis#1683). The client is ours and
+  // only close() ends it on purpose, so an 'end' before that starts a new connection. Commands
+  // sent meanwhile fail as unavailable, as during any reconnect.
+  let closing = false;
+  let attempt = 0;
+  const reconnect = (): void => {
+    if (closing) return;
+    setTimeout(() => {
+      if (closing) return;
+      client.connect().then(
+        () => {
+          attempt = 0;
+        },
+        // Failed before ioredis' own retries took over (it went to 'end' again): that 'end' retries.
+        () => undefined,
+      );
+    }, backoff(attempt++)).unref();
+  };
+  client.on('end', reconnect);
   return {
     ...driver,
+    async close() {
+      closing = true;
+      await driver.close();
+    },
     lastConnectionError: () => {
       const last = driver.lastConnectionError?.();
       return last !== undefined && sentinelError !== undefined && /All sentinels are unreachable/.test(last) ? `${last.replace(/ Last error: .*$/, '')} Last: ${sentinelError}` : last;
