@@ -52,6 +52,7 @@ export interface FleetAgentConfig {
 export type AgentEvent = { t: number; p: string; id: string; pid: number } & (
   | { ev: 'start'; resumed: boolean }
   | { ev: 'live'; token: string }
+  | { ev: 'claim-sent'; sent: number }
   | { ev: 'claim'; sent: number; outcome: string; token?: string; storeNow?: number; expiresAt?: number; error?: string }
   | { ev: 'release'; sent: number; ok: boolean | null }
   | { ev: 'lost'; reason: string }
@@ -78,6 +79,9 @@ function log(body: Body): void {
 function logged(inner: LeaseStore): LeaseStore {
   const claim: LeaseStore['claim'] = async (reqs, o) => {
     const sent = monoMs();
+    // Logged before it goes: a process stopped or killed between the store's answer and the
+    // 'claim' line leaves this one alone, and the checker knows a renewal may have landed.
+    log({ ev: 'claim-sent', sent });
     try {
       const res = await inner.claim(reqs, o);
       const r = res[0];

@@ -56,6 +56,8 @@ interface Fresh {
 }
 
 const MAX_LISTED = 20;
+/** How late a claim sent by a process that then stopped may still reach the store. */
+const UNANSWERED_SLACK_MS = 1000;
 
 function verdict(name: string, violations: string[], detail: string): FleetVerdict {
   return { name, ok: violations.length === 0, detail: violations.length === 0 ? detail : `${violations.length} violation(s); ${detail}`, violations: violations.slice(0, MAX_LISTED) };
@@ -69,6 +71,16 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
   const claimsById = new Map<string, Array<Extract<AgentEvent, { ev: 'claim' }> & { expiresAt: number }>>();
   /** Anything that can end an agent's liveness before its expiry: a lost claim, a release, a deregistration. */
   const endsById = new Map<string, number[]>();
+  // Claims sent with no answer logged (the process was stopped or killed with the claim in
+  // flight): the store may have renewed the lease without anyone seeing it.
+  const answered = new Set(agents.flatMap((e) => (e.ev === 'claim' ? [`${e.pid}:${e.sent}`] : [])));
+  const unansweredById = new Map<string, number[]>();
+  for (const e of agents) {
+    if (e.ev !== 'claim-sent' || answered.has(`${e.pid}:${e.sent}`)) continue;
+    const list = unansweredById.get(e.id) ?? [];
+    list.push(e.sent);
+    unansweredById.set(e.id, list);
+  }
   for (const e of agents) {
     if (isConfirmed(e)) {
       const list = claimsById.get(e.id) ?? [];
@@ -87,6 +99,7 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
   const v1: string[] = [];
   let placements = 0;
   let unverified = 0;
+  let unverifiedInFlight = 0;
   let closest: number | null = null;
   for (const e of clients) {
     if (!((e.ev === 'place' && e.outcome === 'placed') || (e.ev === 'reassign' && e.outcome === 'moved'))) continue;
@@ -97,6 +110,14 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
     }
     const before = (claimsById.get(e.agent) ?? []).filter((c) => c.sent < e.got);
     const margin = before.length === 0 ? -Infinity : Math.max(...before.map((c) => c.expiresAt)) - e.placedAt;
+    // A renewal sent within a TTL (and a second for delivery) before the placement's answer,
+    // whose answer nobody logged, may have kept the agent live: neither proof nor violation.
+    const inFlight = margin <= 0 && (unansweredById.get(e.agent) ?? []).some((sent) => sent < e.got && sent > e.got - staleAfterMs - UNANSWERED_SLACK_MS);
+    if (inFlight) {
+      unverified++;
+      unverifiedInFlight++;
+      continue;
+    }
     if (margin <= 0) {
       v1.push(
         `${e.ev} of ${e.r} on ${e.agent} (generation ${e.gen}) at store time ${e.placedAt}: ` +
@@ -219,6 +240,7 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
       reassigns: clients.filter((e) => e.ev === 'reassign' && e.outcome === 'moved').length,
       reassignsRefused: clients.filter((e) => e.ev === 'reassign' && e.outcome !== 'moved').length,
       unverifiedPlacements: unverified,
+      unverifiedByUnansweredRenewal: unverifiedInFlight,
       lookups: lookups.length,
       lookupsViaCache: count((e) => e.via === 'cache'),
       cacheHits: count((e) => e.hit),

@@ -502,7 +502,7 @@ export function fleetSummary(r: FleetChaosReport): string {
     '',
     ...r.result.verdicts.map((v) => `  ${v.ok ? 'ok  ' : 'FAIL'} ${v.name.padEnd(28)} ${v.detail}${v.violations.slice(0, 3).map((x) => `\n         ${x}`).join('')}`),
     '',
-    `  placements ${c['placements']} (unverified ${c['unverifiedPlacements']}), reassigns ${c['reassigns']} (${c['reassignsRefused']} refused)`,
+    `  placements ${c['placements']} (unverified ${c['unverifiedPlacements']}, of which ${c['unverifiedByUnansweredRenewal']} after a renewal whose answer went unlogged), reassigns ${c['reassigns']} (${c['reassignsRefused']} refused)`,
     `  lookups ${c['lookups']} (${c['lookupsViaCache']} via the cache, ${c['cacheHits']} hits): live ${c['live']}, dead ${c['dead']}, no owner ${c['noOwner']}, errors ${c['lookupErrors']}`,
     `  writes accepted ${c['writesAccepted']}, fenced ${c['writesFenced']}, duplicate ${c['writesDuplicate']}; confirmed heartbeats ${c['confirmedHeartbeats']}`,
     `  worst: closest placement to its agent's expiry ${ms(w['closestPlacementMarginMs'] ?? null)}, oldest heartbeat in a live answer ${ms(w['oldestLiveHeartbeatAgeMs'] ?? null)}, ` +
