@@ -1,5 +1,5 @@
 /**
- * The chaos harness in `npm test`: the short profile (about 40-60s, 4 worker processes, TTL 1s)
+ * The chaos harness in `npm test`: the short profile cut to 25s (about 30s a store, 4 worker processes, TTL 1s)
  * on every selected store, run as the CLI a human would run, and a negative control that must
  * catch the broken configuration. Runs in the test runner's last phase, alone: it restarts
  * PostgreSQL, Redis and etcd.
@@ -95,7 +95,10 @@ void describe('chaos: the short profile proves the fence under every fault', () 
         return;
       }
       const s = seed();
-      const r = await chaos(['--store', kind, '--profile', 'short', '--seed', s], 180_000);
+      // 25s, not the profile's 40s: the nemesis goes on past the duration until every kind has
+      // been injected once (about 25-30s), which is what this test asserts; npm test's time is
+      // better spent elsewhere than on a second round.
+      const r = await chaos(['--store', kind, '--profile', 'short', '--duration', '25s', '--seed', s], 180_000);
       t.diagnostic(`${kind}: seed ${s}, ${r.seconds}s, ${r.report?.verdict ?? 'no report'}`);
       for (const [k, reason] of Object.entries(r.report?.meta.unsupported ?? {})) t.diagnostic(`${kind}: no ${k}: ${reason}`);
       assert.ok(r.report !== null, `the run wrote no report (exit ${r.code})\n${r.out.split('\n').slice(-40).join('\n')}`);

@@ -4,11 +4,19 @@
  * `import`, `require()` and a TypeScript `nodenext` build against the shipped types, on a real
  * PostgreSQL. This is the test that would have caught a tarball without `dist/`.
  *
- * It runs in the serial phase: installing builds better-sqlite3 with node-gyp (about a minute
- * of one core), which would starve the timing-sensitive tests beside it.
+ * It runs in the serial phase: npm installs and a TypeScript build load the machine, which
+ * would starve the timing-sensitive tests beside it.
+ *
+ * better-sqlite3's install script downloads a prebuilt binary from GitHub, which this machine
+ * cannot reach, and then builds from source (80s of one core in CI). The test serves the
+ * binary the repository's own install built, for the same better-sqlite3 version and Node ABI,
+ * from a loopback HTTP "mirror" (prebuild-install's documented *_binary_host setting): the
+ * app's install takes the same prebuilt path a user's does. Any other version gets a 404 and
+ * is built from source as before.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -245,9 +253,16 @@ export function internals(leasehold: Leasehold, lease: ReturnType<Leasehold['lea
   });
 
   void it('with optional dependencies installed, runs `leasehold demo` on the embedded store', async () => {
-    const install = await sh('npm', ['install', ...NPM_FLAGS], app, {}, 480_000);
+    const mirror = await prebuildMirror(work);
+    let install: Result;
+    try {
+      install = await sh('npm', ['install', ...NPM_FLAGS], app, mirror === undefined ? {} : { npm_config_better_sqlite3_binary_host: mirror.url }, 480_000);
+    } finally {
+      mirror?.server.close();
+    }
     assert.equal(install.code, 0, show(install));
-    process.stdout.write(`# npm install of the optional dependencies (better-sqlite3, built here): ${(install.ms / 1000).toFixed(1)}s\n`);
+    const how = mirror?.served() === true ? 'prebuilt binary from the loopback mirror' : 'built from source here';
+    process.stdout.write(`# npm install of the optional dependencies (better-sqlite3, ${how}): ${(install.ms / 1000).toFixed(1)}s\n`);
     const state = join(work, 'state');
     const env: NodeJS.ProcessEnv = { XDG_STATE_HOME: state, LEASEHOLD_STORE: '' };
     const demo = await sh('npx', ['--no-install', 'leasehold', 'demo'], app, env, 120_000);
@@ -256,3 +271,32 @@ export function internals(leasehold: Leasehold, lease: ReturnType<Leasehold['lea
     assert.ok(existsSync(join(state, 'leasehold', 'leasehold.db')), 'the demo did not use the embedded default store');
   });
 });
+
+/**
+ * A loopback HTTP server answering prebuild-install's request for better-sqlite3's binary with
+ * the one the repository's install built (same version, this Node's ABI), packed as a prebuild
+ * tarball (build/Release/better_sqlite3.node). Undefined when the repository has none.
+ */
+async function prebuildMirror(work: string): Promise<{ server: Server; url: string; served(): boolean } | undefined> {
+  const pkgDir = join(root, 'node_modules', 'better-sqlite3');
+  if (!existsSync(join(pkgDir, 'build', 'Release', 'better_sqlite3.node'))) return undefined;
+  const version = (JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8')) as { version: string }).version;
+  const tgz = join(work, 'better-sqlite3-prebuild.tar.gz');
+  const tar = spawnSync('tar', ['czf', tgz, '-C', pkgDir, 'build/Release/better_sqlite3.node']);
+  if (tar.status !== 0) return undefined;
+  // {name}-v{version}-{runtime}-v{abi}-{platform}{libc}-{arch}.tar.gz under /v{version}/
+  const wanted = `/v${version}/better-sqlite3-v${version}-node-v${process.versions.modules}-${process.platform}`;
+  let served = false;
+  const server = createServer((req, res) => {
+    if (req.method === 'GET' && req.url?.startsWith(wanted) === true && req.url.endsWith(`-${process.arch}.tar.gz`)) {
+      served = true;
+      res.writeHead(200, { 'content-type': 'application/gzip' });
+      res.end(readFileSync(tgz));
+    } else {
+      res.writeHead(404).end();
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  return { server, url: `http://127.0.0.1:${port}`, served: () => served };
+}
