@@ -3,6 +3,9 @@
  * a child this file tracks so a test can kill -9 one and the `after` hook can reap the rest.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
@@ -20,13 +23,16 @@ export class AgentProcess {
     args: string[],
     script = BIN,
   ) {
-    this.child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // A diagnostic report on SIGUSR2: an agent that never goes live says where it is waiting.
+    this.reportDir = mkdtempSync(join(tmpdir(), `leasehold-agent-${id}-`));
+    this.child = spawn(process.execPath, ['--report-on-signal', `--report-directory=${this.reportDir}`, script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     running.add(this);
     this.child.stdout!.on('data', (d: Buffer) => (this.stdout += d.toString()));
     this.child.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
     this.exited = new Promise((resolve) => {
       this.child.on('exit', (code, signal) => {
         running.delete(this);
+        rmSync(this.reportDir, { recursive: true, force: true });
         resolve({ code, signal });
       });
     });
@@ -37,8 +43,25 @@ export class AgentProcess {
     const until = Date.now() + timeoutMs;
     while (!/live/.test(this.stdout)) {
       if (this.child.exitCode !== null || this.child.signalCode !== null) throw new Error(`agent ${this.id} exited before going live: ${this.stderr}`);
-      if (Date.now() > until) throw new Error(`agent ${this.id} not live after ${timeoutMs}ms: ${this.stderr}`);
+      if (Date.now() > until) throw new Error(`agent ${this.id} not live after ${timeoutMs}ms: stderr ${JSON.stringify(this.stderr)}, stdout ${JSON.stringify(this.stdout)}; ${await this.report()}`);
       await sleep(20);
+    }
+  }
+
+  private readonly reportDir: string;
+
+  /** The process's JavaScript stack and open handles, from a Node diagnostic report (SIGUSR2). */
+  private async report(): Promise<string> {
+    try {
+      this.child.kill('SIGUSR2');
+      for (let i = 0; i < 50 && readdirSync(this.reportDir).length === 0; i++) await sleep(20);
+      const file = readdirSync(this.reportDir)[0];
+      if (file === undefined) return 'no diagnostic report';
+      const r = JSON.parse(readFileSync(join(this.reportDir, file), 'utf8')) as { javascriptStack?: { stack?: string[] }; libuv?: { type: string; is_active: boolean; remoteEndpoint?: unknown; ms?: number }[] };
+      const handles = (r.libuv ?? []).filter((h) => h.is_active).map((h) => `${h.type}${h.remoteEndpoint === undefined ? '' : ` ${JSON.stringify(h.remoteEndpoint)}`}${h.ms === undefined ? '' : ` ${h.ms}ms`}`);
+      return `report: stack ${JSON.stringify(r.javascriptStack?.stack?.slice(0, 8) ?? [])}, active handles ${JSON.stringify(handles)}`;
+    } catch (err) {
+      return `no diagnostic report (${(err as Error).message})`;
     }
   }
 

@@ -199,7 +199,31 @@ async function createSentinelDriver(url: string, options: OwnedClientOptions): P
   // ("Connection is closed" is ioredis closing its own Sentinel connection: keep the reason before it.)
   (client as unknown as { on(event: 'sentinelError', listener: (err: Error) => void): unknown }).on('sentinelError', (err: Error) => {
     if (sentinelError === undefined || !/Connection is closed\.?$/.test(err.message)) sentinelError = err.message;
+    // Over TLS, a handshake the Sentinel refused (a wrong CA, a missing client certificate)
+    // reaches us only as that "Connection is closed.": ioredis keeps the TLS error to its own
+    // Sentinel connection. One handshake of our own, with the same material, says why.
+    if (target.tls && /Connection is closed\.?$/.test(err.message)) probeTls(err.message);
   });
+  let probing = false;
+  let lastProbe = -Infinity;
+  const probeTls = (message: string): void => {
+    const m = /sentinel ([^\s]+):(\d+) because/.exec(message);
+    if (m === null || probing || performance.now() - lastProbe < 5000) return;
+    probing = true;
+    lastProbe = performance.now();
+    const host = m[1]!;
+    const socket = process.getBuiltinModule('node:tls').connect({ host, port: Number(m[2]), ...(tls ?? {}), ...(process.getBuiltinModule('node:net').isIP(host) === 0 ? { servername: host } : {}) });
+    const done = (why: string | undefined): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      probing = false;
+      if (why !== undefined) sentinelError = `TLS to Sentinel ${host}:${m[2]} failed: ${why}`;
+    };
+    const timer = setTimeout(() => done(undefined), options.connectTimeoutMs);
+    timer.unref();
+    socket.once('secureConnect', () => done(undefined));
+    socket.once('error', (e: Error) => done(e.message));
+  };
   client.on('ready', () => {
     sentinelError = undefined;
   });

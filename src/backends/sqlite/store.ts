@@ -129,6 +129,8 @@ ALTER TABLE ${T.leases} ADD COLUMN fence_nonce TEXT;
  * it reads a lease with, and older files need no new table.
  */
 const FLOOR_ROW = '';
+/** watchFreed: when to look again after a change (see there). */
+const FOLLOW_UP_MS = [20, 100, 400, 1500];
 
 interface LeaseRow {
   name: string;
@@ -514,20 +516,42 @@ export class SqliteStore implements LeaseStore {
         .safeIntegers(true);
       const maxId = this.db.prepare(`SELECT coalesce(max(id), 0) AS id FROM ${T.history}`).safeIntegers(true);
       let pending: NodeJS.Timeout | undefined;
+      /** Index into FOLLOW_UP_MS of the next look after the last change. */
+      let followUp = 0;
+      /** The pending look is the one right after a change (not a follow-up). */
+      let quick = false;
       const check = (): void => {
         pending = undefined;
+        quick = false;
         if (this.closed) return;
         try {
           const [rows, top] = this.withoutBusyWait(() => [poll.all(cursor) as { id: bigint; name: string }[], (maxId.get() as { id: bigint }).id] as const);
           for (const r of rows) listener(r.name);
           cursor = top > cursor ? top : cursor;
         } catch {
-          // Busy or closing: the next change (or the follower's expiry sleep) covers it.
+          // Busy or closing: the follow-up looks below cover it.
+        }
+        // A commit writes its WAL frames (the change the watch sees), syncs them (synchronous =
+        // FULL), and only then publishes itself in the shared-memory index, which no file watch
+        // sees. A look in between misses it, and without another look a release would wait for
+        // the follower's expiry sleep (CI saw a takeover at the 6s expiry instead of at once).
+        // So every change is looked at again a few times, a cheap local query each.
+        if (followUp < FOLLOW_UP_MS.length) {
+          pending = setTimeout(check, FOLLOW_UP_MS[followUp++]);
+          pending.unref();
         }
       };
       let watcher: FSWatcher | undefined = watch(dirname(this.path), { persistent: false }, (_event, file) => {
         if (file !== null && !String(file).startsWith(base)) return;
-        if (pending === undefined) pending = setTimeout(check, 5);
+        followUp = 0;
+        if (pending !== undefined && !quick) {
+          clearTimeout(pending); // a follow-up look, later than this change needs
+          pending = undefined;
+        }
+        if (pending === undefined) {
+          quick = true;
+          pending = setTimeout(check, 5);
+        }
       });
       watcher.on('error', () => {
         watcher?.close();
