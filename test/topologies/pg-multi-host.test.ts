@@ -67,7 +67,13 @@ type Ev = { who: string; kind: 'acquired' | 'renewed' | 'jeopardy' | 'lost'; tok
 /** A contender on `job`: its own store (the multi-host URL), Leasehold and Elector; every lease event in `log`. */
 async function contender(who: string, url: string, ttl: number, log: Ev[], storeOptions: { queryTimeoutMs?: number } = {}) {
   const store = await PostgresStore.create({ url, ...storeOptions });
-  const lh = new Leasehold({ store, closeStore: true });
+  // What the engine said, with times, for a failure message (a slow handover in CI: 5.1s).
+  const notes: { at: number; line: string }[] = [];
+  const note = (level: string) => (obj: object, msg?: string): void => {
+    notes.push({ at: performance.now(), line: `${level} ${msg ?? ''} ${JSON.stringify(obj, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}` });
+  };
+  const logger = { debug: note('debug'), info: note('info'), warn: note('warn'), error: note('error') };
+  const lh = new Leasehold({ store, closeStore: true, logger });
   opened.push(() => lh.close());
   const lease = lh.lease('job', { ttl });
   lease.on('acquired', (t: Term) => log.push({ who, kind: 'acquired', token: t.token, at: performance.now() }));
@@ -77,7 +83,7 @@ async function contender(who: string, url: string, ttl: number, log: Ev[], store
   const elector = new Elector(lease, { onElected() {} }, silent);
   elector.start();
   opened.push(() => elector.stop());
-  return { who, store, lh, elector, lease };
+  return { who, store, lh, elector, lease, notes };
 }
 
 const acquiredTokens = (log: Ev[]): bigint[] => log.filter((e) => e.kind === 'acquired').map((e) => e.token);
@@ -171,7 +177,8 @@ void describe('PostgreSQL multi-host URL: failover to a promoted standby', { ski
           `release handed over via LISTEN on the new primary in ${handover}ms; tokens ${all.join(', ')}`,
       );
       // Handover at expiry would be up to a TTL: this is the notification.
-      assert.ok(handover < TTL / 3, `handover took ${handover}ms after the failover: the follower's LISTEN did not follow the new primary`);
+      const said = other.notes.filter((x) => x.at >= releasedAt - 2000).map((x) => `${Math.round(x.at - releasedAt)}ms ${x.line}`);
+      assert.ok(handover < TTL / 3, `handover took ${handover}ms after the failover: the follower's LISTEN did not follow the new primary; the follower's engine said (ms from the release):\n${said.join('\n')}`);
       await other.elector.stop();
       await Promise.all([a.lh.close(), b.lh.close(), observer.close()]);
       await closeAll();
