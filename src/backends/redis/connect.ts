@@ -207,17 +207,21 @@ async function createSentinelDriver(url: string, options: OwnedClientOptions): P
   let probing = false;
   let lastProbe = -Infinity;
   const probeTls = (message: string): void => {
+    if (probing || performance.now() - lastProbe < 5000) return;
+    // The Sentinel the message names (ioredis' wording), else the first one in the URL.
     const m = /sentinel ([^\s]+):(\d+) because/.exec(message);
-    if (m === null || probing || performance.now() - lastProbe < 5000) return;
+    const first = target.sentinels[0];
+    const host = m?.[1] ?? first?.host;
+    const port = m === null ? first?.port : Number(m[2]);
+    if (host === undefined || port === undefined) return;
     probing = true;
     lastProbe = performance.now();
-    const host = m[1]!;
-    const socket = process.getBuiltinModule('node:tls').connect({ host, port: Number(m[2]), ...(tls ?? {}), ...(process.getBuiltinModule('node:net').isIP(host) === 0 ? { servername: host } : {}) });
+    const socket = process.getBuiltinModule('node:tls').connect({ host, port, ...(tls ?? {}), ...(process.getBuiltinModule('node:net').isIP(host) === 0 ? { servername: host } : {}) });
     const done = (why: string | undefined): void => {
       clearTimeout(timer);
       socket.destroy();
       probing = false;
-      if (why !== undefined) sentinelError = `TLS to Sentinel ${host}:${m[2]} failed: ${why}`;
+      if (why !== undefined) sentinelError = `TLS to Sentinel ${host}:${port} failed: ${why}`;
     };
     const timer = setTimeout(() => done(undefined), options.connectTimeoutMs);
     timer.unref();
