@@ -11,6 +11,7 @@ import {
   parseState,
   parseTerm,
   stateToken,
+  sessionTermValue,
   termValue,
   type EtcdKeys,
   type HistoryValue,
@@ -18,6 +19,7 @@ import {
   type StateValue,
 } from './keys.js';
 import { guarded, rangeOf, schemaOk } from './txn.js';
+import { SessionBook, joinSession, renewOnSessions, ttlSecOf, type SessionContext } from './session.js';
 
 /**
  * Acquire-or-renew for a batch, in as few round trips as etcd allows:
@@ -76,6 +78,8 @@ export interface Grant {
   ttlSec: number;
   /** Local time just before the grant was sent: etcd's expiry is at least this + ttl. */
   sentAtMs: number;
+  /** A session's lease (session.ts): a term put on it is written as a session term. */
+  session?: true;
 }
 
 /** What this store instance last saw of a lease's state key; contending compares against it. */
@@ -98,6 +102,8 @@ interface ClaimContext {
   /** This store's watch on term-key deletes is established right now. */
   watched(): boolean;
   leaseFor(ttlMs: number, deadline: number): Promise<Grant>;
+  /** Sessions, when the client can keep a lease alive (session.ts); otherwise every renewal moves its terms. */
+  sessions?: SessionBook;
 }
 
 /** A live term two clones renew: the round after the reads ends it (see above). */
@@ -107,6 +113,8 @@ interface ConflictTarget {
   /** The nonce the other clone stored. */
   nonce: string;
   startedAtMs: number | undefined;
+  /** The term key's etcd lease: the conflict marks the delete there for its session (session.ts). */
+  lease: string;
 }
 
 const NEVER_SEEN: SeenState = { rev: '0', holder: null, ended: false };
@@ -147,7 +155,16 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
 
   const grants = new Map<number, Grant>();
   const watched = ctx.watched();
-  let pending: Pending[] = requests.map((req, index) => {
+  const sessionCtx: SessionContext | undefined =
+    ctx.sessions === undefined ? undefined : { client: ctx.client, keys: ctx.keys, call: ctx.call, maxOpsPerTxn: ctx.maxOpsPerTxn, book: ctx.sessions };
+  // Renewals of terms a session holds are answered by its tick; the rest go through the rounds.
+  const pass = sessionCtx === undefined ? undefined : await renewOnSessions(sessionCtx, requests, deadline);
+  for (const [i, r] of pass?.answered ?? []) results[i] = r;
+  const sessionGrant = (req: ClaimRequest): Grant | undefined =>
+    req.expect === null || req.expect.length === 0 ? undefined : pass?.grants.get(SessionBook.keyOf(req.holder, ttlSecOf(req.ttlMs)));
+  const grantOf = (req: ClaimRequest): Grant | undefined => sessionGrant(req) ?? grants.get(req.ttlMs);
+  let pending: Pending[] = (pass?.rest ?? requests.map((_, i) => i)).map((index) => {
+    const req = requests[index]!;
     const seen = ctx.seen.get(req.name) ?? NEVER_SEEN;
     return { index, req, seen, quiet: req.expect === null && watched && seen.termHeld === true };
   });
@@ -164,7 +181,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
       throw new StoreUnavailableError('the claim was abandoned by its caller before round ' + String(round + 1) + '; this is retryable');
     }
     // One LeaseGrant per distinct TTL, the first time a non-quiet request of the batch needs it.
-    const ttls = [...new Set(pending.filter((p) => p.quiet !== true && !grants.has(p.req.ttlMs)).map((p) => p.req.ttlMs))];
+    const ttls = [...new Set(pending.filter((p) => p.quiet !== true && grantOf(p.req) === undefined).map((p) => p.req.ttlMs))];
     if (ttls.length > 0) {
       try {
         const granted = await Promise.all(ttls.map((t) => ctx.leaseFor(t, deadline)));
@@ -177,10 +194,10 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     const chunks = chunk(pending, ctx.maxOpsPerTxn).map((c) =>
       c.map((p, seq) =>
         p.conflict !== undefined
-          ? planConflict(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen, p.conflict)
+          ? planConflict(ctx, p.index, seq, p.req, grantOf(p.req)!, atMs, p.seen, p.conflict)
           : p.quiet === true
             ? planReads(ctx, p.index, p.req, atMs, p.seen)
-            : plan(ctx, p.index, seq, p.req, grants.get(p.req.ttlMs)!, atMs, p.seen),
+            : plan(ctx, p.index, seq, p.req, grantOf(p.req)!, atMs, p.seen),
       ),
     );
     let responses: EtcdTxnResponse[];
@@ -212,6 +229,11 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     pending = next;
   }
 
+  if (sessionCtx !== undefined) {
+    for (const index of pass!.rest) {
+      if (sessionGrant(requests[index]!) !== undefined) joinSession(sessionCtx, requests[index]!, results[index]!);
+    }
+  }
   if (lookups.length > 0) await fillExpiry(ctx, results, lookups, deadline);
   if (ctx.seen.size > SEEN_CAP) ctx.seen.clear();
   return results as ClaimResult[];
@@ -229,7 +251,8 @@ function plan(ctx: ClaimContext, index: number, seq: number, req: ClaimRequest, 
   const T = k.term(req.name);
   const renew: RenewValue = { nonce: req.nextNonce, renewedAtMs: atMs, expiresAtMs: grant.sentAtMs + grant.ttlSec * 1000 };
   const reads: EtcdRequestOp[] = [rangeOf(T), rangeOf(k.state(req.name)), rangeOf(k.renew(req.name))];
-  const putTerm: EtcdRequestOp = { request_put: { key: T, value: termValue(req.holder, req.nextNonce), lease: grant.id, prev_kv: true } };
+  const value = grant.session === true ? sessionTermValue(req.holder, req.nextNonce) : termValue(req.holder, req.nextNonce);
+  const putTerm: EtcdRequestOp = { request_put: { key: T, value, lease: grant.id, prev_kv: true } };
   const putRenew: EtcdRequestOp = { request_put: { key: k.renew(req.name), value: json(renew) } };
 
   if (req.expect === null) {
@@ -321,6 +344,8 @@ function planConflict(
         { request_put: { key: k.state(req.name), value: json(state) } },
         // This request's nextNonce was never stored: a fresh, unique history id.
         { request_put: { key: k.history(req.name, req.nextNonce), value: json(entry) } },
+        // For the session the term was on, if any (session.ts): its tick would not see the delete.
+        ...(c.lease === '0' ? [] : [{ request_put: { key: k.ended(c.lease, req.name), value: Buffer.alloc(0), lease: c.lease } }]),
       ],
       failure: [rangeOf(T), rangeOf(k.state(req.name)), rangeOf(k.renew(req.name))],
     },
@@ -341,7 +366,7 @@ function ended(ctx: ClaimContext, p: Plan, c: ConflictTarget, revision: string, 
  * chunk fits when (leases in it) + (the deepest chain of ops under one lease) <= maxOps.
  */
 function opCost(req: ClaimRequest, conflict: boolean): number {
-  if (conflict) return 3; // compare 1, delete + puts 3, reads 3
+  if (conflict) return 4; // compare 1, delete + puts + marker 4, reads 3
   if (req.expect === null) return 4; // compares 2, puts 4, reads 3
   if (req.expect.length === 0) return 3;
   return 3 + 2 * (req.expect.length - 1); // each OR level: compare 1, puts 2, nested 1; last: reads 3
@@ -430,7 +455,7 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
     if (term.holder === req.holder) {
       // Our holder id, a nonce we do not hold, a live term: two processes renew one term.
       const startedAtMs = stateVal?.holder === req.holder ? stateVal.startedAtMs : undefined;
-      return { conflict: { token: l.term.create_revision, nonce: term.nonce, startedAtMs }, seen };
+      return { conflict: { token: l.term.create_revision, nonce: term.nonce, startedAtMs, lease: String(l.term.lease ?? '0') }, seen };
     }
     const reason: LostReason = 'superseded';
     return { result: { name: req.name, outcome: 'lost', reason, holder: term.holder, token, expiresAtMs: null, storeNowMs }, ttlLookup: lookup };
@@ -488,14 +513,14 @@ export function estimateExpiry(remaining: { ttlSec: number; atMs: number }, reco
 }
 
 /** Remaining TTL per etcd lease id, with the local time of each answer. Failed lookups are left out. */
-export async function leaseRemaining(client: MemberPool, leases: string[], deadline: number): Promise<Map<string, { ttlSec: number; atMs: number }>> {
-  const out = new Map<string, { ttlSec: number; atMs: number }>();
+export async function leaseRemaining(client: MemberPool, leases: string[], deadline: number): Promise<Map<string, { ttlSec: number; atMs: number; grantedSec: number }>> {
+  const out = new Map<string, { ttlSec: number; atMs: number; grantedSec: number }>();
   await Promise.all(
     leases.map(async (id) => {
       if (id === '0') return;
       try {
         const r = await client.leaseClient.leaseTimeToLive({ ID: id }, { deadline });
-        out.set(id, { ttlSec: Number(r.TTL), atMs: Date.now() });
+        out.set(id, { ttlSec: Number(r.TTL), atMs: Date.now(), grantedSec: Number(r.grantedTTL) });
       } catch {
         // expiry unknown; the answer itself stands
       }

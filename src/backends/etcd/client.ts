@@ -114,6 +114,20 @@ export interface EtcdWatchBuilderLike {
   watcher(): EtcdWatcherLike;
 }
 
+/** etcd3's duplex LeaseKeepAlive stream, as far as session.ts uses it. */
+export interface EtcdKeepAliveStream {
+  write(req: { ID: string }): unknown;
+  on(event: 'data', handler: (res: { ID: string; TTL: string }) => void): unknown;
+  on(event: 'error', handler: (err: Error) => void): unknown;
+  end(): unknown;
+  cancel?(): unknown;
+}
+
+/** A keepalive that got no answer in its attempt's time, or whose stream failed: nothing is known, try another member. */
+export class EtcdKeepAliveError extends Error {
+  override name = 'EtcdKeepAliveError';
+}
+
 /** The subset of an `etcd3` `Etcd3` client leasehold uses. Pass your own to share its connection. */
 export interface Etcd3Like {
   readonly kv: {
@@ -124,6 +138,12 @@ export interface Etcd3Like {
   readonly leaseClient: {
     leaseGrant(req: { TTL: number | string; ID?: number | string }, options?: EtcdCallOptions): Promise<{ ID: string; TTL: string; error?: string }>;
     leaseTimeToLive(req: { ID: string; keys?: boolean }, options?: EtcdCallOptions): Promise<{ ID: string; TTL: string; grantedTTL: string }>;
+    /**
+     * etcd3's LeaseKeepAlive stream. Optional for a client you pass in: without it, every
+     * renewal moves its terms onto a fresh etcd lease (O(leases) writes per tick) instead of
+     * keeping one session lease alive (session.ts).
+     */
+    leaseKeepAlive?(options?: EtcdCallOptions): Promise<EtcdKeepAliveStream>;
   };
   watch(): EtcdWatchBuilderLike;
   close(): void;
@@ -183,6 +203,7 @@ const TRANSIENT = new Set([
   'GRPCConnectFailedError',
   'EtcdWatchStreamEnded',
   'BrokenCircuitError',
+  'EtcdKeepAliveError',
 ]);
 
 const TLS_FAILURE = /SSL routines|alert (?:bad|unknown|certificate)|certificate (?:verify|required|unknown|has expired)|verify the first certificate|self[- ]signed certificate|altnames|wrong version number|handshake/i;

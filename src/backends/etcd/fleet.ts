@@ -259,7 +259,7 @@ export class EtcdFleet implements FleetPort {
         deregistered: a.value.deregisteredAtMs !== undefined,
         live,
         owned: a.value.owned,
-        heartbeatAgeMs: renew === null ? null : now - renew.renewedAtMs,
+        heartbeatAgeMs: heartbeatAge(a.term, renew, a.term === undefined ? undefined : ttl.get(a.term.lease), now),
         expiresInMs: expiresAt === null ? null : expiresAt - now,
         storeNowMs: now,
         deregisteredAtMs: a.value.deregisteredAtMs ?? null,
@@ -488,4 +488,21 @@ function written(w: EtcdTxnResponse, at: number): bigint {
 /** A few ms, growing to ~50ms and jittered, so racing writers do not collide again in lockstep; never past the deadline. */
 function backoff(attempt: number, deadline: number): Promise<void> {
   return sleep(Math.max(0, Math.min(randomInt(1, 3 * 2 ** Math.min(attempt, 4) + 2), deadline - Date.now())));
+}
+
+/**
+ * Since the agent's last renewal: its renew record's time, or, for a term its session renews
+ * (session.ts: a tick writes no per-term record), the time since etcd last had the session's
+ * lease kept alive (granted TTL less remaining, whole seconds).
+ */
+function heartbeatAge(
+  term: EtcdKeyValue | undefined,
+  renew: { renewedAtMs: number } | null,
+  lease: { ttlSec: number; grantedSec: number } | undefined,
+  now: number,
+): number | null {
+  const byRecord = renew === null ? null : now - renew.renewedAtMs;
+  if (parseTerm(term)?.session !== true || lease === undefined || lease.ttlSec < 0 || !Number.isFinite(lease.grantedSec)) return byRecord;
+  const byLease = Math.max(0, (lease.grantedSec - lease.ttlSec) * 1000);
+  return byRecord === null ? byLease : Math.min(byRecord, byLease);
 }

@@ -14,8 +14,15 @@ import type { HistoryEvent } from '../store.js';
  *                               (released/revoked/conflict). Outlives the term, like the
  *                               Postgres row; `endedBy: 'conflict'` is what tells the other
  *                               clone's next renewal 'cloned' once the term key is gone.
- *   {p}/renew/{name}            no lease: the last renewal's nonce and times (rewritten blind on
- *                               every renewal, so the renewal transaction needs no read).
+ *   {p}/renew/{name}            no lease: the nonce and times of the last renewal that wrote the
+ *                               term key (the acquisition, and the renewal that moved the term
+ *                               onto its holder's session: session.ts).
+ *   {p}/session/{leaseId}       a holder's session (session.ts): JSON {h, n, at}, on the etcd
+ *                               lease every term the session renews is attached to. Each tick
+ *                               compares and swaps n; a clone of the process fails the swap.
+ *   {p}/ended/{leaseId}/{name}  on that same etcd lease: "this term key was deleted by someone
+ *                               other than the session" (release, revoke, a clone conflict),
+ *                               read by the session's next tick instead of checking every term.
  *   {p}/history/{name}/{id}     one key per change of holder, written in the same transaction.
  *   {p}/token-floor             optional (migrate --min-token): added to every create revision,
  *                               so tokens are revision + floor. Every transaction compares its
@@ -32,6 +39,8 @@ export class EtcdKeys {
   readonly statePrefix: string;
   readonly renewPrefix: string;
   readonly historyPrefix: string;
+  readonly sessionPrefix: string;
+  readonly endedPrefix: string;
   readonly floorKey: Buffer;
   /** The token floor this process last read, and the floor key's mod revision then ('0': absent). */
   floor = 0n;
@@ -45,6 +54,8 @@ export class EtcdKeys {
     this.statePrefix = `${prefix}/state/`;
     this.renewPrefix = `${prefix}/renew/`;
     this.historyPrefix = `${prefix}/history/`;
+    this.sessionPrefix = `${prefix}/session/`;
+    this.endedPrefix = `${prefix}/ended/`;
     this.floorKey = Buffer.from(`${prefix}/token-floor`);
   }
 
@@ -71,6 +82,16 @@ export class EtcdKeys {
   }
   history(name: string, id: string): Buffer {
     return Buffer.from(`${this.historyPrefix}${encodeURIComponent(name)}/${id}`);
+  }
+  session(leaseId: string): Buffer {
+    return Buffer.from(this.sessionPrefix + leaseId);
+  }
+  /** Where the deletes of terms on etcd lease `leaseId` are marked for its session (one prefix per lease). */
+  endedOf(leaseId: string): string {
+    return `${this.endedPrefix}${leaseId}/`;
+  }
+  ended(leaseId: string, name: string): Buffer {
+    return Buffer.from(this.endedOf(leaseId) + encodeURIComponent(name));
   }
   historyOf(name: string | undefined): Buffer {
     return Buffer.from(name === undefined ? this.historyPrefix : `${this.historyPrefix}${encodeURIComponent(name)}/`);
@@ -108,11 +129,19 @@ export function termValue(holder: string, nonce: string): Buffer {
   return Buffer.from(JSON.stringify([holder, nonce]));
 }
 
-export function parseTerm(kv: EtcdKeyValue | undefined): { holder: string; nonce: string } | null {
+/**
+ * A term renewed by its holder's session (session.ts): [holder, nonce, 's']. A renewal compares
+ * the two-element value, so no renewal outside the session ever matches a session's term.
+ */
+export function sessionTermValue(holder: string, nonce: string): Buffer {
+  return Buffer.from(JSON.stringify([holder, nonce, 's']));
+}
+
+export function parseTerm(kv: EtcdKeyValue | undefined): { holder: string; nonce: string; session: boolean } | null {
   if (kv === undefined) return null;
   try {
     const v = JSON.parse(kv.value.toString()) as unknown;
-    if (Array.isArray(v) && typeof v[0] === 'string' && typeof v[1] === 'string') return { holder: v[0], nonce: v[1] };
+    if (Array.isArray(v) && typeof v[0] === 'string' && typeof v[1] === 'string') return { holder: v[0], nonce: v[1], session: v[2] === 's' };
   } catch {
     // not ours
   }
@@ -160,6 +189,25 @@ export function parseRenew(kv: EtcdKeyValue | undefined): RenewValue | null {
   try {
     const v = JSON.parse(kv.value.toString()) as RenewValue;
     return typeof v === 'object' && v !== null && typeof v.nonce === 'string' ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+export interface SessionValue {
+  /** Holder id. */
+  h: string;
+  /** Swapped on every tick: a tick that finds a value it never wrote is a clone's. */
+  n: string;
+  /** The tick's local time: list()'s renewedAtMs for every term on the session. */
+  at: number;
+}
+
+export function parseSession(kv: EtcdKeyValue | undefined): SessionValue | null {
+  if (kv === undefined) return null;
+  try {
+    const v = JSON.parse(kv.value.toString()) as SessionValue;
+    return typeof v === 'object' && v !== null && typeof v.h === 'string' && typeof v.n === 'string' && typeof v.at === 'number' ? v : null;
   } catch {
     return null;
   }

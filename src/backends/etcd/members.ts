@@ -1,6 +1,6 @@
 import { StoreUnavailableError } from '../../core/errors.js';
 import type { Etcd3Like, EtcdCallOptions, EtcdRangeRequest, EtcdRangeResponse, EtcdTxnRequest, EtcdTxnResponse, EtcdWatchBuilderLike } from './client.js';
-import { isTransient } from './client.js';
+import { EtcdKeepAliveError, isTransient } from './client.js';
 
 /**
  * What the store asks of a call: the overall deadline, the caller's abandonment, and how long
@@ -68,7 +68,14 @@ export class MemberPool {
       this.call((c, d) => c.leaseClient.leaseGrant(req, d), o),
     leaseTimeToLive: (req: { ID: string }, o: MemberCallOptions): Promise<{ ID: string; TTL: string; grantedTTL: string }> =>
       this.call((c, d) => c.leaseClient.leaseTimeToLive(req, d), o),
+    /** One keepalive of etcd lease `id`, on a stream of its own; TTL '0' (or less): the lease is gone. */
+    leaseKeepAliveOnce: (id: string, o: MemberCallOptions): Promise<{ ID: string; TTL: string }> => this.call((c, d) => keepAliveOnce(c, id, d), o),
   };
+
+  /** Every member's client can keep a lease alive (a client passed in may not: client.ts). */
+  get canKeepAlive(): boolean {
+    return this.members.every((c) => typeof c.leaseClient.leaseKeepAlive === 'function');
+  }
 
   watch(): EtcdWatchBuilderLike {
     return this.watcher.watch();
@@ -148,5 +155,45 @@ function untilAbandoned<T>(p: Promise<T>, signal: AbortSignal | undefined): Prom
         reject(e as Error);
       },
     );
+  });
+}
+
+/**
+ * Sends one keepalive and waits for its answer, within the attempt's deadline. Any failure is
+ * an EtcdKeepAliveError (transient: the pool tries another member); a keepalive is idempotent.
+ */
+async function keepAliveOnce(c: Etcd3Like, id: string, o: EtcdCallOptions): Promise<{ ID: string; TTL: string }> {
+  const deadline = typeof o.deadline === 'number' ? o.deadline : (o.deadline?.getTime() ?? Date.now() + DEFAULT_ATTEMPT_MS);
+  let stream;
+  try {
+    stream = await c.leaseClient.leaseKeepAlive!(o);
+  } catch (err) {
+    throw new EtcdKeepAliveError(`could not open a keepalive stream: ${(err as Error).message}`, { cause: err });
+  }
+  const s = stream;
+  return new Promise((resolve, reject) => {
+    let done = false;
+    const finish = (f: () => void): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      try {
+        s.end();
+      } catch {
+        // the stream is already over
+      }
+      f();
+    };
+    const timer = setTimeout(
+      () =>
+        finish(() => {
+          s.cancel?.();
+          reject(new EtcdKeepAliveError(`no answer to a keepalive of etcd lease ${id} in time`));
+        }),
+      Math.max(1, deadline - Date.now()),
+    );
+    s.on('data', (res) => finish(() => resolve(res)));
+    s.on('error', (err) => finish(() => reject(new EtcdKeepAliveError(`keepalive of etcd lease ${id} failed: ${err.message}`, { cause: err }))));
+    s.write({ ID: id });
   });
 }

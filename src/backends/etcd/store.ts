@@ -24,6 +24,7 @@ import {
   SCHEMA_VERSION,
   json,
   parseRenew,
+  parseSession,
   parseState,
   parseTerm,
   prefixEnd,
@@ -33,6 +34,7 @@ import {
 } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 import { watchTermDeletes } from './watch.js';
+import { SessionBook } from './session.js';
 
 export interface EtcdStoreOptions {
   /**
@@ -76,6 +78,7 @@ export class EtcdStore implements LeaseStore {
   private readonly callTimeoutMs: number;
   private readonly maxOpsPerTxn: number;
   private readonly seen = new Map<string, SeenState>();
+  private readonly sessions = new SessionBook();
   private readonly grants = new Map<number, { promise: Promise<Grant>; grant?: Grant; sentAtMs: number }>();
   private closed = false;
   private watching: { stop: () => Promise<void>; up: () => boolean } | undefined;
@@ -174,6 +177,8 @@ export class EtcdStore implements LeaseStore {
         'migrate --min-token',
       );
       if (!r.succeeded) continue;
+      // Every term key is gone: no session of this store renews any of them.
+      this.sessions.clear();
       this.keys.floor = minToken;
       this.keys.floorRev = String(r.header?.revision ?? '0');
       return { floor: minToken, raised: true, endedTerms: Number(r.responses[1]?.response_delete_range?.deleted ?? 0) };
@@ -244,6 +249,7 @@ export class EtcdStore implements LeaseStore {
           watched: () => this.watching?.up() === true,
           leaseFor: (ttlMs, d) => this.leaseFor(ttlMs, d, attemptMs),
           call: { signal: options?.signal, attemptMs },
+          sessions: this.client.canKeepAlive ? this.sessions : undefined,
         },
         requests,
         deadline,
@@ -294,9 +300,13 @@ export class EtcdStore implements LeaseStore {
    * revisions just read. The etcd lease is not revoked: it may carry the caller's other terms.
    */
   async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
+    // A term its session renews keeps the nonce of the renewal that moved it there; the
+    // nonces since are the session's (session.ts).
+    const held = this.sessions.find(req.holder, req.name);
     const r = await this.endTerm(
       req.name,
-      (term) => term.holder === req.holder && req.expect.includes(term.nonce),
+      (term, rev) =>
+        term.holder === req.holder && (req.expect.includes(term.nonce) || (held !== undefined && held.rev === rev && held.nonces.some((n) => req.expect.includes(n)))),
       'released',
       null,
       options,
@@ -311,7 +321,7 @@ export class EtcdStore implements LeaseStore {
 
   private async endTerm(
     name: string,
-    mayEnd: (term: { holder: string; nonce: string }) => boolean,
+    mayEnd: (term: { holder: string; nonce: string }, createRevision: string) => boolean,
     how: 'released' | 'revoked',
     detail: string | null,
     options: CallOptions | undefined,
@@ -330,7 +340,7 @@ export class EtcdStore implements LeaseStore {
       const stateKv = first(read.responses[1]);
       const term = parseTerm(termKv);
       const state = parseState(stateKv);
-      if (termKv === undefined || term === null || !mayEnd(term)) {
+      if (termKv === undefined || term === null || !mayEnd(term, String(termKv.create_revision))) {
         const done = state?.endedId === endedId;
         return {
           ended: done,
@@ -357,6 +367,9 @@ export class EtcdStore implements LeaseStore {
             { request_delete_range: { key: T } },
             { request_put: { key: S, value: json(ended) } },
             { request_put: { key: k.history(name, endedId), value: json(entry) } },
+            // For the session renewing the term, if any (session.ts): a tick does not see deletes.
+            // The lease exists: the term key is compared, and etcd deletes a lease's keys with it.
+            ...(termKv.lease === '0' ? [] : [{ request_put: { key: k.ended(termKv.lease, name), value: Buffer.alloc(0), lease: termKv.lease } }]),
           ],
           [
             { key: T, target: 'Mod', result: 'Equal', mod_revision: termKv.mod_revision },
@@ -367,6 +380,7 @@ export class EtcdStore implements LeaseStore {
         how === 'released' ? 'release' : 'revoke',
       );
       if (schemaOk(k, write)) {
+        this.sessions.forget(name);
         this.seen.set(name, { rev: write.header?.revision ?? '0', holder: term.holder, ended: true });
         return { ended: true, previousHolder: term.holder, token };
       }
@@ -382,8 +396,8 @@ export class EtcdStore implements LeaseStore {
     const one = options?.name;
     const ops =
       one === undefined
-        ? [rangePrefix(k.statePrefix), rangePrefix(k.termPrefix), rangePrefix(k.renewPrefix)]
-        : [rangeOf(k.state(one)), rangeOf(k.term(one)), rangeOf(k.renew(one))];
+        ? [rangePrefix(k.statePrefix), rangePrefix(k.termPrefix), rangePrefix(k.renewPrefix), rangePrefix(k.sessionPrefix)]
+        : [rangeOf(k.state(one)), rangeOf(k.term(one)), rangeOf(k.renew(one)), rangePrefix(k.sessionPrefix)];
     const r = await this.txn(guarded(k, ops), deadline, 'list');
     schemaOk(k, r);
     const byName = <T>(kvs: ReturnType<typeof all>, prefix: string, f: (kv: ReturnType<typeof all>[number]) => T): Map<string, T> => {
@@ -397,6 +411,8 @@ export class EtcdStore implements LeaseStore {
     const states = byName(all(r.responses[0]), k.statePrefix, (kv) => ({ kv, v: parseState(kv) }));
     const terms = byName(all(r.responses[1]), k.termPrefix, (kv) => ({ kv, v: parseTerm(kv) }));
     const renews = byName(all(r.responses[2]), k.renewPrefix, (kv) => parseRenew(kv));
+    // A session's tick renews every term on its lease without writing the term's renew key.
+    const sessionAt = byName(all(r.responses[3]), k.sessionPrefix, (kv) => parseSession(kv)?.at ?? null);
     const leases = [...new Set([...terms.values()].map((t) => t.kv.lease))];
     const ttl = await leaseRemaining(this.client, leases, deadline);
     const storeNowMs = Date.now();
@@ -405,7 +421,9 @@ export class EtcdStore implements LeaseStore {
       if (s.v === null) continue;
       const t = terms.get(name);
       const renew = renews.get(name) ?? null;
-      const base = { name, termStartedAtMs: s.v.startedAtMs, renewedAtMs: renew?.renewedAtMs ?? null };
+      const ticked = t === undefined ? null : (sessionAt.get(t.kv.lease) ?? null);
+      const renewedAtMs = ticked !== null && renew !== null ? Math.max(ticked, renew.renewedAtMs) : (ticked ?? renew?.renewedAtMs ?? null);
+      const base = { name, termStartedAtMs: s.v.startedAtMs, renewedAtMs };
       if (t !== undefined) {
         const remaining = ttl.get(t.kv.lease);
         const recorded = renew !== null && renew.nonce === t.v?.nonce ? renew.expiresAtMs : null;
@@ -508,6 +526,8 @@ export class EtcdStore implements LeaseStore {
     await this.watching?.stop();
     this.seen.clear();
     this.grants.clear();
+    // Session leases are left to run out, like every term this store did not release.
+    this.sessions.clear();
     if (this.ownsClient) this.client.close();
   }
 

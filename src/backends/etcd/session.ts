@@ -1,0 +1,408 @@
+import { CONFLICT_DETAIL } from '../../core/claim-rule.js';
+import { StoreUnavailableError } from '../../core/errors.js';
+import { newNonce } from '../../core/identity.js';
+import type { ClaimRequest, ClaimResult } from '../store.js';
+import type { EtcdRequestOp, EtcdTxnRequest, EtcdTxnResponse } from './client.js';
+import { mapEtcdError } from './client.js';
+import type { Grant } from './claim.js';
+import type { MemberPool } from './members.js';
+import { json, parseSession, type EtcdKeys, type HistoryValue, type SessionValue, type StateValue } from './keys.js';
+import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
+
+/**
+ * Sessions: renewal work per tick independent of the number of leases a process holds.
+ *
+ * A session is one etcd lease per (holder, TTL) in one store instance, with a session key
+ * `{p}/session/{leaseId}` on it. A term's first renewal moves its term key onto the session's
+ * lease (claim.ts: the put that swaps the nonce, as every renewal did before sessions); from
+ * then on a tick renews every term on the session at once:
+ *
+ *   - one Txn: compare the session key's value with the value this session last wrote, and put
+ *     a fresh one (fresh randomness); read the session's `ended/` markers;
+ *   - one LeaseKeepAlive of the session's lease, sent concurrently.
+ *
+ * Why this is as clone-safe as the per-term nonce swap it replaces: a process restored twice
+ * from one snapshot has two copies of the session (same lease, same last value). The first
+ * tick of either swaps the value; the other's next tick finds a value it never wrote, and ends
+ * every term of the session as a clone conflict (state `endedBy: 'conflict'`, a history entry,
+ * the term key deleted) and deletes the session key, so the first one's next tick finds the
+ * session gone. Neither keeps a term past its next renewal, which is the guarantee the nonce
+ * swap gave. The keepalive is sent with the compare-and-swap, never without one.
+ *
+ * What a tick cannot see by itself is a term key deleted by someone else while the session
+ * lives: a release or revoke by another process, or a clone conflict found by another store
+ * instance. Every such delete (store.ts endTerm, claim.ts planConflict) also puts a marker
+ * `{p}/ended/{leaseId}/{name}` on the deleted term's own etcd lease (it exists: the delete
+ * compared the term key, and etcd deletes a lease's keys with it). A tick reads the markers of
+ * its lease in the same Txn: a marked term is not answered 'renewed' but decided from the
+ * store like any other (lost: revoked, released, cloned). Markers are deleted by the next tick,
+ * once acted on, and expire with the lease anyway.
+ *
+ * A term the engine stopped renewing (it stood down on an unanswered renewal, or never renewed
+ * again) would otherwise live as long as the session: a tick deletes, with a compare on its
+ * create revision, every term not renewed for a whole TTL. Such a term ends at most one renew
+ * interval after its own TTL.
+ *
+ * A renewal sent by a store instance that does not hold the term's session (another process
+ * with the same holder id: a clone whose store is not a copy of ours) never matches the
+ * session term's value (claim.ts compares [holder, nonce]; a session term is
+ * [holder, nonce, 's']): its reads find our holder id with a nonce it does not hold, and it
+ * ends the term as a clone conflict. So a clone is refused even when it renews first; safe,
+ * and the term ends for both, as the contract asks.
+ */
+
+/** What one session knows of one of its terms. */
+export interface SessionTerm {
+  /** The term key's create revision (its token, less the floor). */
+  rev: string;
+  /** The nonces a renewal may present: the last answered one, then any sent since without an answer. */
+  nonces: string[];
+  /** Local time of the last renewal that named it (a term unnamed for a TTL is an orphan). */
+  renewedAtMs: number;
+}
+
+export class Session {
+  readonly terms = new Map<string, SessionTerm>();
+  readonly key: Buffer;
+  /** The session key's value as this session last saw it written. */
+  value: Buffer;
+  /** Values sent by ticks whose answer never came: one of them may be the stored value. */
+  pending: Buffer[] = [];
+  /** Lower bound of the etcd lease's expiry, by local time. */
+  expiresAtMs: number;
+  /** Markers acted on, deleted by a later tick. */
+  seenMarkers: Buffer[] = [];
+
+  constructor(
+    readonly holder: string,
+    readonly ttlSec: number,
+    readonly leaseId: string,
+    keys: EtcdKeys,
+    value: Buffer,
+    expiresAtMs: number,
+  ) {
+    this.key = keys.session(leaseId);
+    this.value = value;
+    this.expiresAtMs = expiresAtMs;
+  }
+
+  /** The lease as a grant, for claim.ts's renewal that moves a term onto it. */
+  grant(): Grant {
+    return { id: this.leaseId, ttlSec: this.ttlSec, sentAtMs: this.expiresAtMs - this.ttlSec * 1000, session: true };
+  }
+}
+
+export function ttlSecOf(ttlMs: number): number {
+  return Math.max(1, Math.ceil(ttlMs / 1000));
+}
+
+/** Every session of one store instance, by holder and TTL. */
+export class SessionBook {
+  private readonly byKey = new Map<string, Session>();
+
+  static keyOf(holder: string, ttlSec: number): string {
+    return `${ttlSec}/${holder}`;
+  }
+  get(holder: string, ttlSec: number): Session | undefined {
+    return this.byKey.get(SessionBook.keyOf(holder, ttlSec));
+  }
+  set(s: Session): void {
+    this.byKey.set(SessionBook.keyOf(s.holder, s.ttlSec), s);
+  }
+  drop(s: Session): void {
+    if (this.byKey.get(SessionBook.keyOf(s.holder, s.ttlSec)) === s) this.byKey.delete(SessionBook.keyOf(s.holder, s.ttlSec));
+  }
+  /** This store ended the term itself (release, revoke): no session renews it any more. */
+  forget(name: string): void {
+    for (const s of this.byKey.values()) s.terms.delete(name);
+  }
+  /** The term `name` as a session of `holder` holds it, if one does. */
+  find(holder: string, name: string): SessionTerm | undefined {
+    for (const s of this.byKey.values()) {
+      const t = s.holder === holder ? s.terms.get(name) : undefined;
+      if (t !== undefined) return t;
+    }
+    return undefined;
+  }
+  clear(): void {
+    this.byKey.clear();
+  }
+  get size(): number {
+    return this.byKey.size;
+  }
+}
+
+export interface SessionContext {
+  client: MemberPool;
+  keys: EtcdKeys;
+  call: { signal: AbortSignal | undefined; attemptMs: number };
+  maxOpsPerTxn: number;
+  book: SessionBook;
+}
+
+function sessionValue(holder: string, atMs: number): Buffer {
+  const v: SessionValue = { h: holder, n: newNonce(), at: atMs };
+  return json(v);
+}
+
+async function txn(ctx: SessionContext, req: EtcdTxnRequest, deadline: number, what: string): Promise<EtcdTxnResponse> {
+  try {
+    return await ctx.client.kv.txn(req, { deadline, ...ctx.call });
+  } catch (err) {
+    throw mapEtcdError(err, what);
+  }
+}
+
+/** A new session: one LeaseGrant and one Txn that creates the session key on it. */
+export async function openSession(ctx: SessionContext, holder: string, ttlSec: number, deadline: number): Promise<Session> {
+  const sentAtMs = Date.now();
+  let g;
+  try {
+    // No caller's signal: like claim.ts's grants, a grant outlives one caller giving up.
+    g = await ctx.client.leaseClient.leaseGrant({ TTL: ttlSec }, { deadline, attemptMs: ctx.call.attemptMs });
+  } catch (err) {
+    throw mapEtcdError(err, 'session lease grant');
+  }
+  if (g.error !== undefined && g.error !== '') throw new StoreUnavailableError(`etcd refused a lease grant: ${g.error}`);
+  const granted = Number(g.TTL);
+  const value = sessionValue(holder, sentAtMs);
+  const key = ctx.keys.session(g.ID);
+  const r = await txn(
+    ctx,
+    guarded(ctx.keys, [{ request_put: { key, value, lease: g.ID } }], [{ key, target: 'Create', result: 'Equal', create_revision: 0 }]),
+    deadline,
+    'session',
+  );
+  // The key exists already only if this very put landed and was sent again (a failover retry).
+  if (!schemaOk(ctx.keys, r) && !first(r.responses[2])?.value.equals(value)) {
+    throw new StoreUnavailableError(`etcd: the session key of fresh etcd lease ${g.ID} was written by someone else; this is retryable`);
+  }
+  return new Session(holder, granted, g.ID, ctx.keys, value, sentAtMs + granted * 1000);
+}
+
+export type TickResult =
+  /** Every term of the session lives until at least `expiresAtMs`, except those in `ended`. */
+  | { kind: 'alive'; expiresAtMs: number; storeNowMs: number; ended: Set<string> }
+  /** The lease ran out (a pause longer than the TTL), or a clone ended the session. */
+  | { kind: 'gone' }
+  /** Another process swapped the session key: a clone of this one, or this one is the clone. */
+  | { kind: 'cloned' };
+
+const MAX_ROUNDS = 3;
+
+/**
+ * One tick (see above). `renewing`: the names renewed now; a term not among them and not
+ * renewed for a TTL is deleted as an orphan.
+ */
+export async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number): Promise<TickResult> {
+  const k = ctx.keys;
+  const sentAtMs = Date.now();
+  // Concurrently with the first compare-and-swap: a keepalive extends the lease whatever the
+  // swap finds, but a tick that finds a clone ends every term on it (and the session key) before
+  // it answers, so an extension never outlives the conflict.
+  const keepalive = ctx.client.leaseClient.leaseKeepAliveOnce(s.leaseId, { deadline, signal: ctx.call.signal, attemptMs: ctx.call.attemptMs }).then(
+    (r) => ({ ok: true as const, ttlSec: Number(r.TTL) }),
+    (err: unknown) => ({ ok: false as const, err }),
+  );
+  const swapped = await (async (): Promise<TickResult | { kind: 'swapped'; ended: Set<string> }> => {
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      const now = Date.now();
+      // The operations besides the swap and the read share the Txn's --max-txn-ops with them.
+      const room = Math.max(2, ctx.maxOpsPerTxn - 4);
+      const markers = s.seenMarkers.slice(0, Math.floor(room / 2));
+      const orphans: [string, SessionTerm][] = [];
+      for (const [name, t] of s.terms) {
+        if (orphans.length >= room - markers.length) break;
+        if (!renewing.has(name) && t.renewedAtMs + s.ttlSec * 1000 < now) orphans.push([name, t]);
+      }
+      const next = sessionValue(s.holder, now);
+      const ops: EtcdRequestOp[] = [
+        { request_put: { key: s.key, value: next, lease: s.leaseId } },
+        rangePrefix(k.endedOf(s.leaseId), { keys_only: true }),
+        ...markers.map((key): EtcdRequestOp => ({ request_delete_range: { key } })),
+        ...orphans.map(
+          ([name, t]): EtcdRequestOp => ({
+            request_txn: {
+              compare: [{ key: k.term(name), target: 'Create', result: 'Equal', create_revision: t.rev }],
+              success: [{ request_delete_range: { key: k.term(name) } }],
+              failure: [],
+            },
+          }),
+        ),
+      ];
+      s.pending = [...s.pending, next].slice(-4);
+      const r = await txn(ctx, guarded(k, ops, [{ key: s.key, target: 'Value', result: 'Equal', value: s.value }]), deadline, 'session renewal');
+      if (schemaOk(k, r)) {
+        s.value = next;
+        s.pending = [];
+        const sent = new Set(markers.map((m) => m.toString('latin1')));
+        s.seenMarkers = s.seenMarkers.filter((m) => !sent.has(m.toString('latin1')));
+        for (const [name] of orphans) s.terms.delete(name);
+        const ended = new Set<string>();
+        const prefix = k.endedOf(s.leaseId);
+        for (const kv of all(r.responses[1])) {
+          const name = k.nameIn(kv.key, prefix);
+          if (name !== null) ended.add(name);
+          if (!sent.has(kv.key.toString('latin1'))) s.seenMarkers.push(kv.key);
+        }
+        return { kind: 'swapped', ended };
+      }
+      const stored = first(r.responses[2]);
+      if (stored === undefined) return { kind: 'gone' };
+      const mine = s.pending.find((p) => p.equals(stored.value));
+      if (mine !== undefined) {
+        // A tick of ours landed without its answer reaching us: adopt it and swap again.
+        s.value = mine;
+        s.pending = [];
+        continue;
+      }
+      return parseSession(stored)?.h === s.holder ? { kind: 'cloned' } : { kind: 'gone' };
+    }
+    throw new StoreUnavailableError(`etcd: session ${s.leaseId} kept changing under its own renewals; this is retryable`);
+  })().catch(async (err: unknown) => {
+    await keepalive;
+    throw err;
+  });
+  const ka = await keepalive;
+  if (swapped.kind !== 'swapped') return swapped;
+  if (!ka.ok) throw mapEtcdError(ka.err, 'session keepalive');
+  if (!(ka.ttlSec > 0)) return { kind: 'gone' };
+  s.expiresAtMs = sentAtMs + Math.min(ka.ttlSec, s.ttlSec) * 1000;
+  return { kind: 'alive', expiresAtMs: s.expiresAtMs, storeNowMs: Date.now(), ended: swapped.ended };
+}
+
+/**
+ * A clone shares this session: end every term on it as a clone conflict, and delete the
+ * session key so the other copy's next tick finds it gone. Only this rare path costs work per
+ * term (a few Txns of ~120 terms each, concurrently).
+ */
+export async function endAsCloned(ctx: SessionContext, s: Session, deadline: number): Promise<void> {
+  const k = ctx.keys;
+  const atMs = Date.now();
+  const perTxn = Math.max(1, ctx.maxOpsPerTxn - 4);
+  const terms = [...s.terms];
+  const chunks: EtcdRequestOp[][] = [[{ request_delete_range: { key: s.key } }]];
+  for (const [name, t] of terms) {
+    let cur = chunks[chunks.length - 1]!;
+    if (cur.length >= perTxn) chunks.push((cur = []));
+    const token = k.token(t.rev).toString();
+    const state: StateValue = { holder: s.holder, token, startedAtMs: atMs, endedBy: 'conflict', endedAtMs: atMs, nonce: t.nonces[0] ?? '' };
+    const entry: HistoryValue = { name, event: 'conflict', holder: null, previousHolder: s.holder, token, atMs, detail: CONFLICT_DETAIL, seq: cur.length };
+    cur.push({
+      request_txn: {
+        compare: [{ key: k.term(name), target: 'Create', result: 'Equal', create_revision: t.rev }],
+        success: [
+          { request_delete_range: { key: k.term(name) } },
+          { request_put: { key: k.state(name), value: json(state) } },
+          { request_put: { key: k.history(name, newNonce()), value: json(entry) } },
+        ],
+        failure: [],
+      },
+    });
+  }
+  await Promise.all(chunks.map((c) => txn(ctx, guarded(k, c), deadline, 'ending a cloned session').then((r) => schemaOk(k, r))));
+  s.terms.clear();
+}
+
+/** How claim.ts hands a batch to the sessions, and what it gets back. */
+export interface SessionPass {
+  /** Answers given here, by request index. */
+  answered: Map<number, ClaimResult>;
+  /** Request indexes left for claim.ts's rounds. */
+  rest: number[];
+  /** The session lease a renewal left for the rounds moves its term onto, by SessionBook.keyOf. */
+  grants: Map<string, Grant>;
+}
+
+/**
+ * Renews what the sessions hold, ticks (or opens) the session of every other renewal in the
+ * batch, and leaves everything else to claim.ts.
+ */
+export async function renewOnSessions(ctx: SessionContext, requests: readonly ClaimRequest[], deadline: number): Promise<SessionPass> {
+  const answered = new Map<number, ClaimResult>();
+  const rest: number[] = [];
+  const fast = new Map<Session, number[]>();
+  const needed = new Map<string, { holder: string; ttlSec: number }>();
+  requests.forEach((req, i) => {
+    if (req.expect === null || req.expect.length === 0) {
+      rest.push(i);
+      return;
+    }
+    const ttlSec = ttlSecOf(req.ttlMs);
+    needed.set(SessionBook.keyOf(req.holder, ttlSec), { holder: req.holder, ttlSec });
+    const s = ctx.book.get(req.holder, ttlSec);
+    const t = s?.terms.get(req.name);
+    if (s !== undefined && t !== undefined && req.expect.some((e) => t.nonces.includes(e))) {
+      const list = fast.get(s) ?? [];
+      list.push(i);
+      fast.set(s, list);
+      return;
+    }
+    // Not ours to renew by tick (a nonce the session never gave out: the rounds decide, and
+    // call it a clone); a term we renew from now on joins the session in the rounds.
+    if (t !== undefined) s!.terms.delete(req.name);
+    rest.push(i);
+  });
+  if (needed.size === 0) return { answered, rest, grants: new Map() };
+
+  const grants = new Map<string, Grant>();
+  await Promise.all(
+    [...needed].map(async ([key, { holder, ttlSec }]) => {
+      let s = ctx.book.get(holder, ttlSec);
+      if (s !== undefined) {
+        const idx = fast.get(s) ?? [];
+        const r = await tick(ctx, s, new Set(idx.map((i) => requests[i]!.name)), deadline);
+        if (r.kind === 'alive') {
+          for (const i of idx) {
+            const req = requests[i]!;
+            const t = s.terms.get(req.name);
+            if (t === undefined || r.ended.has(req.name)) {
+              s.terms.delete(req.name);
+              rest.push(i);
+              continue;
+            }
+            t.nonces = [req.nextNonce];
+            t.renewedAtMs = Date.now();
+            answered.set(i, {
+              name: req.name,
+              outcome: 'renewed',
+              token: ctx.keys.token(t.rev),
+              holder: req.holder,
+              expiresAtMs: r.expiresAtMs,
+              storeNowMs: r.storeNowMs,
+            });
+          }
+          grants.set(key, s.grant());
+          return;
+        }
+        ctx.book.drop(s);
+        if (r.kind === 'cloned') {
+          const terms = new Map(s.terms);
+          await endAsCloned(ctx, s, deadline);
+          const storeNowMs = Date.now();
+          for (const i of idx) {
+            const req = requests[i]!;
+            const t = terms.get(req.name)!;
+            answered.set(i, { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(t.rev), expiresAtMs: storeNowMs, storeNowMs });
+          }
+        } else {
+          // Gone: every term on it ended; the rounds read how.
+          rest.push(...idx);
+        }
+      }
+      s = await openSession(ctx, holder, ttlSec, deadline);
+      ctx.book.set(s);
+      grants.set(key, s.grant());
+    }),
+  );
+  rest.sort((a, b) => a - b);
+  return { answered, rest, grants };
+}
+
+/** A renewal the rounds answered 'renewed' on a session's lease: the session renews it from now on. */
+export function joinSession(ctx: SessionContext, req: ClaimRequest, result: ClaimResult): void {
+  if (result.outcome !== 'renewed' || req.expect === null) return;
+  const s = ctx.book.get(req.holder, ttlSecOf(req.ttlMs));
+  if (s === undefined) return;
+  s.terms.set(req.name, { rev: (result.token - ctx.keys.floor).toString(), nonces: [req.nextNonce], renewedAtMs: Date.now() });
+}
