@@ -482,11 +482,11 @@ void describe('etcd store: failures', () => {
   void it('an unmigrated prefix answers SchemaError; migrate is idempotent', async () => {
     const { store, cleanup } = await makeEtcdTestStore({ migrate: false });
     try {
-      assert.deepEqual(await store.schemaStatus(), { current: 0, expected: 1 });
+      assert.deepEqual(await store.schemaStatus(), { current: 0, expected: 2 });
       await assert.rejects(store.claim([contend('job', 'h1', 'n1')]), SchemaError);
       await assert.rejects(store.list(), SchemaError);
       await Promise.all([store.migrate(), store.migrate(), store.migrate()]);
-      assert.deepEqual(await store.schemaStatus(), { current: 1, expected: 1 });
+      assert.deepEqual(await store.schemaStatus(), { current: 2, expected: 2 });
       assert.equal((await store.claim([contend('job', 'h1', 'n1')]))[0]?.outcome, 'acquired');
     } finally {
       await cleanup();
@@ -497,12 +497,31 @@ void describe('etcd store: failures', () => {
     await using f = await fixture();
     const admin = await etcdAdmin();
     try {
-      await admin.kv.txn({ compare: [], success: [{ request_put: { key: Buffer.from(`${f.prefix}/schema-version`), value: Buffer.from('2') } }], failure: [] });
+      await admin.kv.txn({ compare: [], success: [{ request_put: { key: Buffer.from(`${f.prefix}/schema-version`), value: Buffer.from('3') } }], failure: [] });
     } finally {
       admin.close();
     }
     await assert.rejects(f.store.claim([contend('job', 'h1', 'n1')]), /newer than this leasehold/);
     await assert.rejects(f.store.migrate(), SchemaError);
+  });
+
+  void it('a version-1 prefix (before sessions) is refused until migrate upgrades it; its terms and tokens carry over', async () => {
+    await using f = await fixture();
+    const token = await acquiredToken(f.store, contend('job', 'h1', 'n1'));
+    const admin = await etcdAdmin();
+    const setVersion = (v: string): Promise<unknown> =>
+      admin.kv.txn({ compare: [], success: [{ request_put: { key: Buffer.from(`${f.prefix}/schema-version`), value: Buffer.from(v) } }], failure: [] });
+    try {
+      await setVersion('1');
+      await assert.rejects(f.store.claim([renew('job', 'h1', ['n1'], 'n2')]), /older than this leasehold needs \(2\)/);
+      assert.deepEqual(await f.store.schemaStatus(), { current: 1, expected: 2 });
+      await Promise.all([f.store.migrate(), f.store.migrate()]);
+      assert.deepEqual(await f.store.schemaStatus(), { current: 2, expected: 2 });
+      const r = await one(f.store, renew('job', 'h1', ['n1'], 'n2'));
+      assert.deepEqual([r.outcome, r.token], ['renewed', token]);
+    } finally {
+      admin.close();
+    }
   });
 });
 

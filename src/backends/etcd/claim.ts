@@ -345,7 +345,7 @@ function planConflict(
         // This request's nextNonce was never stored: a fresh, unique history id.
         { request_put: { key: k.history(req.name, req.nextNonce), value: json(entry) } },
         // For the session the term was on, if any (session.ts): its tick would not see the delete.
-        ...(c.lease === '0' ? [] : [{ request_put: { key: k.ended(c.lease, req.name), value: Buffer.alloc(0), lease: c.lease } }]),
+        ...(c.lease === '0' ? [] : [{ request_put: { key: k.ended(c.lease, req.name), value: Buffer.from(c.token), lease: c.lease } }]),
       ],
       failure: [rangeOf(T), rangeOf(k.state(req.name)), rangeOf(k.renew(req.name))],
     },

@@ -5,7 +5,10 @@ import type { HistoryEvent } from '../store.js';
  * The key layout, under one prefix (default `leasehold`). Lease names are URI-encoded in keys,
  * so a name containing `/` cannot reach into another name's keys.
  *
- *   {p}/schema-version          "1"; every transaction compares it (SchemaError when absent or newer)
+ *   {p}/schema-version          "2"; every transaction compares it (SchemaError when absent or newer).
+ *                               2: sessions (session.ts): every delete of a term key by anyone but
+ *                               its session must mark it, which a version-1 process does not do,
+ *                               so version-1 processes are shut out (SchemaError) once migrated.
  *   {p}/term/{name}             the live term: JSON [holder, nonce], attached to an etcd lease.
  *                               Its create revision IS the fencing token. Deleted by etcd when
  *                               the lease runs out (expiry), by release, by revoke, and by a
@@ -30,7 +33,7 @@ import type { HistoryEvent } from '../store.js';
  */
 
 /** Bump when the layout changes incompatibly. `leasehold doctor` compares it. */
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 export class EtcdKeys {
   readonly prefix: string;

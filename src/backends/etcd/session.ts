@@ -72,6 +72,13 @@ export class Session {
   expiresAtMs: number;
   /** Markers acted on, deleted by a later tick. */
   seenMarkers: Buffer[] = [];
+  /** The token floor's revision when the session opened: raising the floor deletes every term key. */
+  readonly floorRev: string;
+  /** Set once a tick found the session gone or cloned: nothing renews on it again. */
+  dead: TickResult | undefined;
+  /** The tick not yet sent, which concurrent renewals join; and the last one sent. */
+  private upcoming: { names: Set<string>; result: Promise<TickResult> } | undefined;
+  private last: Promise<unknown> = Promise.resolve();
 
   constructor(
     readonly holder: string,
@@ -82,8 +89,42 @@ export class Session {
     expiresAtMs: number,
   ) {
     this.key = keys.session(leaseId);
+    this.floorRev = keys.floorRev;
     this.value = value;
     this.expiresAtMs = expiresAtMs;
+  }
+
+  /**
+   * A tick that starts after this call, shared with every renewal that joins before it starts.
+   * Ticks of one session never overlap: two at once would each find the other's swap and take
+   * it for a clone's. The scheduler sends a tick's batches concurrently; they share one tick.
+   */
+  renew(ctx: SessionContext, names: Iterable<string>, deadline: number): Promise<TickResult> {
+    if (this.upcoming !== undefined) {
+      for (const n of names) this.upcoming.names.add(n);
+      return this.upcoming.result;
+    }
+    const joined = new Set(names);
+    // Shared by every caller that joins: no one caller's abandonment may fail the others'.
+    const shared: SessionContext = { ...ctx, call: { signal: undefined, attemptMs: ctx.call.attemptMs } };
+    const result = this.last
+      .catch(() => undefined)
+      // One turn of the event loop: the other batches of the same scheduler tick join.
+      .then(() => new Promise<void>((r) => setImmediate(r)))
+      .then(async (): Promise<TickResult> => {
+        this.upcoming = undefined;
+        if (this.dead !== undefined) return this.dead;
+        // `migrate --min-token` (any process) deleted every term key with the floor it raised.
+        if (ctx.keys.floorRev !== this.floorRev) return (this.dead = { kind: 'gone' });
+        const r = await tick(shared, this, joined, deadline);
+        if (r.kind === 'alive') return r;
+        this.dead = r;
+        if (r.kind === 'cloned') await endAsCloned(shared, this, deadline);
+        return r;
+      });
+    this.upcoming = { names: joined, result };
+    this.last = result;
+    return result;
   }
 
   /** The lease as a grant, for claim.ts's renewal that moves a term onto it. */
@@ -99,6 +140,7 @@ export function ttlSecOf(ttlMs: number): number {
 /** Every session of one store instance, by holder and TTL. */
 export class SessionBook {
   private readonly byKey = new Map<string, Session>();
+  private readonly opening = new Map<string, Promise<Session>>();
 
   static keyOf(holder: string, ttlSec: number): string {
     return `${ttlSec}/${holder}`;
@@ -110,7 +152,30 @@ export class SessionBook {
     this.byKey.set(SessionBook.keyOf(s.holder, s.ttlSec), s);
   }
   drop(s: Session): void {
+    s.dead ??= { kind: 'gone' };
     if (this.byKey.get(SessionBook.keyOf(s.holder, s.ttlSec)) === s) this.byKey.delete(SessionBook.keyOf(s.holder, s.ttlSec));
+  }
+  /** The live session of (holder, TTL), opening one (once, for every concurrent caller) if there is none. */
+  ensure(holder: string, ttlSec: number, open: () => Promise<Session>): Promise<Session> {
+    const key = SessionBook.keyOf(holder, ttlSec);
+    const live = this.byKey.get(key);
+    if (live !== undefined && live.dead === undefined) return Promise.resolve(live);
+    let opening = this.opening.get(key);
+    if (opening === undefined) {
+      opening = open().then(
+        (s) => {
+          this.opening.delete(key);
+          this.byKey.set(key, s);
+          return s;
+        },
+        (err: unknown) => {
+          this.opening.delete(key);
+          throw err;
+        },
+      );
+      this.opening.set(key, opening);
+    }
+    return opening;
   }
   /** This store ended the term itself (release, revoke): no session renews it any more. */
   forget(name: string): void {
@@ -123,6 +188,19 @@ export class SessionBook {
       if (t !== undefined) return t;
     }
     return undefined;
+  }
+  /**
+   * Copies every session into `into`, as restoring one process snapshot in two places copies
+   * them: the way tests make a clone whose store is a copy of ours.
+   */
+  copyInto(into: SessionBook, keys: EtcdKeys): void {
+    for (const [key, s] of this.byKey) {
+      const c = new Session(s.holder, s.ttlSec, s.leaseId, keys, Buffer.from(s.value), s.expiresAtMs);
+      c.pending = s.pending.map((p) => Buffer.from(p));
+      c.seenMarkers = [...s.seenMarkers];
+      for (const [name, t] of s.terms) c.terms.set(name, { ...t, nonces: [...t.nonces] });
+      into.byKey.set(key, c);
+    }
   }
   clear(): void {
     this.byKey.clear();
@@ -185,8 +263,11 @@ export type TickResult =
   | { kind: 'alive'; expiresAtMs: number; storeNowMs: number; ended: Set<string> }
   /** The lease ran out (a pause longer than the TTL), or a clone ended the session. */
   | { kind: 'gone' }
-  /** Another process swapped the session key: a clone of this one, or this one is the clone. */
-  | { kind: 'cloned' };
+  /**
+   * Another process swapped the session key: a clone of this one, or this one is the clone.
+   * Every term of the session (`terms`, as they were) was then ended as a clone conflict.
+   */
+  | { kind: 'cloned'; terms: ReadonlyMap<string, SessionTerm> };
 
 const MAX_ROUNDS = 3;
 
@@ -194,7 +275,7 @@ const MAX_ROUNDS = 3;
  * One tick (see above). `renewing`: the names renewed now; a term not among them and not
  * renewed for a TTL is deleted as an orphan.
  */
-export async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number): Promise<TickResult> {
+async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number): Promise<TickResult> {
   const k = ctx.keys;
   const sentAtMs = Date.now();
   // Concurrently with the first compare-and-swap: a keepalive extends the lease whatever the
@@ -218,7 +299,7 @@ export async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySe
       const next = sessionValue(s.holder, now);
       const ops: EtcdRequestOp[] = [
         { request_put: { key: s.key, value: next, lease: s.leaseId } },
-        rangePrefix(k.endedOf(s.leaseId), { keys_only: true }),
+        rangePrefix(k.endedOf(s.leaseId)),
         ...markers.map((key): EtcdRequestOp => ({ request_delete_range: { key } })),
         ...orphans.map(
           ([name, t]): EtcdRequestOp => ({
@@ -241,8 +322,10 @@ export async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySe
         const ended = new Set<string>();
         const prefix = k.endedOf(s.leaseId);
         for (const kv of all(r.responses[1])) {
+          // A marker names the term it ended by create revision: an older term of the same name
+          // (released, then acquired again and moved here) is not this one.
           const name = k.nameIn(kv.key, prefix);
-          if (name !== null) ended.add(name);
+          if (name !== null && s.terms.get(name)?.rev === kv.value.toString()) ended.add(name);
           if (!sent.has(kv.key.toString('latin1'))) s.seenMarkers.push(kv.key);
         }
         return { kind: 'swapped', ended };
@@ -256,7 +339,7 @@ export async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySe
         s.pending = [];
         continue;
       }
-      return parseSession(stored)?.h === s.holder ? { kind: 'cloned' } : { kind: 'gone' };
+      return parseSession(stored)?.h === s.holder ? { kind: 'cloned', terms: new Map(s.terms) } : { kind: 'gone' };
     }
     throw new StoreUnavailableError(`etcd: session ${s.leaseId} kept changing under its own renewals; this is retryable`);
   })().catch(async (err: unknown) => {
@@ -276,7 +359,7 @@ export async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySe
  * session key so the other copy's next tick finds it gone. Only this rare path costs work per
  * term (a few Txns of ~120 terms each, concurrently).
  */
-export async function endAsCloned(ctx: SessionContext, s: Session, deadline: number): Promise<void> {
+async function endAsCloned(ctx: SessionContext, s: Session, deadline: number): Promise<void> {
   const k = ctx.keys;
   const atMs = Date.now();
   const perTxn = Math.max(1, ctx.maxOpsPerTxn - 4);
@@ -348,10 +431,10 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
   const grants = new Map<string, Grant>();
   await Promise.all(
     [...needed].map(async ([key, { holder, ttlSec }]) => {
-      let s = ctx.book.get(holder, ttlSec);
-      if (s !== undefined) {
+      const s = ctx.book.get(holder, ttlSec);
+      if (s !== undefined && s.dead === undefined) {
         const idx = fast.get(s) ?? [];
-        const r = await tick(ctx, s, new Set(idx.map((i) => requests[i]!.name)), deadline);
+        const r = await s.renew(ctx, idx.map((i) => requests[i]!.name), deadline);
         if (r.kind === 'alive') {
           for (const i of idx) {
             const req = requests[i]!;
@@ -363,36 +446,29 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
             }
             t.nonces = [req.nextNonce];
             t.renewedAtMs = Date.now();
-            answered.set(i, {
-              name: req.name,
-              outcome: 'renewed',
-              token: ctx.keys.token(t.rev),
-              holder: req.holder,
-              expiresAtMs: r.expiresAtMs,
-              storeNowMs: r.storeNowMs,
-            });
+            answered.set(i, { name: req.name, outcome: 'renewed', token: ctx.keys.token(t.rev), holder: req.holder, expiresAtMs: r.expiresAtMs, storeNowMs: r.storeNowMs });
           }
           grants.set(key, s.grant());
           return;
         }
         ctx.book.drop(s);
         if (r.kind === 'cloned') {
-          const terms = new Map(s.terms);
-          await endAsCloned(ctx, s, deadline);
           const storeNowMs = Date.now();
           for (const i of idx) {
             const req = requests[i]!;
-            const t = terms.get(req.name)!;
-            answered.set(i, { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(t.rev), expiresAtMs: storeNowMs, storeNowMs });
+            const t = r.terms.get(req.name);
+            if (t === undefined) rest.push(i);
+            else answered.set(i, { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(t.rev), expiresAtMs: storeNowMs, storeNowMs });
           }
         } else {
           // Gone: every term on it ended; the rounds read how.
           rest.push(...idx);
         }
+      } else {
+        for (const i of fast.get(s!) ?? []) rest.push(i);
       }
-      s = await openSession(ctx, holder, ttlSec, deadline);
-      ctx.book.set(s);
-      grants.set(key, s.grant());
+      const fresh = await ctx.book.ensure(holder, ttlSec, () => openSession(ctx, holder, ttlSec, deadline));
+      grants.set(key, fresh.grant());
     }),
   );
   rest.sort((a, b) => a - b);

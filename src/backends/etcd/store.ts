@@ -214,10 +214,33 @@ export class EtcdStore implements LeaseStore {
     );
     if (!r.succeeded) {
       const found = Number(first(r.responses[0])?.value.toString());
-      if (found !== SCHEMA_VERSION) throw schemaError(this.keys, found);
+      if (found === 1) await this.upgradeFrom1(deadline);
+      else if (found !== SCHEMA_VERSION) throw schemaError(this.keys, found);
     }
     if (minToken === undefined) return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION };
     return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION, tokenFloor: await this.raiseFloor(minToken, deadline) };
+  }
+
+  /**
+   * Version 1 to 2: the layout is the same; what changes is that every process deleting a term
+   * key marks the delete for the term's session (session.ts). Version-1 processes do not, and
+   * would revoke a term without its session ever hearing of it: from this write on, each of
+   * their transactions fails its version compare and they stand down with a SchemaError
+   * ("newer than this leasehold; upgrade leasehold").
+   */
+  private async upgradeFrom1(deadline: number): Promise<void> {
+    const r = await this.txn(
+      {
+        compare: [{ key: this.keys.version, target: 'Value', result: 'Equal', value: Buffer.from('1') }],
+        success: [{ request_put: { key: this.keys.version, value: Buffer.from(String(SCHEMA_VERSION)) } }],
+        failure: [rangeOf(this.keys.version)],
+      },
+      deadline,
+      'migrate',
+    );
+    if (r.succeeded) return;
+    const found = Number(first(r.responses[0])?.value.toString());
+    if (found !== SCHEMA_VERSION) throw schemaError(this.keys, found);
   }
 
   async schemaStatus(options?: CallOptions): Promise<SchemaStatus> {
@@ -369,7 +392,7 @@ export class EtcdStore implements LeaseStore {
             { request_put: { key: k.history(name, endedId), value: json(entry) } },
             // For the session renewing the term, if any (session.ts): a tick does not see deletes.
             // The lease exists: the term key is compared, and etcd deletes a lease's keys with it.
-            ...(termKv.lease === '0' ? [] : [{ request_put: { key: k.ended(termKv.lease, name), value: Buffer.alloc(0), lease: termKv.lease } }]),
+            ...(termKv.lease === '0' ? [] : [{ request_put: { key: k.ended(termKv.lease, name), value: Buffer.from(String(termKv.create_revision)), lease: termKv.lease } }]),
           ],
           [
             { key: T, target: 'Mod', result: 'Equal', mod_revision: termKv.mod_revision },
