@@ -29,16 +29,20 @@ import { SessionBook, joinSession, renewOnSessions, ttlSecOf, type SessionContex
  *   2. one Txn per chunk of up to ~120 leases, chunks sent concurrently. Each lease is a nested
  *      Txn (etcd >= 3.3) with its own compares, so one lease's outcome never depends on another's.
  *
- * A renewal is therefore 2 round trips (grant, txn) however many leases it renews. Contending
- * is the same when this store instance has seen the lease's state key before (or it has never
- * existed); otherwise the first txn answers with the current state and a second one acts on it.
+ * Renewals of terms a session holds never get here: session.ts answers them with one tick
+ * (one Txn and one keepalive, whatever their number). What reaches the rounds below is every
+ * acquisition, and each term's first renewal, which moves it onto its holder's session. Contending
+ * is a grant and a txn when this store instance has seen the lease's state key before (or it has
+ * never existed); otherwise the first txn answers with the current state and a second one acts on it.
  *
  * Renewal (`expect` set) is blind: compare the term key's value with [holder, nonce] for each
- * expected nonce (an OR, built from nested Txns), and on a match put [holder, nextNonce] on the
- * fresh lease. The put keeps the key's create revision, so the token stays; moving the key to
- * a fresh lease is what extends the term, atomically with the nonce swap. Nothing ever sends
- * LeaseKeepAlive: two clones sharing a lease id could both keep it alive, so a term's life is
- * tied to its own last successful compare-and-swap instead.
+ * expected nonce (an OR, built from nested Txns), and on a match put [holder, nextNonce, 's'] on
+ * the session's lease (or, for a client that cannot keep a lease alive, [holder, nextNonce] on a
+ * fresh one). The put keeps the key's create revision, so the token stays; moving the key is
+ * what extends the term, atomically with the nonce swap. From then on the session's keepalive
+ * extends it, only ever together with the session's own compare-and-swap (session.ts), so two
+ * restored clones still cannot both keep a term. A session term's value never matches the
+ * two-element compare: a renewal of it from outside the session is read as a clone's.
  *
  * Contending compares "term key absent" (never held, released, revoked, or its lease ran out:
  * etcd deleted it) and "state key unchanged since we read it", then creates the term key on the

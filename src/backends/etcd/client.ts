@@ -6,10 +6,11 @@ import { MemberPool } from './members.js';
 
 /**
  * The etcd store talks to etcd through the raw v3 RPCs of an `etcd3` client (`kv.txn`,
- * `leaseClient.leaseGrant`, `leaseClient.leaseTimeToLive`, `watch()`), described here
- * structurally so `etcd3` stays an optional peer dependency. We use none of etcd3's
- * higher-level helpers: not `Election` (known multi-leader bugs), not `Lease` (its keepalive
- * would extend a term that a clone has taken over), not `Namespace` (keys are prefixed here).
+ * `leaseClient.leaseGrant`, `leaseClient.leaseTimeToLive`, `leaseClient.leaseKeepAlive`,
+ * `watch()`), described here structurally so `etcd3` stays an optional peer dependency. We use
+ * none of etcd3's higher-level helpers: not `Election` (known multi-leader bugs), not `Lease`
+ * (its background keepalive would extend a term that a clone has taken over: our one keepalive
+ * per tick goes with a compare-and-swap, session.ts), not `Namespace` (keys are prefixed here).
  */
 
 /** bytes fields arrive as Buffers; int64 fields as decimal strings (etcd3 loads protos with longs: String). */
