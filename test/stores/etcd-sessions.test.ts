@@ -203,15 +203,20 @@ void describe('etcd sessions: safety', () => {
     await using f = await fixture();
     const TTL = 2000;
     const nonces = await onSession(f.store, ['job'], 'h1', TTL);
+    // One tick more: the engine then presents a nonce the term key's renew record never held.
+    assert.equal(outcome(await one(f.store, renew('job', 'h1', [nonces.get('job')!], 'job-t', TTL))), 'renewed');
     await sleep(TTL + 1500); // etcd expires a lease within about a second of its TTL
-    assert.equal(outcome(await one(f.store, renew('job', 'h1', [nonces.get('job')!], 'late', TTL))), 'lost:expired');
+    assert.equal(outcome(await one(f.store, renew('job', 'h1', ['job-t'], 'late', TTL))), 'lost:expired', 'expired, not a clone');
     const again = await onSession(f.store, ['job'], 'h1', TTL);
     assert.equal(outcome(await one(f.store, renew('job', 'h1', [again.get('job')!], 'job-c', TTL))), 'renewed');
   });
 
   void it('a token floor raised by another process ends every session term; no renewal after it says renewed', async () => {
     await using f = await fixture();
-    const nonces = await onSession(f.store, ['a', 'b'], 'h1');
+    const first = await onSession(f.store, ['a', 'b'], 'h1');
+    const ticked = await f.store.claim(['a', 'b'].map((n) => renew(n, 'h1', [first.get(n)!], `${n}-t`)));
+    assert.deepEqual(ticked.map(outcome), ['renewed', 'renewed']);
+    const nonces = new Map(['a', 'b'].map((n) => [n, `${n}-t`]));
     const other = await f.open();
     const m = await other.migrate({ minToken: 1_000_000n });
     assert.equal(m.tokenFloor?.endedTerms, 2);
@@ -226,5 +231,108 @@ void describe('etcd sessions: safety', () => {
       }
     }
     assert.deepEqual(outcomes, ['lost:expired', 'lost:expired']);
+  });
+
+  void it('a revoked term stays lost though ticks that do not renew it read its marker first (and delete it)', async () => {
+    await using f = await fixture();
+    const nonces = await onSession(f.store, ['x', 'y'], 'h1');
+    assert.equal((await (await f.open()).revoke('y', 'test')).revoked, true);
+    let x = nonces.get('x')!;
+    for (let i = 0; i < 3; i++) {
+      assert.equal(outcome(await one(f.store, renew('x', 'h1', [x], `x-${i}`))), 'renewed');
+      x = `x-${i}`;
+    }
+    assert.equal(outcome(await one(f.store, renew('y', 'h1', [nonces.get('y')!], 'y-late'))), 'lost:revoked');
+  });
+
+  void it('a clone conflict ended by another store instance while the term moved onto the session is still heard there', async () => {
+    await using f = await fixture();
+    const admin = await etcdAdmin();
+    try {
+      let hook: (() => Promise<void>) | undefined;
+      const c = counting(admin);
+      const hooked: Etcd3Like = {
+        ...c.client,
+        kv: {
+          ...c.client.kv,
+          txn: async (r, o) => {
+            const out = await c.client.kv.txn(r, o);
+            const h = hook;
+            hook = undefined;
+            await h?.();
+            return out;
+          },
+        },
+      };
+      await onSession(f.store, ['z'], 'h1');
+      await f.store.claim([contend('x', 'h1', 'xa')]);
+      const other = await f.open(hooked);
+      // The other instance's first Txn opens its session; after its rounds' first Txn (the reads
+      // that find x held by our holder id), our renewal moves x onto our session.
+      hook = async () => {
+        hook = async () => {
+          assert.equal(outcome(await one(f.store, renew('x', 'h1', ['xa'], 'xb'))), 'renewed');
+        };
+      };
+      assert.equal(outcome(await one(other, renew('x', 'h1', ['not-held'], 'c1'))), 'lost:cloned');
+      const next = await f.store.claim([renew('x', 'h1', ['xb'], 'xc'), renew('z', 'h1', ['z-b'], 'z-c')]);
+      assert.deepEqual(next.map(outcome), ['lost:cloned', 'renewed']);
+    } finally {
+      admin.close();
+    }
+  });
+
+  void it('a move onto the session whose answer was lost: the retry with both nonces is renewed; unrenewed, the session sweeps it', async () => {
+    for (const mode of ['retry', 'abandon'] as const) {
+      await using f = await fixture();
+      const admin = await etcdAdmin();
+      try {
+        let failAfter: number | undefined;
+        const hooked: Etcd3Like = {
+          ...admin,
+          kv: {
+            txn: async (r, o) => {
+              const out = await admin.kv.txn(r, o);
+              if (failAfter !== undefined && --failAfter === 0) {
+                failAfter = undefined;
+                throw Object.assign(new Error('14 UNAVAILABLE: the answer was lost'), { name: 'GRPCUnavailableError' });
+              }
+              return out;
+            },
+            range: (r, o) => admin.kv.range(r, o),
+            deleteRange: (r, o) => admin.kv.deleteRange(r, o),
+          },
+          leaseClient: admin.leaseClient,
+          watch: () => admin.watch(),
+          close: () => undefined,
+        };
+        const store = await f.open(hooked);
+        const TTL = 2000;
+        const z = await onSession(store, ['z'], 'h1', TTL);
+        await store.claim([contend('x', 'h1', 'xa', TTL)]);
+        // The tick's Txn, then the move's: its answer is lost after it landed.
+        failAfter = 2;
+        await assert.rejects(store.claim([renew('x', 'h1', ['xa'], 'xb', TTL), renew('z', 'h1', [z.get('z')!], 'z-1', TTL)]), /lost/);
+        if (mode === 'retry') {
+          const r = await store.claim([renew('x', 'h1', ['xa', 'xb'], 'xc', TTL), renew('z', 'h1', [z.get('z')!, 'z-1'], 'z-2', TTL)]);
+          assert.deepEqual(r.map(outcome), ['renewed', 'renewed'], 'the landed move is recognised, not called a clone');
+          assert.equal(outcome(await one(store, renew('x', 'h1', ['xc'], 'xd', TTL))), 'renewed', 'and the session renews it from then on');
+          continue;
+        }
+        // Nobody renews x again; z keeps the session alive. x must not live on with it.
+        let zn = [z.get('z')!, 'z-1'];
+        const t0 = Date.now();
+        let gone: number | undefined;
+        for (let i = 0; Date.now() - t0 < 3 * TTL && gone === undefined; i++) {
+          await sleep(TTL / 3);
+          assert.equal(outcome(await one(store, renew('z', 'h1', zn, `z-r${i}`, TTL))), 'renewed');
+          zn = [`z-r${i}`];
+          if ((await store.list({ name: 'x' }))[0]?.state !== 'held') gone = Date.now() - t0;
+        }
+        assert.ok(gone !== undefined && gone <= TTL + TTL / 3 + 1200, `the abandoned move was swept after ${gone}ms`);
+      } finally {
+        admin.close();
+      }
+    }
   });
 });

@@ -19,7 +19,7 @@ import {
   type StateValue,
 } from './keys.js';
 import { guarded, rangeOf, schemaOk } from './txn.js';
-import { SessionBook, joinSession, renewOnSessions, ttlSecOf, type SessionContext } from './session.js';
+import { SessionBook, renewOnSessions, settleInSession, ttlSecOf, type SessionContext } from './session.js';
 
 /**
  * Acquire-or-renew for a batch, in as few round trips as etcd allows:
@@ -134,6 +134,7 @@ interface Plan {
   seen: SeenState;
   conflict: ConflictTarget | undefined;
   op: EtcdRequestOp;
+  fromSession?: boolean;
 }
 
 /** What the innermost nested Txn answered: our put, or the three reads of the failure branch. */
@@ -150,6 +151,8 @@ interface Pending {
   seen: SeenState;
   conflict?: ConflictTarget;
   quiet?: boolean;
+  /** A session held this term until this call (session.ts): a term key gone without a mark ran out with it. */
+  fromSession?: boolean;
 }
 
 export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequest[], deadline: number): Promise<ClaimResult[]> {
@@ -170,7 +173,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
   let pending: Pending[] = (pass?.rest ?? requests.map((_, i) => i)).map((index) => {
     const req = requests[index]!;
     const seen = ctx.seen.get(req.name) ?? NEVER_SEEN;
-    return { index, req, seen, quiet: req.expect === null && watched && seen.termHeld === true };
+    return { index, req, seen, quiet: req.expect === null && watched && seen.termHeld === true, fromSession: pass?.fromSession.has(index) === true };
   });
   for (let round = 0; pending.length > 0; round++) {
     if (round >= MAX_ROUNDS) {
@@ -212,6 +215,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     }
     const storeNowMs = Date.now();
     const next: Pending[] = [];
+    const fromSession = new Set(pending.filter((p) => p.fromSession === true).map((p) => p.index));
     chunks.forEach((c, ci) => {
       const resp = responses[ci]!;
       schemaOk(ctx.keys, resp);
@@ -220,10 +224,10 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
         const inner = resp.responses[i]?.response_txn;
         if (inner == null) throw new StoreUnavailableError(`etcd answered claim of "${p.req.name}" without a transaction response`);
         const d =
-          p.conflict !== undefined && inner.succeeded ? ended(ctx, p, p.conflict, revision, storeNowMs) : decide(ctx, p, leaf(inner), revision, storeNowMs);
+          p.conflict !== undefined && inner.succeeded ? ended(ctx, p, p.conflict, revision, storeNowMs) : decide(ctx, p, leaf(inner), revision, storeNowMs, fromSession.has(p.index));
         // A retry is never quiet: the reads just found the term key gone.
         if ('retry' in d) next.push({ index: p.index, req: p.req, seen: d.retry });
-        else if ('conflict' in d) next.push({ index: p.index, req: p.req, seen: d.seen, conflict: d.conflict });
+        else if ('conflict' in d) next.push({ index: p.index, req: p.req, seen: d.seen, conflict: d.conflict, fromSession: p.fromSession });
         else {
           results[p.index] = d.result;
           if (d.ttlLookup !== undefined) lookups.push({ index: p.index, ...d.ttlLookup });
@@ -235,7 +239,8 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
 
   if (sessionCtx !== undefined) {
     for (const index of pass!.rest) {
-      if (sessionGrant(requests[index]!) !== undefined) joinSession(sessionCtx, requests[index]!, results[index]!);
+      const g = sessionGrant(requests[index]!);
+      if (g !== undefined) settleInSession(sessionCtx, requests[index]!, results[index]!, g);
     }
   }
   if (lookups.length > 0) await fillExpiry(ctx, results, lookups, deadline);
@@ -342,7 +347,12 @@ function planConflict(
   };
   const op: EtcdRequestOp = {
     request_txn: {
-      compare: [{ key: T, target: 'Create', result: 'Equal', create_revision: c.token }],
+      // The lease too: the marker goes where the term is now (a renewal may have moved it since
+      // the reads; then the reads below decide again).
+      compare: [
+        { key: T, target: 'Create', result: 'Equal', create_revision: c.token },
+        { key: T, target: 'Lease', result: 'Equal', lease: c.lease },
+      ],
       success: [
         { request_delete_range: { key: T } },
         { request_put: { key: k.state(req.name), value: json(state) } },
@@ -370,7 +380,7 @@ function ended(ctx: ClaimContext, p: Plan, c: ConflictTarget, revision: string, 
  * chunk fits when (leases in it) + (the deepest chain of ops under one lease) <= maxOps.
  */
 function opCost(req: ClaimRequest, conflict: boolean): number {
-  if (conflict) return 4; // compare 1, delete + puts + marker 4, reads 3
+  if (conflict) return 4; // compares 2, delete + puts + marker 4, reads 3
   if (req.expect === null) return 4; // compares 2, puts 4, reads 3
   if (req.expect.length === 0) return 3;
   return 3 + 2 * (req.expect.length - 1); // each OR level: compare 1, puts 2, nested 1; last: reads 3
@@ -407,7 +417,7 @@ function leaf(txn: EtcdTxnResponse): Leaf {
   }
 }
 
-function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowMs: number): Decided {
+function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowMs: number, fromSession = false): Decided {
   const { req, grant } = p;
   const mine = (token: bigint, outcome: 'acquired' | 'renewed'): Decided => {
     // Only a request that put the term key gets here, and only a quiet one has no grant.
@@ -450,6 +460,11 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
       // This very request landed already (an attempt whose answer was lost, retried by the client).
       return mine(token, req.expect === null ? 'acquired' : 'renewed');
     }
+    if (term.holder === req.holder && term.session && req.expect?.includes(term.nonce) === true && grant?.session === true && l.term.lease === grant.id) {
+      // An earlier call's move onto this very session landed without its answer, and the
+      // engine presents that move's nonce: ours, kept alive by the session's tick in this call.
+      return mine(token, 'renewed');
+    }
     const lookup = { lease: l.term.lease, renew, nonce: term.nonce };
     if (req.expect === null) {
       const result: ClaimResult = { name: req.name, outcome: 'busy', holder: term.holder, token, expiresAtMs: null, storeNowMs };
@@ -478,7 +493,9 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
   } else if (stateVal !== null) {
     holder = stateVal.holder;
     lostExpiry = renew?.expiresAtMs ?? null;
-    reason = stateVal.holder !== req.holder ? 'superseded' : renew === null || req.expect.includes(renew.nonce) ? 'expired' : 'cloned';
+    // A session's term keeps the renew record of its move: gone without a mark, it ran out with
+    // the session's lease (a pause) or went with a raised floor; a clone would have left one.
+    reason = stateVal.holder !== req.holder ? 'superseded' : renew === null || req.expect.includes(renew.nonce) || fromSession ? 'expired' : 'cloned';
   } else {
     reason = 'expired';
   }

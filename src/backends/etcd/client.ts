@@ -65,6 +65,8 @@ interface EtcdCompare {
   create_revision?: string | number;
   mod_revision?: string | number;
   value?: Buffer;
+  /** With target 'Lease': the key's etcd lease id ('0': none). */
+  lease?: string | number;
 }
 
 export interface EtcdRequestOp {

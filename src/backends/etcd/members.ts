@@ -1,5 +1,5 @@
 import { StoreUnavailableError } from '../../core/errors.js';
-import type { Etcd3Like, EtcdCallOptions, EtcdRangeRequest, EtcdRangeResponse, EtcdTxnRequest, EtcdTxnResponse, EtcdWatchBuilderLike } from './client.js';
+import type { Etcd3Like, EtcdCallOptions, EtcdKeepAliveStream, EtcdRangeRequest, EtcdRangeResponse, EtcdTxnRequest, EtcdTxnResponse, EtcdWatchBuilderLike } from './client.js';
 import { EtcdKeepAliveError, isTransient } from './client.js';
 
 /**
@@ -164,21 +164,17 @@ function untilAbandoned<T>(p: Promise<T>, signal: AbortSignal | undefined): Prom
  */
 async function keepAliveOnce(c: Etcd3Like, id: string, o: EtcdCallOptions): Promise<{ ID: string; TTL: string }> {
   const deadline = typeof o.deadline === 'number' ? o.deadline : (o.deadline?.getTime() ?? Date.now() + DEFAULT_ATTEMPT_MS);
-  let stream;
-  try {
-    stream = await c.leaseClient.leaseKeepAlive!(o);
-  } catch (err) {
-    throw new EtcdKeepAliveError(`could not open a keepalive stream: ${(err as Error).message}`, { cause: err });
-  }
-  const s = stream;
+  // The attempt's clock starts before the stream is opened: opening can wait too (a member
+  // that accepts the connection and never answers, or etcd3 fetching an auth token).
   return new Promise((resolve, reject) => {
     let done = false;
+    let stream: EtcdKeepAliveStream | undefined;
     const finish = (f: () => void): void => {
       if (done) return;
       done = true;
       clearTimeout(timer);
       try {
-        s.end();
+        stream?.end();
       } catch {
         // the stream is already over
       }
@@ -187,13 +183,24 @@ async function keepAliveOnce(c: Etcd3Like, id: string, o: EtcdCallOptions): Prom
     const timer = setTimeout(
       () =>
         finish(() => {
-          s.cancel?.();
+          stream?.cancel?.();
           reject(new EtcdKeepAliveError(`no answer to a keepalive of etcd lease ${id} in time`));
         }),
       Math.max(1, deadline - Date.now()),
     );
-    s.on('data', (res) => finish(() => resolve(res)));
-    s.on('error', (err) => finish(() => reject(new EtcdKeepAliveError(`keepalive of etcd lease ${id} failed: ${err.message}`, { cause: err }))));
-    s.write({ ID: id });
+    c.leaseClient.leaseKeepAlive!(o).then(
+      (s) => {
+        stream = s;
+        if (done) {
+          // Given up while it opened.
+          s.cancel?.();
+          return;
+        }
+        s.on('data', (res) => finish(() => resolve(res)));
+        s.on('error', (err) => finish(() => reject(new EtcdKeepAliveError(`keepalive of etcd lease ${id} failed: ${err.message}`, { cause: err }))));
+        s.write({ ID: id });
+      },
+      (err: unknown) => finish(() => reject(new EtcdKeepAliveError(`could not open a keepalive stream: ${(err as Error).message}`, { cause: err }))),
+    );
   });
 }

@@ -6,7 +6,7 @@ import type { EtcdRequestOp, EtcdTxnRequest, EtcdTxnResponse } from './client.js
 import { mapEtcdError } from './client.js';
 import type { Grant } from './claim.js';
 import type { MemberPool } from './members.js';
-import { json, parseSession, type EtcdKeys, type HistoryValue, type SessionValue, type StateValue } from './keys.js';
+import { json, parseSession, sessionTermValue, type EtcdKeys, type HistoryValue, type SessionValue, type StateValue } from './keys.js';
 import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
 
 /**
@@ -32,16 +32,23 @@ import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
  * What a tick cannot see by itself is a term key deleted by someone else while the session
  * lives: a release or revoke by another process, or a clone conflict found by another store
  * instance. Every such delete (store.ts endTerm, claim.ts planConflict) also puts a marker
- * `{p}/ended/{leaseId}/{name}` on the deleted term's own etcd lease (it exists: the delete
- * compared the term key, and etcd deletes a lease's keys with it). A tick reads the markers of
- * its lease in the same Txn: a marked term is not answered 'renewed' but decided from the
- * store like any other (lost: revoked, released, cloned). Markers are deleted by the next tick,
- * once acted on, and expire with the lease anyway.
+ * `{p}/ended/{leaseId}/{name}` = the term's create revision on the deleted term's etcd lease,
+ * which the same Txn compares (so the lease exists: etcd deletes a lease's keys with it). A
+ * tick reads the markers of its lease in the same Txn and drops every marked term from the
+ * session at once, renewed in this tick or not: a marked term is never answered 'renewed'
+ * again but decided from the store like any other (lost: revoked, released, cloned). A marker
+ * names its term by create revision, so one left by an earlier term of the same name ends
+ * nothing. Markers read are deleted by later ticks (they also expire with the lease); until
+ * then every tick reads them again, which costs reads, never a wrong answer.
  *
  * A term the engine stopped renewing (it stood down on an unanswered renewal, or never renewed
  * again) would otherwise live as long as the session: a tick deletes, with a compare on its
- * create revision, every term not renewed for a whole TTL. Such a term ends at most one renew
- * interval after its own TTL.
+ * create revision, every term of the session not renewed for a whole TTL, timed by the
+ * monotonic clock (a wall-clock step must not delete a term its holder still believes in: the
+ * engine's own deadline, on the same clock, always comes first). Such a term ends at most one
+ * renew interval after its own TTL. A term whose move onto the session landed without its
+ * answer is in the session too (by its value, until an answer tells its create revision), so it
+ * is swept the same way rather than kept alive for as long as the session lives.
  *
  * A renewal sent by a store instance that does not hold the term's session (another process
  * with the same holder id: a clone whose store is not a copy of ours) never matches the
@@ -53,16 +60,25 @@ import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
 
 /** What one session knows of one of its terms. */
 export interface SessionTerm {
-  /** The term key's create revision (its token, less the floor). */
-  rev: string;
-  /** The nonces a renewal may present: the last answered one, then any sent since without an answer. */
-  nonces: string[];
-  /** Local time of the last renewal that named it (a term unnamed for a TTL is an orphan). */
-  renewedAtMs: number;
+  /**
+   * The term key's create revision (its token, less the floor); undefined while the renewal
+   * that moves it here has not been answered (it may have landed: then `moved` is its value).
+   */
+  rev: string | undefined;
+  /** The term key's value as the move wrote it: [holder, move nonce, 's']. */
+  moved: Buffer;
+  /** The nonce the move wrote: what the renew record names (claim.ts tells 'expired' by it). */
+  moveNonce: string;
+  /** The nonce the last answered renewal was sent with (the engine presents it next). */
+  nonce: string;
+  /** Monotonic time (performance.now) of the last renewal that named it: unnamed for a TTL, it is an orphan. */
+  renewedAt: number;
 }
 
 export class Session {
   readonly terms = new Map<string, SessionTerm>();
+  /** The TTL in whole seconds as asked for (etcd may grant more): the session's key in its book. */
+  readonly askedSec: number;
   readonly key: Buffer;
   /** The session key's value as this session last saw it written. */
   value: Buffer;
@@ -70,8 +86,8 @@ export class Session {
   pending: Buffer[] = [];
   /** Lower bound of the etcd lease's expiry, by local time. */
   expiresAtMs: number;
-  /** Markers acted on, deleted by a later tick. */
-  seenMarkers: Buffer[] = [];
+  /** Markers read, deleted by later ticks (by latin1 key). */
+  seenMarkers = new Map<string, Buffer>();
   /** The token floor's revision when the session opened: raising the floor deletes every term key. */
   readonly floorRev: string;
   /** Set once a tick found the session gone or cloned: nothing renews on it again. */
@@ -82,12 +98,14 @@ export class Session {
 
   constructor(
     readonly holder: string,
+    askedSec: number,
     readonly ttlSec: number,
     readonly leaseId: string,
     keys: EtcdKeys,
     value: Buffer,
     expiresAtMs: number,
   ) {
+    this.askedSec = askedSec;
     this.key = keys.session(leaseId);
     this.floorRev = keys.floorRev;
     this.value = value;
@@ -116,7 +134,10 @@ export class Session {
         if (this.dead !== undefined) return this.dead;
         // `migrate --min-token` (any process) deleted every term key with the floor it raised.
         if (ctx.keys.floorRev !== this.floorRev) return (this.dead = { kind: 'gone' });
-        const r = await tick(shared, this, joined, deadline);
+        // A tick that hangs (a member that never answers) must not hold every later tick of
+        // the session: past the deadline it is given up (a swap of it that lands later is
+        // recognised by the next tick, as any unanswered one is: `pending`).
+        const r = await withDeadline(tick(shared, this, joined, deadline), deadline, `etcd: session ${this.leaseId} renewal got no answer in time; this is retryable`);
         if (r.kind === 'alive') return r;
         this.dead = r;
         if (r.kind === 'cloned') await endAsCloned(shared, this, deadline);
@@ -148,15 +169,18 @@ export class SessionBook {
   get(holder: string, ttlSec: number): Session | undefined {
     return this.byKey.get(SessionBook.keyOf(holder, ttlSec));
   }
-  set(s: Session): void {
-    this.byKey.set(SessionBook.keyOf(s.holder, s.ttlSec), s);
-  }
   drop(s: Session): void {
     s.dead ??= { kind: 'gone' };
-    if (this.byKey.get(SessionBook.keyOf(s.holder, s.ttlSec)) === s) this.byKey.delete(SessionBook.keyOf(s.holder, s.ttlSec));
+    const key = SessionBook.keyOf(s.holder, s.askedSec);
+    if (this.byKey.get(key) === s) this.byKey.delete(key);
+  }
+  /** Forgets sessions whose lease ran out long ago (a holder id replaced, a TTL no longer used). */
+  prune(nowMs: number): void {
+    for (const s of this.byKey.values()) if (s.expiresAtMs + 60_000 < nowMs) this.drop(s);
   }
   /** The live session of (holder, TTL), opening one (once, for every concurrent caller) if there is none. */
   ensure(holder: string, ttlSec: number, open: () => Promise<Session>): Promise<Session> {
+    this.prune(Date.now());
     const key = SessionBook.keyOf(holder, ttlSec);
     const live = this.byKey.get(key);
     if (live !== undefined && live.dead === undefined) return Promise.resolve(live);
@@ -195,10 +219,10 @@ export class SessionBook {
    */
   copyInto(into: SessionBook, keys: EtcdKeys): void {
     for (const [key, s] of this.byKey) {
-      const c = new Session(s.holder, s.ttlSec, s.leaseId, keys, Buffer.from(s.value), s.expiresAtMs);
+      const c = new Session(s.holder, s.askedSec, s.ttlSec, s.leaseId, keys, Buffer.from(s.value), s.expiresAtMs);
       c.pending = s.pending.map((p) => Buffer.from(p));
-      c.seenMarkers = [...s.seenMarkers];
-      for (const [name, t] of s.terms) c.terms.set(name, { ...t, nonces: [...t.nonces] });
+      c.seenMarkers = new Map(s.seenMarkers);
+      for (const [name, t] of s.terms) c.terms.set(name, { ...t });
       into.byKey.set(key, c);
     }
   }
@@ -255,13 +279,13 @@ export async function openSession(ctx: SessionContext, holder: string, ttlSec: n
   if (!schemaOk(ctx.keys, r) && !first(r.responses[2])?.value.equals(value)) {
     throw new StoreUnavailableError(`etcd: the session key of fresh etcd lease ${g.ID} was written by someone else; this is retryable`);
   }
-  return new Session(holder, granted, g.ID, ctx.keys, value, sentAtMs + granted * 1000);
+  return new Session(holder, ttlSec, granted, g.ID, ctx.keys, value, sentAtMs + granted * 1000);
 }
 
 export type TickResult =
   /** Every term of the session lives until at least `expiresAtMs`, except those in `ended`. */
   | { kind: 'alive'; expiresAtMs: number; storeNowMs: number; ended: Set<string> }
-  /** The lease ran out (a pause longer than the TTL), or a clone ended the session. */
+  /** The lease ran out (a pause longer than the TTL), a clone ended the session, or the token floor was raised. */
   | { kind: 'gone' }
   /**
    * Another process swapped the session key: a clone of this one, or this one is the clone.
@@ -290,11 +314,12 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
       const now = Date.now();
       // The operations besides the swap and the read share the Txn's --max-txn-ops with them.
       const room = Math.max(2, ctx.maxOpsPerTxn - 4);
-      const markers = s.seenMarkers.slice(0, Math.floor(room / 2));
+      const markers = [...s.seenMarkers.values()].slice(0, Math.floor(room / 2));
       const orphans: [string, SessionTerm][] = [];
+      const mono = performance.now();
       for (const [name, t] of s.terms) {
         if (orphans.length >= room - markers.length) break;
-        if (!renewing.has(name) && t.renewedAtMs + s.ttlSec * 1000 < now) orphans.push([name, t]);
+        if (!renewing.has(name) && t.renewedAt + s.ttlSec * 1000 < mono) orphans.push([name, t]);
       }
       const next = sessionValue(s.holder, now);
       const ops: EtcdRequestOp[] = [
@@ -304,7 +329,12 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
         ...orphans.map(
           ([name, t]): EtcdRequestOp => ({
             request_txn: {
-              compare: [{ key: k.term(name), target: 'Create', result: 'Equal', create_revision: t.rev }],
+              // A term whose move was never answered is known by the value the move wrote.
+              compare: [
+                t.rev === undefined
+                  ? { key: k.term(name), target: 'Value', result: 'Equal', value: t.moved }
+                  : { key: k.term(name), target: 'Create', result: 'Equal', create_revision: t.rev },
+              ],
               success: [{ request_delete_range: { key: k.term(name) } }],
               failure: [],
             },
@@ -317,16 +347,25 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
         s.value = next;
         s.pending = [];
         const sent = new Set(markers.map((m) => m.toString('latin1')));
-        s.seenMarkers = s.seenMarkers.filter((m) => !sent.has(m.toString('latin1')));
+        for (const m of sent) s.seenMarkers.delete(m);
         for (const [name] of orphans) s.terms.delete(name);
         const ended = new Set<string>();
         const prefix = k.endedOf(s.leaseId);
         for (const kv of all(r.responses[1])) {
           // A marker names the term it ended by create revision: an older term of the same name
-          // (released, then acquired again and moved here) is not this one.
+          // (released, then acquired again and moved here) is not this one. A marked term
+          // leaves the session now, whether or not this tick renews it: the marker may be
+          // deleted before its next renewal comes.
           const name = k.nameIn(kv.key, prefix);
-          if (name !== null && s.terms.get(name)?.rev === kv.value.toString()) ended.add(name);
-          if (!sent.has(kv.key.toString('latin1'))) s.seenMarkers.push(kv.key);
+          const t = name === null ? undefined : s.terms.get(name);
+          // A move not yet answered has no create revision to match: it is never answered
+          // 'renewed' here, and the rounds that moved it read the store themselves.
+          if (t?.rev !== undefined && t.rev === kv.value.toString()) {
+            ended.add(name!);
+            s.terms.delete(name!);
+          }
+          const id = kv.key.toString('latin1');
+          if (!sent.has(id)) s.seenMarkers.set(id, kv.key);
         }
         return { kind: 'swapped', ended };
       }
@@ -366,10 +405,12 @@ async function endAsCloned(ctx: SessionContext, s: Session, deadline: number): P
   const terms = [...s.terms];
   const chunks: EtcdRequestOp[][] = [[{ request_delete_range: { key: s.key } }]];
   for (const [name, t] of terms) {
+    // A move never answered: the term, if it is here, ends with the session's lease.
+    if (t.rev === undefined) continue;
     let cur = chunks[chunks.length - 1]!;
     if (cur.length >= perTxn) chunks.push((cur = []));
     const token = k.token(t.rev).toString();
-    const state: StateValue = { holder: s.holder, token, startedAtMs: atMs, endedBy: 'conflict', endedAtMs: atMs, nonce: t.nonces[0] ?? '' };
+    const state: StateValue = { holder: s.holder, token, startedAtMs: atMs, endedBy: 'conflict', endedAtMs: atMs, nonce: t.nonce };
     const entry: HistoryValue = { name, event: 'conflict', holder: null, previousHolder: s.holder, token, atMs, detail: CONFLICT_DETAIL, seq: cur.length };
     cur.push({
       request_txn: {
@@ -395,6 +436,8 @@ export interface SessionPass {
   rest: number[];
   /** The session lease a renewal left for the rounds moves its term onto, by SessionBook.keyOf. */
   grants: Map<string, Grant>;
+  /** Rest requests whose term a session held until this call: if its key is gone, it expired with the session. */
+  fromSession: Set<number>;
 }
 
 /**
@@ -404,7 +447,8 @@ export interface SessionPass {
 export async function renewOnSessions(ctx: SessionContext, requests: readonly ClaimRequest[], deadline: number): Promise<SessionPass> {
   const answered = new Map<number, ClaimResult>();
   const rest: number[] = [];
-  const fast = new Map<Session, number[]>();
+  const fromSession = new Set<number>();
+  const fast = new Map<Session, { index: number; term: SessionTerm }[]>();
   const needed = new Map<string, { holder: string; ttlSec: number }>();
   requests.forEach((req, i) => {
     if (req.expect === null || req.expect.length === 0) {
@@ -415,70 +459,107 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
     needed.set(SessionBook.keyOf(req.holder, ttlSec), { holder: req.holder, ttlSec });
     const s = ctx.book.get(req.holder, ttlSec);
     const t = s?.terms.get(req.name);
-    if (s !== undefined && t !== undefined && req.expect.some((e) => t.nonces.includes(e))) {
+    if (s !== undefined && t?.rev !== undefined && req.expect.includes(t.nonce)) {
       const list = fast.get(s) ?? [];
-      list.push(i);
+      list.push({ index: i, term: t });
       fast.set(s, list);
       return;
     }
-    // Not ours to renew by tick (a nonce the session never gave out: the rounds decide, and
-    // call it a clone); a term we renew from now on joins the session in the rounds.
-    if (t !== undefined) s!.terms.delete(req.name);
+    // Not the session's to answer: a first renewal (the rounds move it onto the session), or a
+    // nonce the session never gave out (the rounds read the store and call it a clone).
     rest.push(i);
   });
-  if (needed.size === 0) return { answered, rest, grants: new Map() };
+  if (needed.size === 0) return { answered, rest, grants: new Map(), fromSession };
 
   const grants = new Map<string, Grant>();
   await Promise.all(
     [...needed].map(async ([key, { holder, ttlSec }]) => {
       const s = ctx.book.get(holder, ttlSec);
-      if (s !== undefined && s.dead === undefined) {
-        const idx = fast.get(s) ?? [];
-        const r = await s.renew(ctx, idx.map((i) => requests[i]!.name), deadline);
+      if (s !== undefined) {
+        const mine = fast.get(s) ?? [];
+        const r = await s.renew(ctx, mine.map((m) => requests[m.index]!.name), deadline);
         if (r.kind === 'alive') {
-          for (const i of idx) {
-            const req = requests[i]!;
-            const t = s.terms.get(req.name);
-            if (t === undefined || r.ended.has(req.name)) {
-              s.terms.delete(req.name);
-              rest.push(i);
+          for (const { index, term } of mine) {
+            const req = requests[index]!;
+            // Ended by a marker (or replaced meanwhile): the rounds read the store.
+            if (s.terms.get(req.name) !== term) {
+              rest.push(index);
+              fromSession.add(index);
               continue;
             }
-            t.nonces = [req.nextNonce];
-            t.renewedAtMs = Date.now();
-            answered.set(i, { name: req.name, outcome: 'renewed', token: ctx.keys.token(t.rev), holder: req.holder, expiresAtMs: r.expiresAtMs, storeNowMs: r.storeNowMs });
+            term.nonce = req.nextNonce;
+            term.renewedAt = performance.now();
+            answered.set(index, { name: req.name, outcome: 'renewed', token: ctx.keys.token(term.rev!), holder: req.holder, expiresAtMs: r.expiresAtMs, storeNowMs: r.storeNowMs });
           }
           grants.set(key, s.grant());
           return;
         }
         ctx.book.drop(s);
-        if (r.kind === 'cloned') {
-          const storeNowMs = Date.now();
-          for (const i of idx) {
-            const req = requests[i]!;
-            const t = r.terms.get(req.name);
-            if (t === undefined) rest.push(i);
-            else answered.set(i, { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(t.rev), expiresAtMs: storeNowMs, storeNowMs });
+        const storeNowMs = Date.now();
+        for (const { index, term } of mine) {
+          const req = requests[index]!;
+          if (r.kind === 'cloned' && term.rev !== undefined) {
+            answered.set(index, { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(term.rev), expiresAtMs: storeNowMs, storeNowMs });
+          } else {
+            // Gone: every term on it ended; the rounds read how.
+            rest.push(index);
+            fromSession.add(index);
           }
-        } else {
-          // Gone: every term on it ended; the rounds read how.
-          rest.push(...idx);
         }
-      } else {
-        for (const i of fast.get(s!) ?? []) rest.push(i);
       }
       const fresh = await ctx.book.ensure(holder, ttlSec, () => openSession(ctx, holder, ttlSec, deadline));
       grants.set(key, fresh.grant());
     }),
   );
   rest.sort((a, b) => a - b);
-  return { answered, rest, grants };
+  // A first renewal is in its session before it is sent: if the move lands and its answer is
+  // lost, the session still sweeps the term (by its value) once nobody renews it.
+  for (const index of rest) {
+    const req = requests[index]!;
+    if (req.expect === null || req.expect.length === 0) continue;
+    const s = ctx.book.get(req.holder, ttlSecOf(req.ttlMs));
+    if (s === undefined || s.terms.has(req.name)) continue;
+    const moved = sessionTermValue(req.holder, req.nextNonce);
+    s.terms.set(req.name, { rev: undefined, moved, moveNonce: req.nextNonce, nonce: req.nextNonce, renewedAt: performance.now() });
+  }
+  return { answered, rest, grants, fromSession };
 }
 
-/** A renewal the rounds answered 'renewed' on a session's lease: the session renews it from now on. */
-export function joinSession(ctx: SessionContext, req: ClaimRequest, result: ClaimResult): void {
-  if (result.outcome !== 'renewed' || req.expect === null) return;
+/**
+ * After the rounds, for a renewal they answered on session lease `grant`: a renewed term joins
+ * the session (if it is still the live one on that lease); a lost one leaves it.
+ */
+export function settleInSession(ctx: SessionContext, req: ClaimRequest, result: ClaimResult, grant: Grant): void {
   const s = ctx.book.get(req.holder, ttlSecOf(req.ttlMs));
   if (s === undefined) return;
-  s.terms.set(req.name, { rev: (result.token - ctx.keys.floor).toString(), nonces: [req.nextNonce], renewedAtMs: Date.now() });
+  if (result.outcome !== 'renewed' || s.leaseId !== grant.id || s.dead !== undefined) {
+    // Lost, or put on a session that died meanwhile (its lease ends with it): not ours to tick.
+    if (result.outcome !== 'renewed' || s.terms.get(req.name)?.rev === undefined) s.terms.delete(req.name);
+    return;
+  }
+  const prev = s.terms.get(req.name);
+  s.terms.set(req.name, {
+    rev: (result.token - ctx.keys.floor).toString(),
+    moved: prev?.moved ?? sessionTermValue(req.holder, req.nextNonce),
+    moveNonce: prev?.moveNonce ?? req.nextNonce,
+    nonce: req.nextNonce,
+    renewedAt: performance.now(),
+  });
+}
+
+/** `p`, or a retryable StoreUnavailableError once `deadline` (local ms) passes. */
+function withDeadline<T>(p: Promise<T>, deadline: number, message: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new StoreUnavailableError(message)), Math.max(1, deadline - Date.now()));
+    p.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        reject(e as Error);
+      },
+    );
+  });
 }

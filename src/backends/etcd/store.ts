@@ -329,7 +329,7 @@ export class EtcdStore implements LeaseStore {
     const r = await this.endTerm(
       req.name,
       (term, rev) =>
-        term.holder === req.holder && (req.expect.includes(term.nonce) || (held !== undefined && held.rev === rev && held.nonces.some((n) => req.expect.includes(n)))),
+        term.holder === req.holder && (req.expect.includes(term.nonce) || (held !== undefined && held.rev === rev && req.expect.includes(held.nonce))),
       'released',
       null,
       options,
