@@ -72,8 +72,10 @@ import { SessionBook, renewOnSessions, settleInSession, ttlSecOf, type SessionCo
  *
  * Every answer can be recognised if it already landed (a failover retry inside etcd3, see
  * client.ts): the term key then holds this very request's nextNonce, fresh randomness that no
- * other request carries. A conflict delete that landed and is retried fails its compare, and
- * the reads (no term key, `endedBy: 'conflict'`) give the same answer.
+ * other request carries. Across calls too: a move onto the session whose answer was lost holds
+ * a nonce the engine's next renewal presents, on the lease of the session this call ticked, and
+ * is answered 'renewed' (decide()). A conflict delete that landed and is retried fails its
+ * compare, and the reads (no term key, `endedBy: 'conflict'`) give the same answer.
  */
 
 export interface Grant {

@@ -9,10 +9,12 @@ import type { HistoryEvent } from '../store.js';
  *                               2: sessions (session.ts): every delete of a term key by anyone but
  *                               its session must mark it, which a version-1 process does not do,
  *                               so version-1 processes are shut out (SchemaError) once migrated.
- *   {p}/term/{name}             the live term: JSON [holder, nonce], attached to an etcd lease.
- *                               Its create revision IS the fencing token. Deleted by etcd when
- *                               the lease runs out (expiry), by release, by revoke, and by a
- *                               clone conflict (claim.ts).
+ *   {p}/term/{name}             the live term: JSON [holder, nonce], or [holder, nonce, 's'] once
+ *                               its holder's session renews it, attached to an etcd lease. Its
+ *                               create revision IS the fencing token. Deleted by etcd when the
+ *                               lease runs out (expiry), by release, by revoke, by a clone
+ *                               conflict (claim.ts, session.ts), and by a session's sweep of a
+ *                               term nobody renews any more (session.ts).
  *   {p}/state/{name}            no lease: who began the last term, when, and how it ended
  *                               (released/revoked/conflict). Outlives the term, like the
  *                               Postgres row; `endedBy: 'conflict'` is what tells the other
