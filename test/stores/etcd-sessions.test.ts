@@ -282,6 +282,79 @@ void describe('etcd sessions: safety', () => {
     }
   });
 
+  /** A client whose txn runs `after` once, after the `n`th Txn it sends from now (1-based). */
+  function afterTxn(real: Etcd3Like): { client: Etcd3Like; arm(n: number, after: () => Promise<void>): void } {
+    let left = 0;
+    let hook: (() => Promise<void>) | undefined;
+    const client: Etcd3Like = {
+      kv: {
+        txn: async (r, o) => {
+          const out = await real.kv.txn(r, o);
+          if (hook !== undefined && --left === 0) {
+            const h = hook;
+            hook = undefined;
+            await h();
+          }
+          return out;
+        },
+        range: (r, o) => real.kv.range(r, o),
+        deleteRange: (r, o) => real.kv.deleteRange(r, o),
+      },
+      leaseClient: real.leaseClient,
+      watch: () => real.watch(),
+      close: () => undefined,
+    };
+    return { client, arm: (n, after) => ((left = n), (hook = after)) };
+  }
+
+  void it('a term revoked while its move onto the session is in flight, with other ticks meanwhile, is lost at its next renewal', async () => {
+    await using f = await fixture();
+    const admin = await etcdAdmin();
+    try {
+      const h = afterTxn(admin);
+      const store = await f.open(h.client);
+      const z = await onSession(store, ['z'], 'h1');
+      await store.claim([contend('x', 'h1', 'xa')]);
+      let zn = z.get('z')!;
+      // 1: the session's tick in x's call; 2: the rounds' move of x. Then, before that call
+      // settles x into the session: a revoke, and two ticks of other batches (which read the
+      // revoke's marker and, for a settled term, would delete it).
+      h.arm(2, async () => {
+        assert.equal((await (await f.open()).revoke('x', 'test')).revoked, true);
+        for (let i = 0; i < 2; i++) {
+          assert.equal(outcome(await one(store, renew('z', 'h1', [zn], `z-${i}`))), 'renewed');
+          zn = `z-${i}`;
+        }
+      });
+      assert.equal(outcome(await one(store, renew('x', 'h1', ['xa'], 'xb'))), 'renewed', 'the move landed before the revoke');
+      assert.equal(outcome(await one(store, renew('x', 'h1', ['xb'], 'xc'))), 'lost:revoked');
+      assert.equal(outcome(await one(await f.open(), contend('x', 'h2', 'x-h2'))), 'acquired');
+      assert.equal(outcome(await one(store, renew('x', 'h1', ['xc'], 'xd'))), 'lost:superseded');
+    } finally {
+      admin.close();
+    }
+  });
+
+  void it('a slow call that settles after a newer one does not bring back the nonce the engine moved past', async () => {
+    await using f = await fixture();
+    const admin = await etcdAdmin();
+    try {
+      const h = afterTxn(admin);
+      const store = await f.open(h.client);
+      await onSession(store, ['z'], 'h1');
+      await store.claim([contend('x', 'h1', 'xa')]);
+      // The engine gave up on the slow call (1: tick, 2: its rounds) and retried with both nonces.
+      h.arm(2, async () => {
+        assert.equal(outcome(await one(store, renew('x', 'h1', ['xa', 'xb'], 'xc'))), 'renewed', 'the landed move is recognised');
+      });
+      const slow = await store.claim([renew('x', 'h1', ['xa'], 'xb'), contend('q', 'h1', 'qa')]);
+      assert.deepEqual(slow.map(outcome), ['renewed', 'acquired']);
+      assert.equal(outcome(await one(store, renew('x', 'h1', ['xc'], 'xd'))), 'renewed', 'renewed with the retry\'s nonce, not called a clone');
+    } finally {
+      admin.close();
+    }
+  });
+
   void it('a move onto the session whose answer was lost: the retry with both nonces is renewed; unrenewed, the session sweeps it', async () => {
     for (const mode of ['retry', 'abandon'] as const) {
       await using f = await fixture();

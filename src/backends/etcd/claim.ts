@@ -172,6 +172,16 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
   const sessionGrant = (req: ClaimRequest): Grant | undefined =>
     req.expect === null || req.expect.length === 0 ? undefined : pass?.grants.get(SessionBook.keyOf(req.holder, ttlSecOf(req.ttlMs)));
   const grantOf = (req: ClaimRequest): Grant | undefined => sessionGrant(req) ?? grants.get(req.ttlMs);
+  try {
+    return await rounds();
+  } finally {
+    // Every move registered in its session is settled, answered or not (session.ts).
+    if (sessionCtx !== undefined) {
+      for (const [index, seq] of pass!.seqs) settleInSession(sessionCtx, requests[index]!, results[index], sessionGrant(requests[index]!)!, seq);
+    }
+  }
+
+  async function rounds(): Promise<ClaimResult[]> {
   let pending: Pending[] = (pass?.rest ?? requests.map((_, i) => i)).map((index) => {
     const req = requests[index]!;
     const seen = ctx.seen.get(req.name) ?? NEVER_SEEN;
@@ -239,15 +249,11 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     pending = next;
   }
 
-  if (sessionCtx !== undefined) {
-    for (const index of pass!.rest) {
-      const g = sessionGrant(requests[index]!);
-      if (g !== undefined) settleInSession(sessionCtx, requests[index]!, results[index]!, g);
-    }
-  }
+
   if (lookups.length > 0) await fillExpiry(ctx, results, lookups, deadline);
   if (ctx.seen.size > SEEN_CAP) ctx.seen.clear();
   return results as ClaimResult[];
+  }
 }
 
 /** A quiet contender's round: the three reads, nothing written (decide() answers busy or retry). */

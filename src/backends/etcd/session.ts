@@ -73,6 +73,8 @@ export interface SessionTerm {
   nonce: string;
   /** Monotonic time (performance.now) of the last renewal that named it: unnamed for a TTL, it is an orphan. */
   renewedAt: number;
+  /** The session's sequence number of the request that last wrote this entry (see Session.seq). */
+  seq: number;
 }
 
 export class Session {
@@ -92,6 +94,24 @@ export class Session {
   readonly floorRev: string;
   /** Set once a tick found the session gone or cloned: nothing renews on it again. */
   dead: TickResult | undefined;
+  /**
+   * Renewal requests are numbered as they enter renewOnSessions: an entry is only ever replaced
+   * by a later request's answer, never by a slow older call's (a late settle would bring back a
+   * nonce the engine has moved past, and its next renewal would be read as a clone's).
+   */
+  seq = 0;
+  /** The highest sequence number that answered or settled each name, while a move of it is in flight. */
+  readonly settled = new Map<string, number>();
+  /**
+   * Names whose move onto this session is in flight (claim.ts's rounds, until settleInSession):
+   * a tick reads their markers but never deletes them, so the first tick after the move settles
+   * still finds a delete that happened meanwhile.
+   */
+  readonly moving = new Map<string, number>();
+  /** Monotonic time of the last tick or the opening: a session unused for long is pruned. */
+  usedAt = performance.now();
+  /** Bumped by each tick: a tick given up at its deadline must not write the session's state when it ends. */
+  private gen = 0;
   /** The tick not yet sent, which concurrent renewals join; and the last one sent. */
   private upcoming: { names: Set<string>; result: Promise<TickResult> } | undefined;
   private last: Promise<unknown> = Promise.resolve();
@@ -137,7 +157,13 @@ export class Session {
         // A tick that hangs (a member that never answers) must not hold every later tick of
         // the session: past the deadline it is given up (a swap of it that lands later is
         // recognised by the next tick, as any unanswered one is: `pending`).
-        const r = await withDeadline(tick(shared, this, joined, deadline), deadline, `etcd: session ${this.leaseId} renewal got no answer in time; this is retryable`);
+        const gen = ++this.gen;
+        this.usedAt = performance.now();
+        const r = await withDeadline(
+          tick(shared, this, joined, deadline, () => this.gen === gen),
+          deadline,
+          `etcd: session ${this.leaseId} renewal got no answer in time; this is retryable`,
+        );
         if (r.kind === 'alive') return r;
         this.dead = r;
         if (r.kind === 'cloned') await endAsCloned(shared, this, deadline);
@@ -174,13 +200,20 @@ export class SessionBook {
     const key = SessionBook.keyOf(s.holder, s.askedSec);
     if (this.byKey.get(key) === s) this.byKey.delete(key);
   }
-  /** Forgets sessions whose lease ran out long ago (a holder id replaced, a TTL no longer used). */
-  prune(nowMs: number): void {
-    for (const s of this.byKey.values()) if (s.expiresAtMs + 60_000 < nowMs) this.drop(s);
+  /**
+   * Forgets sessions unused for much longer than their TTL (a holder id replaced, a TTL no
+   * longer used): their leases have run out. Monotonic time: a wall-clock step must not drop a
+   * live session (its terms would then be read as a clone's at their next renewal).
+   */
+  prune(): void {
+    const now = performance.now();
+    for (const s of this.byKey.values()) {
+      if (s.moving.size === 0 && s.usedAt + s.ttlSec * 1000 + 60_000 < now) this.drop(s);
+    }
   }
   /** The live session of (holder, TTL), opening one (once, for every concurrent caller) if there is none. */
   ensure(holder: string, ttlSec: number, open: () => Promise<Session>): Promise<Session> {
-    this.prune(Date.now());
+    this.prune();
     const key = SessionBook.keyOf(holder, ttlSec);
     const live = this.byKey.get(key);
     if (live !== undefined && live.dead === undefined) return Promise.resolve(live);
@@ -299,7 +332,7 @@ const MAX_ROUNDS = 3;
  * One tick (see above). `renewing`: the names renewed now; a term not among them and not
  * renewed for a TTL is deleted as an orphan.
  */
-async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number): Promise<TickResult> {
+async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number, current: () => boolean): Promise<TickResult> {
   const k = ctx.keys;
   const sentAtMs = Date.now();
   // Concurrently with the first compare-and-swap: a keepalive extends the lease whatever the
@@ -319,7 +352,8 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
       const mono = performance.now();
       for (const [name, t] of s.terms) {
         if (orphans.length >= room - markers.length) break;
-        if (!renewing.has(name) && t.renewedAt + s.ttlSec * 1000 < mono) orphans.push([name, t]);
+        // Not while its move is in flight: the call that moves it decides, then it is swept.
+        if (!renewing.has(name) && !s.moving.has(name) && t.renewedAt + s.ttlSec * 1000 < mono) orphans.push([name, t]);
       }
       const next = sessionValue(s.holder, now);
       const ops: EtcdRequestOp[] = [
@@ -343,6 +377,9 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
       ];
       s.pending = [...s.pending, next].slice(-4);
       const r = await txn(ctx, guarded(k, ops, [{ key: s.key, target: 'Value', result: 'Equal', value: s.value }]), deadline, 'session renewal');
+      // Given up at its deadline, and a later tick has started: what this one saw is stale, and
+      // writing it (the session's value above all) would make the later ticks misjudge.
+      if (!current()) throw new StoreUnavailableError(`etcd: a session renewal answered after it was given up; this is retryable`);
       if (schemaOk(k, r)) {
         s.value = next;
         s.pending = [];
@@ -365,7 +402,7 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
             s.terms.delete(name!);
           }
           const id = kv.key.toString('latin1');
-          if (!sent.has(id)) s.seenMarkers.set(id, kv.key);
+          if (!sent.has(id) && (name === null || !s.moving.has(name))) s.seenMarkers.set(id, kv.key);
         }
         return { kind: 'swapped', ended };
       }
@@ -438,6 +475,8 @@ export interface SessionPass {
   grants: Map<string, Grant>;
   /** Rest requests whose term a session held until this call: if its key is gone, it expired with the session. */
   fromSession: Set<number>;
+  /** Rest renewals registered as moving in their session, with their sequence numbers: settleInSession (or unmove) each. */
+  seqs: Map<number, number>;
 }
 
 /**
@@ -448,7 +487,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
   const answered = new Map<number, ClaimResult>();
   const rest: number[] = [];
   const fromSession = new Set<number>();
-  const fast = new Map<Session, { index: number; term: SessionTerm }[]>();
+  const fast = new Map<Session, { index: number; term: SessionTerm; seq: number }[]>();
   const needed = new Map<string, { holder: string; ttlSec: number }>();
   requests.forEach((req, i) => {
     if (req.expect === null || req.expect.length === 0) {
@@ -461,7 +500,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
     const t = s?.terms.get(req.name);
     if (s !== undefined && t?.rev !== undefined && req.expect.includes(t.nonce)) {
       const list = fast.get(s) ?? [];
-      list.push({ index: i, term: t });
+      list.push({ index: i, term: t, seq: ++s.seq });
       fast.set(s, list);
       return;
     }
@@ -469,7 +508,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
     // nonce the session never gave out (the rounds read the store and call it a clone).
     rest.push(i);
   });
-  if (needed.size === 0) return { answered, rest, grants: new Map(), fromSession };
+  if (needed.size === 0) return { answered, rest, grants: new Map(), fromSession, seqs: new Map() };
 
   const grants = new Map<string, Grant>();
   await Promise.all(
@@ -479,7 +518,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
         const mine = fast.get(s) ?? [];
         const r = await s.renew(ctx, mine.map((m) => requests[m.index]!.name), deadline);
         if (r.kind === 'alive') {
-          for (const { index, term } of mine) {
+          for (const { index, term, seq } of mine) {
             const req = requests[index]!;
             // Ended by a marker (or replaced meanwhile): the rounds read the store.
             if (s.terms.get(req.name) !== term) {
@@ -489,6 +528,8 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
             }
             term.nonce = req.nextNonce;
             term.renewedAt = performance.now();
+            term.seq = Math.max(term.seq, seq);
+            if (s.moving.has(req.name)) s.settled.set(req.name, Math.max(s.settled.get(req.name) ?? 0, seq));
             answered.set(index, { name: req.name, outcome: 'renewed', token: ctx.keys.token(term.rev!), holder: req.holder, expiresAtMs: r.expiresAtMs, storeNowMs: r.storeNowMs });
           }
           grants.set(key, s.grant());
@@ -513,28 +554,43 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
   );
   rest.sort((a, b) => a - b);
   // A first renewal is in its session before it is sent: if the move lands and its answer is
-  // lost, the session still sweeps the term (by its value) once nobody renews it.
+  // lost, the session still sweeps the term (by its value) once nobody renews it. And it is
+  // "moving" until settled: its markers stay, its entry is not swept.
+  const seqs = new Map<number, number>();
   for (const index of rest) {
     const req = requests[index]!;
     if (req.expect === null || req.expect.length === 0) continue;
     const s = ctx.book.get(req.holder, ttlSecOf(req.ttlMs));
-    if (s === undefined || s.terms.has(req.name)) continue;
+    if (s === undefined || grants.get(SessionBook.keyOf(req.holder, ttlSecOf(req.ttlMs)))?.id !== s.leaseId) continue;
+    const seq = ++s.seq;
+    seqs.set(index, seq);
+    s.moving.set(req.name, (s.moving.get(req.name) ?? 0) + 1);
+    if (s.terms.has(req.name)) continue;
     const moved = sessionTermValue(req.holder, req.nextNonce);
-    s.terms.set(req.name, { rev: undefined, moved, moveNonce: req.nextNonce, nonce: req.nextNonce, renewedAt: performance.now() });
+    s.terms.set(req.name, { rev: undefined, moved, moveNonce: req.nextNonce, nonce: req.nextNonce, renewedAt: performance.now(), seq });
   }
-  return { answered, rest, grants, fromSession };
+  return { answered, rest, grants, fromSession, seqs };
 }
 
 /**
- * After the rounds, for a renewal they answered on session lease `grant`: a renewed term joins
- * the session (if it is still the live one on that lease); a lost one leaves it.
+ * After the rounds, for a renewal registered as moving onto session lease `grant` with sequence
+ * number `seq`: a renewed term joins the session (if it is still the live one on that lease); a
+ * lost one leaves it; `result` undefined (the rounds failed) only ends the move. An answer older
+ * than the entry's last writer changes nothing.
  */
-export function settleInSession(ctx: SessionContext, req: ClaimRequest, result: ClaimResult, grant: Grant): void {
-  const s = ctx.book.get(req.holder, ttlSecOf(req.ttlMs));
-  if (s === undefined) return;
-  if (result.outcome !== 'renewed' || s.leaseId !== grant.id || s.dead !== undefined) {
-    // Lost, or put on a session that died meanwhile (its lease ends with it): not ours to tick.
-    if (result.outcome !== 'renewed' || s.terms.get(req.name)?.rev === undefined) s.terms.delete(req.name);
+export function settleInSession(ctx: SessionContext, req: ClaimRequest, result: ClaimResult | undefined, grant: Grant, seq: number): void {
+  const s = ctx.book.get(req.holder, ttlSecOf(req.ttlMs)) ?? undefined;
+  if (s === undefined || s.leaseId !== grant.id) return;
+  const left = (s.moving.get(req.name) ?? 1) - 1;
+  if (left > 0) s.moving.set(req.name, left);
+  else s.moving.delete(req.name);
+  const newer = (s.settled.get(req.name) ?? 0) > seq || (s.terms.get(req.name)?.seq ?? 0) > seq;
+  if (left > 0 && !newer) s.settled.set(req.name, seq);
+  if (left === 0) s.settled.delete(req.name);
+  if (newer || result === undefined) return;
+  if (result.outcome !== 'renewed' || s.dead !== undefined) {
+    // Lost (or on a session that died meanwhile: its lease ends with it): not ours to tick.
+    s.terms.delete(req.name);
     return;
   }
   const prev = s.terms.get(req.name);
@@ -544,6 +600,7 @@ export function settleInSession(ctx: SessionContext, req: ClaimRequest, result: 
     moveNonce: prev?.moveNonce ?? req.nextNonce,
     nonce: req.nextNonce,
     renewedAt: performance.now(),
+    seq,
   });
 }
 
