@@ -108,6 +108,8 @@ export class Session {
    * still finds a delete that happened meanwhile.
    */
   readonly moving = new Map<string, number>();
+  /** Monotonic time of the last look for abandoned terms (tick()). */
+  sweptAt = 0;
   /** Monotonic time of the last tick or the opening: a session unused for long is pruned. */
   usedAt = performance.now();
   /** Bumped by each tick: a tick given up at its deadline must not write the session's state when it ends. */
@@ -350,7 +352,10 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
       const markers = [...s.seenMarkers.values()].slice(0, Math.floor(room / 2));
       const orphans: [string, SessionTerm][] = [];
       const mono = performance.now();
-      for (const [name, t] of s.terms) {
+      // A look at every term a few times per TTL is enough: a sweep is at most that much later.
+      const sweep = mono - s.sweptAt >= (s.ttlSec * 1000) / 4;
+      if (sweep) s.sweptAt = mono;
+      for (const [name, t] of sweep ? s.terms : []) {
         if (orphans.length >= room - markers.length) break;
         // Not while its move is in flight: the call that moves it decides, then it is swept.
         if (!renewing.has(name) && !s.moving.has(name) && t.renewedAt + s.ttlSec * 1000 < mono) orphans.push([name, t]);
@@ -489,14 +494,22 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
   const fromSession = new Set<number>();
   const fast = new Map<Session, { index: number; term: SessionTerm; seq: number }[]>();
   const needed = new Map<string, { holder: string; ttlSec: number }>();
+  // Per request only what must be: a batch is usually one holder and one TTL.
+  let lastHolder: string | undefined;
+  let lastTtlMs: number | undefined;
+  let s: Session | undefined;
   requests.forEach((req, i) => {
     if (req.expect === null || req.expect.length === 0) {
       rest.push(i);
       return;
     }
-    const ttlSec = ttlSecOf(req.ttlMs);
-    needed.set(SessionBook.keyOf(req.holder, ttlSec), { holder: req.holder, ttlSec });
-    const s = ctx.book.get(req.holder, ttlSec);
+    if (req.holder !== lastHolder || req.ttlMs !== lastTtlMs) {
+      lastHolder = req.holder;
+      lastTtlMs = req.ttlMs;
+      const ttlSec = ttlSecOf(req.ttlMs);
+      needed.set(SessionBook.keyOf(req.holder, ttlSec), { holder: req.holder, ttlSec });
+      s = ctx.book.get(req.holder, ttlSec);
+    }
     const t = s?.terms.get(req.name);
     if (s !== undefined && t?.rev !== undefined && req.expect.includes(t.nonce)) {
       const list = fast.get(s) ?? [];
