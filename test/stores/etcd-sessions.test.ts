@@ -79,6 +79,34 @@ async function onSession(store: EtcdStore, names: string[], holder: string, ttlM
   return new Map(names.map((n) => [n, `${n}-b`]));
 }
 
+/**
+ * A client whose txn runs `after` once, after the `n`th Txn it sends from now (1-based) has
+ * landed; if `after` throws, that Txn's answer is lost (it landed all the same).
+ */
+function afterTxn(real: Etcd3Like): { client: Etcd3Like; arm(n: number, after: () => Promise<void>): void } {
+  let left = 0;
+  let hook: (() => Promise<void>) | undefined;
+  const client: Etcd3Like = {
+    kv: {
+      txn: async (r, o) => {
+        const out = await real.kv.txn(r, o);
+        if (hook !== undefined && --left === 0) {
+          const h = hook;
+          hook = undefined;
+          await h();
+        }
+        return out;
+      },
+      range: (r, o) => real.kv.range(r, o),
+      deleteRange: (r, o) => real.kv.deleteRange(r, o),
+    },
+    leaseClient: real.leaseClient,
+    watch: () => real.watch(),
+    close: () => undefined,
+  };
+  return { client, arm: (n, after) => ((left = n), (hook = after)) };
+}
+
 const internals = (s: EtcdStore): { sessions: SessionBook; keys: EtcdKeys } => s as unknown as { sessions: SessionBook; keys: EtcdKeys };
 
 void describe('etcd sessions: store work per tick', () => {
@@ -249,31 +277,15 @@ void describe('etcd sessions: safety', () => {
     await using f = await fixture();
     const admin = await etcdAdmin();
     try {
-      let hook: (() => Promise<void>) | undefined;
-      const c = counting(admin);
-      const hooked: Etcd3Like = {
-        ...c.client,
-        kv: {
-          ...c.client.kv,
-          txn: async (r, o) => {
-            const out = await c.client.kv.txn(r, o);
-            const h = hook;
-            hook = undefined;
-            await h?.();
-            return out;
-          },
-        },
-      };
+      const h = afterTxn(admin);
       await onSession(f.store, ['z'], 'h1');
       await f.store.claim([contend('x', 'h1', 'xa')]);
-      const other = await f.open(hooked);
+      const other = await f.open(h.client);
       // The other instance's first Txn opens its session; after its rounds' first Txn (the reads
       // that find x held by our holder id), our renewal moves x onto our session.
-      hook = async () => {
-        hook = async () => {
-          assert.equal(outcome(await one(f.store, renew('x', 'h1', ['xa'], 'xb'))), 'renewed');
-        };
-      };
+      h.arm(2, async () => {
+        assert.equal(outcome(await one(f.store, renew('x', 'h1', ['xa'], 'xb'))), 'renewed');
+      });
       assert.equal(outcome(await one(other, renew('x', 'h1', ['not-held'], 'c1'))), 'lost:cloned');
       const next = await f.store.claim([renew('x', 'h1', ['xb'], 'xc'), renew('z', 'h1', ['z-b'], 'z-c')]);
       assert.deepEqual(next.map(outcome), ['lost:cloned', 'renewed']);
@@ -281,31 +293,6 @@ void describe('etcd sessions: safety', () => {
       admin.close();
     }
   });
-
-  /** A client whose txn runs `after` once, after the `n`th Txn it sends from now (1-based). */
-  function afterTxn(real: Etcd3Like): { client: Etcd3Like; arm(n: number, after: () => Promise<void>): void } {
-    let left = 0;
-    let hook: (() => Promise<void>) | undefined;
-    const client: Etcd3Like = {
-      kv: {
-        txn: async (r, o) => {
-          const out = await real.kv.txn(r, o);
-          if (hook !== undefined && --left === 0) {
-            const h = hook;
-            hook = undefined;
-            await h();
-          }
-          return out;
-        },
-        range: (r, o) => real.kv.range(r, o),
-        deleteRange: (r, o) => real.kv.deleteRange(r, o),
-      },
-      leaseClient: real.leaseClient,
-      watch: () => real.watch(),
-      close: () => undefined,
-    };
-    return { client, arm: (n, after) => ((left = n), (hook = after)) };
-  }
 
   void it('a term revoked while its move onto the session is in flight, with other ticks meanwhile, is lost at its next renewal', async () => {
     await using f = await fixture();
@@ -360,31 +347,13 @@ void describe('etcd sessions: safety', () => {
       await using f = await fixture();
       const admin = await etcdAdmin();
       try {
-        let failAfter: number | undefined;
-        const hooked: Etcd3Like = {
-          ...admin,
-          kv: {
-            txn: async (r, o) => {
-              const out = await admin.kv.txn(r, o);
-              if (failAfter !== undefined && --failAfter === 0) {
-                failAfter = undefined;
-                throw Object.assign(new Error('14 UNAVAILABLE: the answer was lost'), { name: 'GRPCUnavailableError' });
-              }
-              return out;
-            },
-            range: (r, o) => admin.kv.range(r, o),
-            deleteRange: (r, o) => admin.kv.deleteRange(r, o),
-          },
-          leaseClient: admin.leaseClient,
-          watch: () => admin.watch(),
-          close: () => undefined,
-        };
-        const store = await f.open(hooked);
+        const h = afterTxn(admin);
+        const store = await f.open(h.client);
         const TTL = 2000;
         const z = await onSession(store, ['z'], 'h1', TTL);
         await store.claim([contend('x', 'h1', 'xa', TTL)]);
         // The tick's Txn, then the move's: its answer is lost after it landed.
-        failAfter = 2;
+        h.arm(2, () => Promise.reject(new Error('14 UNAVAILABLE: the answer was lost')));
         await assert.rejects(store.claim([renew('x', 'h1', ['xa'], 'xb', TTL), renew('z', 'h1', [z.get('z')!], 'z-1', TTL)]), /lost/);
         if (mode === 'retry') {
           const r = await store.claim([renew('x', 'h1', ['xa', 'xb'], 'xc', TTL), renew('z', 'h1', [z.get('z')!, 'z-1'], 'z-2', TTL)]);
