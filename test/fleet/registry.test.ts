@@ -21,8 +21,12 @@ import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import { cli, reapAgents, startCliAgent, type AgentProcess } from './helpers.js';
 
-const HEARTBEAT = '250ms';
-const STALE_MS = 1500;
+/**
+ * Stale-after 3s, heartbeat 500ms: CI once saw a healthy agent on Redis go stale at 1.5s (a
+ * parallel suite starved its renewals while the test spawned CLI processes).
+ */
+const HEARTBEAT = '500ms';
+const STALE_MS = 3000;
 /**
  * etcd grants whole seconds (2s at least) whatever is asked, so asking less there only makes
  * the agent's own deadline far tighter than the store's: on a loaded machine a couple of slow

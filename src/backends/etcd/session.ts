@@ -59,7 +59,7 @@ import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
  */
 
 /** What one session knows of one of its terms. */
-export interface SessionTerm {
+interface SessionTerm {
   /**
    * The term key's create revision (its token, less the floor); undefined while the renewal
    * that moves it here has not been answered (it may have landed: then `moved` is its value).
@@ -77,7 +77,7 @@ export interface SessionTerm {
   seq: number;
 }
 
-export class Session {
+class Session {
   readonly terms = new Map<string, SessionTerm>();
   /** The TTL in whole seconds as asked for (etcd may grant more): the session's key in its book. */
   readonly askedSec: number;
@@ -291,7 +291,7 @@ async function txn(ctx: SessionContext, req: EtcdTxnRequest, deadline: number, w
 }
 
 /** A new session: one LeaseGrant and one Txn that creates the session key on it. */
-export async function openSession(ctx: SessionContext, holder: string, ttlSec: number, deadline: number): Promise<Session> {
+async function openSession(ctx: SessionContext, holder: string, ttlSec: number, deadline: number): Promise<Session> {
   const sentAtMs = Date.now();
   let g;
   try {
@@ -317,7 +317,7 @@ export async function openSession(ctx: SessionContext, holder: string, ttlSec: n
   return new Session(holder, ttlSec, granted, g.ID, ctx.keys, value, sentAtMs + granted * 1000);
 }
 
-export type TickResult =
+type TickResult =
   /** Every term of the session lives until at least `expiresAtMs`, except those in `ended`. */
   | { kind: 'alive'; expiresAtMs: number; storeNowMs: number; ended: Set<string> }
   /** The lease ran out (a pause longer than the TTL), a clone ended the session, or the token floor was raised. */
@@ -471,7 +471,7 @@ async function endAsCloned(ctx: SessionContext, s: Session, deadline: number): P
 }
 
 /** How claim.ts hands a batch to the sessions, and what it gets back. */
-export interface SessionPass {
+interface SessionPass {
   /** Answers given here, by request index. */
   answered: Map<number, ClaimResult>;
   /** Request indexes left for claim.ts's rounds. */
