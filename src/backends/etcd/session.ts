@@ -19,7 +19,7 @@ import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
  *
  *   - one Txn: compare the session key's value with the value this session last wrote, and put
  *     a fresh one (fresh randomness); read the session's `ended/` markers;
- *   - one LeaseKeepAlive of the session's lease, sent concurrently.
+ *   - then one LeaseKeepAlive of the session's lease.
  *
  * Why this is as clone-safe as the per-term nonce swap it replaces: a process restored twice
  * from one snapshot has two copies of the session (same lease, same last value). The first
@@ -27,7 +27,7 @@ import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
  * every term of the session as a clone conflict (state `endedBy: 'conflict'`, a history entry,
  * the term key deleted) and deletes the session key, so the first one's next tick finds the
  * session gone. Neither keeps a term past its next renewal, which is the guarantee the nonce
- * swap gave. The keepalive is sent with the compare-and-swap, never without one.
+ * swap gave. A keepalive only ever follows a successful swap.
  *
  * What a tick cannot see by itself is a term key deleted by someone else while the session
  * lives: a release or revoke by another process, or a clone conflict found by another store
@@ -336,14 +336,6 @@ const MAX_ROUNDS = 3;
  */
 async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number, current: () => boolean): Promise<TickResult> {
   const k = ctx.keys;
-  const sentAtMs = Date.now();
-  // Concurrently with the first compare-and-swap: a keepalive extends the lease whatever the
-  // swap finds, but a tick that finds a clone ends every term on it (and the session key) before
-  // it answers, so an extension never outlives the conflict.
-  const keepalive = ctx.client.leaseClient.leaseKeepAliveOnce(s.leaseId, { deadline, signal: ctx.call.signal, attemptMs: ctx.call.attemptMs }).then(
-    (r) => ({ ok: true as const, ttlSec: Number(r.TTL) }),
-    (err: unknown) => ({ ok: false as const, err }),
-  );
   const swapped = await (async (): Promise<TickResult | { kind: 'swapped'; ended: Set<string> }> => {
     for (let round = 0; round < MAX_ROUNDS; round++) {
       const now = Date.now();
@@ -423,15 +415,24 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
       return parseSession(stored)?.h === s.holder ? { kind: 'cloned', terms: new Map(s.terms) } : { kind: 'gone' };
     }
     throw new StoreUnavailableError(`etcd: session ${s.leaseId} kept changing under its own renewals; this is retryable`);
-  })().catch(async (err: unknown) => {
-    await keepalive;
-    throw err;
-  });
-  const ka = await keepalive;
+  })();
   if (swapped.kind !== 'swapped') return swapped;
-  if (!ka.ok) throw mapEtcdError(ka.err, 'session keepalive');
-  if (!(ka.ttlSec > 0)) return { kind: 'gone' };
-  s.expiresAtMs = sentAtMs + Math.min(ka.ttlSec, s.ttlSec) * 1000;
+  // After the swap, not with it: a keepalive only ever follows a swap that proved this process
+  // is not a clone, and it goes to the member that just answered (the pool prefers it), which
+  // has just reached a working etcd leader. Sent together, the two had separate retry schedules
+  // while a frozen leader was replaced, and the tick waited for the slower one: CI lost a TTL-4s
+  // term in test/topologies/etcd-cluster.test.ts that way. The cost is one round trip per tick.
+  const sentAtMs = Date.now();
+  let ka;
+  try {
+    ka = await ctx.client.leaseClient.leaseKeepAliveOnce(s.leaseId, { deadline, signal: ctx.call.signal, attemptMs: ctx.call.attemptMs });
+  } catch (err) {
+    throw mapEtcdError(err, 'session keepalive');
+  }
+  const ttlSec = Number(ka.TTL);
+  if (!current()) throw new StoreUnavailableError(`etcd: a session renewal answered after it was given up; this is retryable`);
+  if (!(ttlSec > 0)) return { kind: 'gone' };
+  s.expiresAtMs = sentAtMs + Math.min(ttlSec, s.ttlSec) * 1000;
   return { kind: 'alive', expiresAtMs: s.expiresAtMs, storeNowMs: Date.now(), ended: swapped.ended };
 }
 
