@@ -13,23 +13,24 @@ import { deleteEtcdKeys, etcdAdmin, freshEtcdPrefix, TEST_ETCD_URL } from '../he
 
 type Counts = Record<'grant' | 'txn' | 'ttl' | 'range' | 'keepalive', number>;
 
-function counting(real: Etcd3Like): { client: Etcd3Like; counts: Counts; reset(): void } {
+function counting(real: Etcd3Like): { client: Etcd3Like; counts: Counts; order: string[]; reset(): void } {
   const counts: Counts = { grant: 0, txn: 0, ttl: 0, range: 0, keepalive: 0 };
+  const order: string[] = [];
   const client: Etcd3Like = {
     kv: {
-      txn: (r, o) => (counts.txn++, real.kv.txn(r, o)),
+      txn: (r, o) => (counts.txn++, order.push('txn'), real.kv.txn(r, o)),
       range: (r, o) => (counts.range++, real.kv.range(r, o)),
       deleteRange: (r, o) => real.kv.deleteRange(r, o),
     },
     leaseClient: {
       leaseGrant: (r, o) => (counts.grant++, real.leaseClient.leaseGrant(r, o)),
       leaseTimeToLive: (r, o) => (counts.ttl++, real.leaseClient.leaseTimeToLive(r, o)),
-      leaseKeepAlive: (o) => (counts.keepalive++, real.leaseClient.leaseKeepAlive!(o)),
+      leaseKeepAlive: (o) => (counts.keepalive++, order.push('keepalive'), real.leaseClient.leaseKeepAlive!(o)),
     },
     watch: () => real.watch(),
     close: () => real.close(),
   };
-  return { client, counts, reset: () => Object.assign(counts, { grant: 0, txn: 0, ttl: 0, range: 0, keepalive: 0 }) };
+  return { client, counts, order, reset: () => (Object.assign(counts, { grant: 0, txn: 0, ttl: 0, range: 0, keepalive: 0 }), order.splice(0)) };
 }
 
 const contend = (name: string, holder: string, nonce: string, ttlMs = 10_000): ClaimRequest => ({ name, holder, ttlMs, expect: null, nextNonce: nonce });
@@ -124,6 +125,8 @@ void describe('etcd sessions: store work per tick', () => {
           const out = await store.claim(names.map((name) => renew(name, 'h1', [nonces.get(name)!], `${name}-r${round}`)));
           assert.deepEqual(out.map(outcome), names.map(() => 'renewed'), `${n} terms, round ${round}`);
           assert.deepEqual(c.counts, { grant: 0, txn: 1, ttl: 0, range: 0, keepalive: 1 }, `${n} terms, round ${round}`);
+          // A keepalive only ever follows the swap (a clone's tick must fail before extending).
+          assert.deepEqual(c.order, ['txn', 'keepalive']);
           nonces = new Map(names.map((name) => [name, `${name}-r${round}`]));
           const left = out[0]!.expiresAtMs! - out[0]!.storeNowMs;
           assert.ok(left > 9_000 && left <= 10_000, `a tick extends to the full TTL (${left}ms left)`);

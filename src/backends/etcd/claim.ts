@@ -136,7 +136,6 @@ interface Plan {
   seen: SeenState;
   conflict: ConflictTarget | undefined;
   op: EtcdRequestOp;
-  fromSession?: boolean;
 }
 
 /** What the innermost nested Txn answered: our put, or the three reads of the failure branch. */
@@ -153,8 +152,6 @@ interface Pending {
   seen: SeenState;
   conflict?: ConflictTarget;
   quiet?: boolean;
-  /** A session held this term until this call (session.ts): a term key gone without a mark ran out with it. */
-  fromSession?: boolean;
 }
 
 export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequest[], deadline: number): Promise<ClaimResult[]> {
@@ -185,7 +182,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
   let pending: Pending[] = (pass?.rest ?? requests.map((_, i) => i)).map((index) => {
     const req = requests[index]!;
     const seen = ctx.seen.get(req.name) ?? NEVER_SEEN;
-    return { index, req, seen, quiet: req.expect === null && watched && seen.termHeld === true, fromSession: pass?.fromSession.has(index) === true };
+    return { index, req, seen, quiet: req.expect === null && watched && seen.termHeld === true };
   });
   for (let round = 0; pending.length > 0; round++) {
     if (round >= MAX_ROUNDS) {
@@ -227,7 +224,6 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     }
     const storeNowMs = Date.now();
     const next: Pending[] = [];
-    const fromSession = new Set(pending.filter((p) => p.fromSession === true).map((p) => p.index));
     chunks.forEach((c, ci) => {
       const resp = responses[ci]!;
       schemaOk(ctx.keys, resp);
@@ -236,10 +232,10 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
         const inner = resp.responses[i]?.response_txn;
         if (inner == null) throw new StoreUnavailableError(`etcd answered claim of "${p.req.name}" without a transaction response`);
         const d =
-          p.conflict !== undefined && inner.succeeded ? ended(ctx, p, p.conflict, revision, storeNowMs) : decide(ctx, p, leaf(inner), revision, storeNowMs, fromSession.has(p.index));
+          p.conflict !== undefined && inner.succeeded ? ended(ctx, p, p.conflict, revision, storeNowMs) : decide(ctx, p, leaf(inner), revision, storeNowMs, pass?.fromSession.has(p.index) === true);
         // A retry is never quiet: the reads just found the term key gone.
         if ('retry' in d) next.push({ index: p.index, req: p.req, seen: d.retry });
-        else if ('conflict' in d) next.push({ index: p.index, req: p.req, seen: d.seen, conflict: d.conflict, fromSession: p.fromSession });
+        else if ('conflict' in d) next.push({ index: p.index, req: p.req, seen: d.seen, conflict: d.conflict });
         else {
           results[p.index] = d.result;
           if (d.ttlLookup !== undefined) lookups.push({ index: p.index, ...d.ttlLookup });
@@ -425,7 +421,11 @@ function leaf(txn: EtcdTxnResponse): Leaf {
   }
 }
 
-function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowMs: number, fromSession = false): Decided {
+/**
+ * @param fromSession a session held this term until this call (session.ts): a term key gone
+ * without a mark ran out with the session's lease, so the loss is 'expired', not 'cloned'.
+ */
+function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowMs: number, fromSession: boolean): Decided {
   const { req, grant } = p;
   const mine = (token: bigint, outcome: 'acquired' | 'renewed'): Decided => {
     // Only a request that put the term key gets here, and only a quiet one has no grant.
