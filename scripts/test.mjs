@@ -6,10 +6,29 @@
 // stores with LEASEHOLD_TEST_STORES=postgres,sqlite. LEASEHOLD_TEST_NODE=/path/to/node runs the tests
 // (and every process they start) with another Node binary: scripts/node-versions.mjs does, for 22 and 24.
 import { spawn, spawnSync } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
 
 const root = new URL('..', import.meta.url).pathname;
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  process.stdout.write(`usage: node scripts/test.mjs [compiled test files...]
+
+Runs the compiled tests (dist/test/**/*.test.js, or the files named) with node's test runner:
+files that restart shared servers or load the machine (chaos, serial, topologies) run last, one at
+a time. npm test builds first, then runs this. Starts etcd when it is selected and not running, and
+installs Debian's faketime (and chromium for the dashboard browser test) with apt-get when missing,
+which needs root. Prints each phase's slowest files at the end.
+
+environment:
+  LEASEHOLD_TEST_STORES=postgres,sqlite,redis,etcd   the stores to cover (default: all four)
+  LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL   where the stores are
+  LEASEHOLD_TEST_CONCURRENCY=2   files at once in the parallel phase
+  LEASEHOLD_TEST_NODE=/path/to/node   run the tests with another Node binary
+  LEASEHOLD_TEST_TIMES=path   where the per-file wall-time table goes (default: os.tmpdir())
+`);
+  process.exit(0);
+}
 const stores = (process.env.LEASEHOLD_TEST_STORES ?? 'postgres,sqlite,redis,etcd').split(',').map((s) => s.trim());
 const log = (m) => process.stdout.write(`[test] ${m}\n`);
 const node = process.env.LEASEHOLD_TEST_NODE || process.execPath;
@@ -57,11 +76,18 @@ const phases = [
   { files: all.filter(isSerial), concurrency: '1' },
 ].filter((p) => p.files.length > 0);
 
-function run(files, concurrency) {
+// Each file's wall time, written by scripts/file-times.mjs as the file ends; the slowest are printed
+// after the last phase and the whole table is kept (LEASEHOLD_TEST_TIMES names where).
+const timesDir = mkdtempSync(join(tmpdir(), 'leasehold-test-times-'));
+const timesFile = (i) => join(timesDir, `phase-${i}.tsv`);
+
+function run(files, concurrency, phase) {
   const on = node === process.execPath ? '' : `, with ${node}`;
   log(`running ${files.length} test files against: ${stores.join(', ')} (concurrency ${concurrency}${on})`);
+  const reporters = ['--test-reporter=spec', '--test-reporter-destination=stdout'];
+  reporters.push(`--test-reporter=${join(root, 'scripts', 'file-times.mjs')}`, `--test-reporter-destination=${timesFile(phase)}`);
   return new Promise((resolve) => {
-    const child = spawn(node, ['--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files], {
+    const child = spawn(node, ['--test', `--test-concurrency=${concurrency}`, ...reporters, ...files], {
       stdio: 'inherit',
       env: { ...process.env, LEASEHOLD_TEST_STORES: stores.join(',') },
     });
@@ -75,9 +101,34 @@ function run(files, concurrency) {
 }
 
 let code = 0;
-for (const phase of phases) {
-  const c = await run(phase.files, phase.concurrency);
+const started = Date.now();
+for (const [i, phase] of phases.entries()) {
+  const c = await run(phase.files, phase.concurrency, i);
   if (c !== 0) code = c;
+}
+printTimes((Date.now() - started) / 1000);
+
+function printTimes(wallSeconds) {
+  const rows = [];
+  for (const [i, phase] of phases.entries()) {
+    let text = '';
+    try {
+      text = readFileSync(timesFile(i), 'utf8');
+    } catch {
+      continue; // the phase was interrupted before its reporter wrote anything
+    }
+    for (const line of text.split('\n').filter(Boolean)) {
+      const [ms, passed, file] = line.split('\t');
+      rows.push({ ms: Number(ms), passed, file: relative(root, file), phase: phase.concurrency === '1' ? 'serial' : 'parallel' });
+    }
+  }
+  rows.sort((a, b) => b.ms - a.ms);
+  const table = rows.map((r) => `${(r.ms / 1000).toFixed(1).padStart(7)} s  ${r.phase.padEnd(8)}  ${r.passed}  ${r.file}`);
+  const keep = process.env.LEASEHOLD_TEST_TIMES || join(tmpdir(), 'leasehold-test-times.txt');
+  writeFileSync(keep, `${table.join('\n')}\n`);
+  rmSync(timesDir, { recursive: true, force: true });
+  log(`wall time ${wallSeconds.toFixed(0)} s; the slowest files (all ${rows.length} in ${keep}):`);
+  for (const line of table.slice(0, 15)) log(line);
 }
 
 if (etcd?.started) {
