@@ -7,7 +7,10 @@ import { ETCD_SUBSPACES, EtcdKeys } from '../../src/backends/etcd/keys.js';
 import { validatePrefix as validateRedisPrefix } from '../../src/backends/redis/connect.js';
 import { keysFor } from '../../src/backends/redis/keys.js';
 import type { ClaimRequest } from '../../src/backends/store.js';
+import { openStore } from '../../src/backends/index.js';
 import { TEST_ETCD_URL, deleteEtcdKeys, etcdAdmin, freshEtcdPrefix } from '../helpers/etcd-store.js';
+import { TEST_PG_URL } from '../helpers/stores.js';
+import pg from 'pg';
 
 // Issue 28 row 1 and its class: no store can name, read or delete another's keys, whatever the
 // two prefixes are. The key-layout functions are checked over generated prefix pairs; a smaller
@@ -255,6 +258,42 @@ void describe('etcd stores at nested prefixes (issue 28 row 1)', () => {
       }
     } finally {
       await Promise.all(stores.map((s) => s.close()));
+    }
+  });
+});
+
+void describe('PostgreSQL schemas', () => {
+  const pgUrl = (schema: string): string => `${TEST_PG_URL}${TEST_PG_URL.includes('?') ? '&' : '?'}schema=${schema}`;
+  const dropSchema = async (schema: string): Promise<void> => {
+    const c = new pg.Client({ connectionString: TEST_PG_URL });
+    await c.connect();
+    try {
+      await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    } finally {
+      await c.end();
+    }
+  };
+
+  void it('a schema too long for its NOTIFY channel is refused up front (it used to migrate, then fail every release)', async () => {
+    const id = Math.random().toString(36).slice(2, 8);
+    const tooLong = `lh_t_${id}_`.padEnd(48, 'x');
+    assert.equal(tooLong.length, 48);
+    try {
+      await assert.rejects(openStore(pgUrl(tooLong)), (err: unknown) => err instanceof ConfigError && /at most 47 characters/.test(err.message));
+    } finally {
+      await dropSchema(tooLong);
+    }
+    // The longest accepted schema works end to end: claim, then a release that notifies.
+    const longest = tooLong.slice(0, 47);
+    const s = await openStore(pgUrl(longest));
+    try {
+      await s.migrate();
+      const [r] = await s.claim([contend('a', 'h')]);
+      assert.equal(r?.outcome, 'acquired');
+      assert.equal(await s.release({ name: 'a', holder: 'h', expect: ['h-n1'] }), true);
+    } finally {
+      await s.close();
+      await dropSchema(longest);
     }
   });
 });
