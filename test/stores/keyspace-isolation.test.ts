@@ -10,6 +10,8 @@ import type { ClaimRequest } from '../../src/backends/store.js';
 import { openStore } from '../../src/backends/index.js';
 import { TEST_ETCD_URL, deleteEtcdKeys, etcdAdmin, freshEtcdPrefix } from '../helpers/etcd-store.js';
 import { TEST_PG_URL } from '../helpers/stores.js';
+import { TEST_REDIS_URL, deleteRedisKeys, freshRedisPrefix } from '../helpers/redis-store.js';
+import { createRedisStore } from '../../src/backends/redis/index.js';
 import pg from 'pg';
 
 // Issue 28 row 1 and its class: no store can name, read or delete another's keys, whatever the
@@ -294,6 +296,34 @@ void describe('PostgreSQL schemas', () => {
     } finally {
       await s.close();
       await dropSchema(longest);
+    }
+  });
+});
+
+void describe('Redis stores at prefixes that look nested', () => {
+  void it('a prefix that is another plus a segment (a, a:lease:x, a:events, a.x) sees nothing of the other: reads, revokes, history and min-token', async () => {
+    const base = freshRedisPrefix();
+    const prefixes = [base, `${base}:lease:x`, `${base}:events`, `${base}.x`];
+    const stores = await Promise.all(prefixes.map((p) => createRedisStore({ url: TEST_REDIS_URL, prefix: p })));
+    try {
+      for (const s of stores) await s.migrate();
+      for (const [i, s] of stores.entries()) {
+        // 'x' is the name whose lease hash in `base` is `{base}:lease:x`, the other prefix's text.
+        const got = await s.claim([contend('x', `holder-${i}`), contend(`only-${i}`, `holder-${i}`)]);
+        assert.ok(got.every((r) => r.outcome === 'acquired'), `store ${prefixes[i]}: ${JSON.stringify(got.map((r) => r.outcome))}`);
+      }
+      assert.equal((await stores[0]!.revoke('x', 'isolation test')).revoked, true);
+      await stores[0]!.migrate({ minToken: 8n * 10n ** 15n });
+      for (const [i, s] of stores.entries()) {
+        const held = (await s.list()).filter((l) => l.holder !== null).map((l) => `${l.name}:${l.holder}`).sort();
+        const want = i === 0 ? [`only-0:holder-0`] : [`only-${i}:holder-${i}`, `x:holder-${i}`];
+        assert.deepEqual(held, want, `store ${prefixes[i]} sees ${held.join(', ')}`);
+        assert.deepEqual([...new Set((await s.history()).map((h) => h.name))].sort(), [`only-${i}`, 'x'].sort(), `store ${prefixes[i]}'s history`);
+        if (i > 0) assert.ok((await s.nextToken!()) < 8n * 10n ** 15n, `${prefixes[i]} took the floor of ${base}`);
+      }
+    } finally {
+      await Promise.all(stores.map((s) => s.close()));
+      for (const p of prefixes) await deleteRedisKeys(p);
     }
   });
 });
