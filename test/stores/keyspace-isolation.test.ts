@@ -4,6 +4,7 @@ import { ConfigError } from '../../src/core/errors.js';
 import { createEtcdStore, type EtcdStore } from '../../src/backends/etcd/index.js';
 import { validatePrefix as validateEtcdPrefix } from '../../src/backends/etcd/client.js';
 import { ETCD_SUBSPACES, EtcdKeys } from '../../src/backends/etcd/keys.js';
+import { EtcdSlotLedger } from '../../src/backends/etcd/slots.js';
 import { validatePrefix as validateRedisPrefix } from '../../src/backends/redis/connect.js';
 import { keysFor } from '../../src/backends/redis/keys.js';
 import type { ClaimRequest } from '../../src/backends/store.js';
@@ -226,26 +227,42 @@ void describe('etcd stores at nested prefixes (issue 28 row 1)', () => {
         const got = await s.claim([contend('shared', `holder-${i}`), contend(`only-${i}`, `holder-${i}`)]);
         assert.ok(got.every((r) => r.outcome === 'acquired'), `store ${prefixes[i]}: ${JSON.stringify(got.map((r) => r.outcome))}`);
       }
+      // A `--once-per` key that succeeded in each (what row 1 saw run again after the loss).
+      const term = async (i: number): Promise<{ name: string; holder: string; token: bigint }> => {
+        const [r] = await stores[i]!.claim([contend('cron', `cron-${i}`)]);
+        assert.ok(r?.outcome === 'acquired');
+        return { name: 'cron', holder: `cron-${i}`, token: r.token };
+      };
+      const ledgers = await Promise.all(prefixes.map((p) => EtcdSlotLedger.fromUrl(TEST_ETCD_URL, p)));
+      for (const [i, ledger] of ledgers.entries()) {
+        const t = await term(i);
+        assert.equal((await ledger.claim({ ...t, key: 'nightly', slotAtMs: null, onInterrupted: 'skip', rerunFailed: true })).outcome, 'claimed');
+        assert.equal((await ledger.complete({ ...t, key: 'nightly', status: 'succeeded', exitCode: 0, reason: null })).completed, true);
+      }
       for (const [i, s] of stores.entries()) {
         const held = (await s.list()).map((l) => `${l.name}:${l.holder}`).sort();
-        assert.deepEqual(held, [`only-${i}:holder-${i}`, `shared:holder-${i}`], `store ${prefixes[i]} sees ${held.join(', ')}`);
+        assert.deepEqual(held, [`cron:cron-${i}`, `only-${i}:holder-${i}`, `shared:holder-${i}`], `store ${prefixes[i]} sees ${held.join(', ')}`);
         const names = new Set((await s.history()).map((h) => h.name));
-        assert.deepEqual([...names].sort(), [`only-${i}`, 'shared'].sort(), `store ${prefixes[i]}'s history`);
+        assert.deepEqual([...names].sort(), ['cron', `only-${i}`, 'shared'].sort(), `store ${prefixes[i]}'s history`);
       }
       // A revoke in the outermost store ends its own term of the shared name only.
       assert.equal((await stores[0]!.revoke('shared', 'isolation test')).revoked, true);
       for (const [j, other] of stores.entries()) {
         if (j > 0) assert.equal((await other.list()).find((l) => l.name === 'shared')?.holder, `holder-${j}`, `${prefixes[j]} after a revoke in ${base}`);
       }
-      // Raising the floor of each in turn ends only its own terms.
+      // Raising the floor of each in turn ends only its own terms (two, or one after the revoke, and cron).
       for (const [i, s] of stores.entries()) {
         const m = await s.migrate({ minToken: 5000n + BigInt(i) });
-        assert.equal(m.tokenFloor?.endedTerms, i === 0 ? 1 : 2, `migrate --min-token on ${prefixes[i]}`);
+        assert.equal(m.tokenFloor?.endedTerms, i === 0 ? 2 : 3, `migrate --min-token on ${prefixes[i]}`);
         for (const [j, other] of stores.entries()) {
           if (j <= i) continue;
-          assert.equal((await other.list()).filter((l) => l.holder !== null).length, 2, `${prefixes[j]} after min-token on ${prefixes[i]}`);
+          assert.equal((await other.list()).filter((l) => l.holder !== null).length, 3, `${prefixes[j]} after min-token on ${prefixes[i]}`);
           assert.equal((await other.schemaStatus()).current, (await other.schemaStatus()).expected);
         }
+      }
+      for (const [i, ledger] of ledgers.entries()) {
+        assert.deepEqual((await ledger.records('cron')).map((r) => `${r.key}:${r.status}`), ['nightly:succeeded'], `${prefixes[i]}'s slot ledger`);
+        await ledger.close();
       }
       // And everything each store wrote lies in one of its declared sub-spaces.
       const admin = await etcdAdmin();

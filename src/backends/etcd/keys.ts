@@ -32,6 +32,7 @@ import type { HistoryEvent } from '../store.js';
  *   {p}/token-floor             optional (migrate --min-token): added to every create revision,
  *                               so tokens are revision + floor. Every transaction compares its
  *                               mod revision, so no process issues a token under an old floor.
+ *   {p}/fleet/...               the fleet registry (fleet.ts); {p}/slots/... the slot ledger (slots.ts).
  */
 
 /**
