@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { ConfigError } from '../../src/core/errors.js';
-import { createEtcdStore, type EtcdStore } from '../../src/backends/etcd/index.js';
+import { createEtcdStore, parseEtcdUrl, type EtcdStore } from '../../src/backends/etcd/index.js';
 import { validatePrefix as validateEtcdPrefix } from '../../src/backends/etcd/client.js';
 import { ETCD_SUBSPACES, EtcdKeys } from '../../src/backends/etcd/keys.js';
 import { EtcdSlotLedger } from '../../src/backends/etcd/slots.js';
@@ -133,6 +133,10 @@ void describe('key-layout functions over generated prefix pairs', () => {
         (err: unknown) => err instanceof ConfigError && err.code === 'CONFIG' && err.message.includes(`"${s}"`) && /inside the store at prefix "nest"/.test(err.message),
       );
       assert.throws(() => validateEtcdPrefix(`a/b/${s}/c`), ConfigError);
+    }
+    // Through a URL too, however it is spelled: %-encoded, with slashes around it.
+    for (const u of ['etcd://h:2379?prefix=nest%2Fterm', 'etcd://h:2379?prefix=/nest/term/', 'etcd://h:2379?prefix=nest/slots%2Fx']) {
+      assert.throws(() => parseEtcdUrl(u), (err: unknown) => err instanceof ConfigError && /is a name leasehold uses under every prefix/.test(err.message), u);
     }
     // The first segment may be anything: no other prefix's keys start with it and a slash.
     assert.equal(validateEtcdPrefix('term'), 'term');
