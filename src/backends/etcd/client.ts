@@ -2,6 +2,7 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { MAX_DURATION_MS } from '../../core/config.js';
 import { ClosedError, ConfigError, LeaseholdError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import { checkQueryParameters, readTlsFiles, tlsFilePaths, type TlsFilePaths } from '../url.js';
+import { ETCD_SUBSPACES, nestingSegment } from './keys.js';
 import { MemberPool } from './members.js';
 
 /**
@@ -332,11 +333,25 @@ function redactEtcdUrl(url: string): string {
   return url.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
 }
 
-/** Key prefixes: printable, no leading or trailing slash (added here), never empty. */
+/**
+ * Key prefixes: printable, no leading or trailing slash (added here), never empty, and never
+ * inside another prefix's key space (keys.ts, ETCD_SUBSPACES): `nest/term` would lie inside
+ * `nest`'s term keys, and `migrate --min-token` on `nest` deleted all of its keys.
+ * @throws {ConfigError}
+ */
 export function validatePrefix(prefix: string): string {
   const p = prefix.replace(/^\/+|\/+$/g, '');
   if (p === '' || /[\u0000-\u001f\u007f]/.test(p)) {
     throw new ConfigError(`etcd key prefix ${JSON.stringify(prefix)} must be non-empty printable text, for example "leasehold"`);
+  }
+  const nested = nestingSegment(p);
+  if (nested !== undefined) {
+    throw new ConfigError(
+      `etcd key prefix ${JSON.stringify(prefix)} is not allowed: its segment "${nested.segment}" is a name leasehold uses under every prefix ` +
+        `(${ETCD_SUBSPACES.join(', ')}), so its keys would lie inside the store at prefix "${nested.outer}", whose reads and deletes ` +
+        `(\`leasehold migrate --min-token\` ends every term under "${nested.outer}/term/") would reach them; ` +
+        `rename that segment (for example "${nested.outer}/${nested.segment}-store")`,
+    );
   }
   return p;
 }

@@ -121,13 +121,13 @@ export class EtcdFleet implements FleetPort {
   }
 
   private agentPrefix(k: EtcdKeys): string {
-    return `${k.prefix}/fleet/agent/`;
+    return `${k.fleetPrefix}agent/`;
   }
   private agentKey(k: EtcdKeys, id: string): Buffer {
     return Buffer.from(this.agentPrefix(k) + encodeURIComponent(id));
   }
   private ownKey(k: EtcdKeys, resource: string): Buffer {
-    return Buffer.from(`${k.prefix}/fleet/own/${encodeURIComponent(resource)}`);
+    return Buffer.from(`${k.fleetPrefix}own/${encodeURIComponent(resource)}`);
   }
   /** Where the term keys of every agent's liveness lease live. */
   private agentTermPrefix(k: EtcdKeys): string {

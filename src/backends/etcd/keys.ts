@@ -32,7 +32,35 @@ import type { HistoryEvent } from '../store.js';
  *   {p}/token-floor             optional (migrate --min-token): added to every create revision,
  *                               so tokens are revision + floor. Every transaction compares its
  *                               mod revision, so no process issues a token under an old floor.
+ *   {p}/fleet/...               the fleet registry (fleet.ts); {p}/slots/... the slot ledger (slots.ts).
  */
+
+/**
+ * Every name directly under `{p}/`: the layout above, with the fleet registry's `{p}/fleet/`
+ * (fleet.ts) and the slot ledger's `{p}/slots/` (slots.ts). A key of one store must never lie
+ * inside another's: a prefix with one of these as a later segment (`nest/term`) would lie
+ * inside the store at the part before it (`nest`), whose range reads, watch and range deletes
+ * (`migrate --min-token` deletes every `{p}/term/` key) would reach it, so validatePrefix
+ * refuses it (see checkPrefixSegments). Any other two prefixes are the same store or disjoint:
+ * every key of `a` starts `a/` followed by one of these names, and for two different prefixes
+ * `a/` and `b/` to share a key one must start with the other. Adding a name here is a change
+ * of the prefix rule: it refuses prefixes it accepted before.
+ */
+export const ETCD_SUBSPACES = ['schema-version', 'token-floor', 'term', 'state', 'renew', 'session', 'ended', 'history', 'fleet', 'slots'] as const;
+
+/**
+ * The first segment after the first that names a sub-space (a prefix that would lie inside the
+ * store at the segments before it), or undefined. The first segment may be anything: no other
+ * prefix has keys starting with it and a slash unless it is that prefix or nested in it.
+ */
+export function nestingSegment(prefix: string): { segment: string; outer: string } | undefined {
+  const segments = prefix.split('/');
+  for (let i = 1; i < segments.length; i++) {
+    const s = segments[i]!;
+    if ((ETCD_SUBSPACES as readonly string[]).includes(s)) return { segment: s, outer: segments.slice(0, i).join('/') };
+  }
+  return undefined;
+}
 
 /** Bump when the layout changes incompatibly. `leasehold doctor` compares it. */
 export const SCHEMA_VERSION = 2;
@@ -46,6 +74,9 @@ export class EtcdKeys {
   readonly historyPrefix: string;
   readonly sessionPrefix: string;
   readonly endedPrefix: string;
+  /** The fleet registry's keys (fleet.ts) and the slot ledger's (slots.ts). */
+  readonly fleetPrefix: string;
+  readonly slotsPrefix: string;
   readonly floorKey: Buffer;
   /** The token floor this process last read, and the floor key's mod revision then ('0': absent). */
   floor = 0n;
@@ -61,6 +92,8 @@ export class EtcdKeys {
     this.historyPrefix = `${prefix}/history/`;
     this.sessionPrefix = `${prefix}/session/`;
     this.endedPrefix = `${prefix}/ended/`;
+    this.fleetPrefix = `${prefix}/fleet/`;
+    this.slotsPrefix = `${prefix}/slots/`;
     this.floorKey = Buffer.from(`${prefix}/token-floor`);
   }
 

@@ -85,7 +85,7 @@ export class EtcdSlotLedger implements SlotLedgerPort {
   }
 
   private slotsOf(name: string): string {
-    return `${this.keys.prefix}/slots/${encodeURIComponent(name)}/`;
+    return `${this.keys.slotsPrefix}${encodeURIComponent(name)}/`;
   }
 
   private async txn(req: EtcdTxnRequest, what: string): Promise<EtcdTxnResponse> {

@@ -7,10 +7,21 @@ import { handoverMigration } from './handover.js';
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
 export const SCHEMA_VERSION = 6;
 
+const CHANNEL_PREFIX = 'leasehold_freed_';
+
+/**
+ * At most 47 characters: the schema's NOTIFY channel (channelFor) is a name too, and PostgreSQL
+ * names are at most 63 bytes. pg_notify refuses a longer channel ("channel name too long"), so a
+ * 48-63 character schema migrated fine and then failed every release and revoke; and LISTEN
+ * would cut it to 63 bytes, where two long schemas could share one channel.
+ * @throws {ConfigError}
+ */
 export function validateSchemaName(schema: string): string {
-  if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
+  const max = 63 - CHANNEL_PREFIX.length;
+  if (!new RegExp(`^[A-Za-z_][A-Za-z0-9_]{0,${max - 1}}$`).test(schema)) {
     throw new ConfigError(
-      `schema name ${JSON.stringify(schema)} is not a plain identifier: use letters, digits and _ (at most 63, not starting with a digit)`,
+      `schema name ${JSON.stringify(schema)} is not a plain identifier leasehold can use: letters, digits and _ (not starting with a digit), ` +
+        `at most ${max} characters, so that its NOTIFY channel "${CHANNEL_PREFIX}<schema>" fits PostgreSQL's 63-byte names`,
     );
   }
   return schema;
@@ -18,7 +29,7 @@ export function validateSchemaName(schema: string): string {
 
 /** The NOTIFY channel on which releases and revocations are announced. */
 export function channelFor(schema: string): string {
-  return `leasehold_freed_${schema}`;
+  return `${CHANNEL_PREFIX}${schema}`;
 }
 
 /**
