@@ -25,7 +25,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { parseDuration, type Duration } from '../core/config.js';
-import { sleepOn } from '../core/clock.js';
+import { MAX_TIMER_MS, sleepOn } from '../core/clock.js';
 import { ConfigError, LeaseLostError, errorMessage, isRetryableError } from '../core/errors.js';
 import type { Elector } from '../core/elector.js';
 import type { Lease, LeaseOptions, Term } from '../core/lease.js';
@@ -217,7 +217,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       if (next === null) return;
       const wait = next - storeNow();
       if (wait > 0) {
-        await sleepOn(clock, wait, term.signal);
+        // A monthly slot can be more than a timer holds away: sleep a chunk, then judge again by
+        // the wall clock (a monotonic deadline weeks out drifts by every suspension in between).
+        await sleepOn(clock, Math.min(wait, MAX_TIMER_MS), term.signal);
         continue;
       }
       // Woken late (a paused process, a slow store): more than one slot is due, and all but
@@ -276,7 +278,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       if (claim === undefined || claim.outcome === 'fenced') return undefined;
       noteStoreNow(claim.storeNowMs);
       if (claim.outcome === 'early') {
-        await sleepOn(clock, Math.max(1, slotAtMs - claim.storeNowMs), term.signal);
+        await sleepOn(clock, Math.min(MAX_TIMER_MS, Math.max(1, slotAtMs - claim.storeNowMs)), term.signal);
         continue;
       }
       if (claim.outcome === 'done') {
