@@ -36,4 +36,28 @@ void describe('schedules', () => {
     assert.throws(() => cronSchedule('* * * * *', 'Mars/Olympus'), (e: unknown) => e instanceof ConfigError && /time zone "Mars\/Olympus" is unknown/.test(e.message));
     assert.throws(() => everySchedule(500), ConfigError);
   });
+
+  void it('an expression that can never fire is a ConfigError, not a leader that runs nothing for ever', () => {
+    for (const e of ['0 0 30 2 *', '0 0 31 4 *', '0 0 0 30 2 *']) {
+      assert.throws(() => cronSchedule(e), (x: unknown) => x instanceof ConfigError && /never fires/.test(x.message) && /5 fields/.test(x.message), e);
+    }
+    // Rare is not never: 29 February comes every four years.
+    assert.equal(iso(cronSchedule('0 0 29 2 *').next(at('2026-12-02T00:00:00Z'))!), '2028-02-29T00:00:00.000Z');
+  });
+
+  void it("croner's 7-field form (a year last) is refused with the forms that are accepted", () => {
+    assert.throws(
+      () => cronSchedule('0 0 0 1 1 * 2030'),
+      (x: unknown) => x instanceof ConfigError && /has 7 fields/.test(x.message) && /5 fields .*6 with seconds first.*@yearly/.test(x.message),
+    );
+  });
+
+  void it('5 fields, 6 with seconds first and the @nicknames are accepted', () => {
+    const from = at('2026-12-02T10:00:00Z');
+    assert.equal(iso(cronSchedule('30 2 * * *').next(from)!), '2026-12-03T02:30:00.000Z');
+    assert.equal(iso(cronSchedule('*/5 * * * * *').next(from)!), '2026-12-02T10:00:05.000Z');
+    assert.equal(iso(cronSchedule('@yearly').next(from)!), '2027-01-01T00:00:00.000Z');
+    assert.equal(iso(cronSchedule('@monthly').next(from)!), '2027-01-01T00:00:00.000Z');
+    assert.equal(iso(cronSchedule('@daily').next(from)!), '2026-12-03T00:00:00.000Z');
+  });
 });
