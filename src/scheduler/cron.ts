@@ -35,6 +35,9 @@ import { slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotTerm } from 
 
 export type CatchUp = 'latest' | 'all' | 'none';
 
+/** A host clock further than this from the store's is logged (the lag of etcd's clock bound included). */
+const SKEW_WARN_MS = 2000;
+
 export interface CronOptions extends LeaseOptions {
   schedule: Schedule;
   /** Default 'latest'. */
@@ -164,8 +167,19 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
 
   /** Store time minus local wall time, from the last ledger answer. */
   let offsetMs = 0;
+  /** The offset last warned about: said once, and again when it moves by a bound. */
+  let warnedOffsetMs = 0;
   const noteStoreNow = (storeNowMs: number): number => {
     offsetMs = storeNowMs - clock.wallNow();
+    // Slots are judged by the store's clock whatever this host's says; a host far off it is
+    // still worth saying (its logs, and any job that reads the local time, are that far off).
+    if (Math.abs(offsetMs) > SKEW_WARN_MS && Math.abs(offsetMs - warnedOffsetMs) > SKEW_WARN_MS) {
+      warnedOffsetMs = offsetMs;
+      leasehold.logger.warn(
+        { lease: name, offsetMs: Math.round(offsetMs) },
+        `leasehold: this host's clock is ${(Math.abs(offsetMs) / 1000).toFixed(1)}s ${offsetMs < 0 ? 'ahead of' : 'behind'} the store's; slots are judged by the store's clock`,
+      );
+    }
     return storeNowMs;
   };
   const storeNow = (): number => clock.wallNow() + offsetMs;
