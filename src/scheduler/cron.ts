@@ -144,6 +144,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const stop = new AbortController();
   const signal = options.signal === undefined ? stop.signal : AbortSignal.any([stop.signal, options.signal]);
   const { schedule } = options;
+  // A schedule with no next slot would have this replica lead for ever and run nothing.
+  if (schedule.next(leasehold.clock.wallNow()) === null) throw new ConfigError(`schedule ${schedule.description} has no next slot: it never fires`);
   const clock = leasehold.clock;
   const emit = (e: SlotEvent): void => void handle.emit('slot', e);
   const elector = leasehold.elect(
@@ -151,11 +153,14 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     {
       onElected: (term) => {
         handle.track(
-          lead(term).catch(async (e: unknown) => {
+          lead(term).catch((e: unknown) => {
             if (term.signal.aborted) return;
             // Not retryable (schema, SQL): leading without a working ledger would run slots unrecorded.
+            // Not awaited: stop() waits for every tracked loop, this one included, so awaiting
+            // it here left stop() (the user's call too) pending for ever. Its synchronous part
+            // has aborted everything before the 'error' (which throws with no listener).
+            void handle.stop().catch(() => undefined);
             handle.emit('error', e);
-            await handle.stop();
           }),
         );
       },
@@ -228,7 +233,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     let cursor: number | undefined = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
     while (cursor !== undefined && !term.signal.aborted && !handle.draining.signal.aborted) {
       const next = schedule.next(cursor);
-      if (next === null) return;
+      // A schedule of the caller's that has ended: say so and stop, rather than lead idle for ever.
+      if (next === null) throw new ConfigError(`schedule ${schedule.description} has no slot after ${slotKey(cursor)}; the cron stops`);
       const wait = next - storeNow();
       if (wait > 0) {
         // A monthly slot can be more than a timer holds away: sleep a chunk, then judge again by
