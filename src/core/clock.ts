@@ -36,16 +36,36 @@ export function jitter(maxMs: number): number {
   return Math.random() * Math.max(0, maxMs);
 }
 
-/** Resolves after `ms` on `clock`, or at once when `signal` aborts. Never rejects. */
+/**
+ * The longest delay a timer holds. Node fires a longer one after 1 ms (with a
+ * TimeoutOverflowWarning), so a caller that re-arms until a far deadline busy-loops: a monthly
+ * cron slot is more than 24.8 days away for the first week of every month.
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * Resolves after `ms` on `clock`, or at once when `signal` aborts. Never rejects. A wait longer
+ * than a timer holds is slept in chunks of at most MAX_TIMER_MS, each measured on the monotonic
+ * clock, so it wakes about once in 24.8 days instead of every millisecond.
+ */
 export function sleepOn(clock: Clock, ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted === true) return resolve();
-    const timer = clock.setTimeout(done, ms);
+    const until = clock.monoNow() + ms;
+    let timer: ClockTimer | undefined;
+    const arm = (): void => {
+      timer = clock.setTimeout(wake, Math.min(MAX_TIMER_MS, Math.max(0, until - clock.monoNow())));
+    };
+    function wake(): void {
+      if (until - clock.monoNow() > 0 && ms > MAX_TIMER_MS) return arm();
+      done();
+    }
     function done(): void {
       clock.clearTimeout(timer);
       signal?.removeEventListener('abort', done);
       resolve();
     }
     signal?.addEventListener('abort', done, { once: true });
+    arm();
   });
 }

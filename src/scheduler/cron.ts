@@ -25,7 +25,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { parseDuration, type Duration } from '../core/config.js';
-import { sleepOn } from '../core/clock.js';
+import { MAX_TIMER_MS, sleepOn } from '../core/clock.js';
 import { ConfigError, LeaseLostError, errorMessage, isRetryableError } from '../core/errors.js';
 import type { Elector } from '../core/elector.js';
 import type { Lease, LeaseOptions, Term } from '../core/lease.js';
@@ -34,6 +34,9 @@ import { slotsBetween, type Schedule } from './schedule.js';
 import { slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotTerm } from './ledger.js';
 
 export type CatchUp = 'latest' | 'all' | 'none';
+
+/** A host clock further than this from the store's is logged (the lag of etcd's clock bound included). */
+const SKEW_WARN_MS = 2000;
 
 export interface CronOptions extends LeaseOptions {
   schedule: Schedule;
@@ -141,6 +144,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const stop = new AbortController();
   const signal = options.signal === undefined ? stop.signal : AbortSignal.any([stop.signal, options.signal]);
   const { schedule } = options;
+  // A schedule with no next slot would have this replica lead for ever and run nothing.
+  if (schedule.next(leasehold.clock.wallNow()) === null) throw new ConfigError(`schedule ${schedule.description} has no next slot: it never fires`);
   const clock = leasehold.clock;
   const emit = (e: SlotEvent): void => void handle.emit('slot', e);
   const elector = leasehold.elect(
@@ -148,11 +153,14 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     {
       onElected: (term) => {
         handle.track(
-          lead(term).catch(async (e: unknown) => {
+          lead(term).catch((e: unknown) => {
             if (term.signal.aborted) return;
             // Not retryable (schema, SQL): leading without a working ledger would run slots unrecorded.
+            // Not awaited: stop() waits for every tracked loop, this one included, so awaiting
+            // it here left stop() (the user's call too) pending for ever. Its synchronous part
+            // has aborted everything before the 'error' (which throws with no listener).
+            void handle.stop().catch(() => undefined);
             handle.emit('error', e);
-            await handle.stop();
           }),
         );
       },
@@ -164,8 +172,19 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
 
   /** Store time minus local wall time, from the last ledger answer. */
   let offsetMs = 0;
+  /** The offset last warned about: said once, and again when it moves by a bound. */
+  let warnedOffsetMs = 0;
   const noteStoreNow = (storeNowMs: number): number => {
     offsetMs = storeNowMs - clock.wallNow();
+    // Slots are judged by the store's clock whatever this host's says; a host far off it is
+    // still worth saying (its logs, and any job that reads the local time, are that far off).
+    if (Math.abs(offsetMs) > SKEW_WARN_MS && Math.abs(offsetMs - warnedOffsetMs) > SKEW_WARN_MS) {
+      warnedOffsetMs = offsetMs;
+      leasehold.logger.warn(
+        { lease: name, offsetMs: Math.round(offsetMs) },
+        `leasehold: this host's clock is ${(Math.abs(offsetMs) / 1000).toFixed(1)}s ${offsetMs < 0 ? 'ahead of' : 'behind'} the store's; slots are judged by the store's clock`,
+      );
+    }
     return storeNowMs;
   };
   const storeNow = (): number => clock.wallNow() + offsetMs;
@@ -214,10 +233,13 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     let cursor: number | undefined = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
     while (cursor !== undefined && !term.signal.aborted && !handle.draining.signal.aborted) {
       const next = schedule.next(cursor);
-      if (next === null) return;
+      // A schedule of the caller's that has ended: say so and stop, rather than lead idle for ever.
+      if (next === null) throw new ConfigError(`schedule ${schedule.description} has no slot after ${slotKey(cursor)}; the cron stops`);
       const wait = next - storeNow();
       if (wait > 0) {
-        await sleepOn(clock, wait, term.signal);
+        // A monthly slot can be more than a timer holds away: sleep a chunk, then judge again by
+        // the wall clock (a monotonic deadline weeks out drifts by every suspension in between).
+        await sleepOn(clock, Math.min(wait, MAX_TIMER_MS), term.signal);
         continue;
       }
       // Woken late (a paused process, a slow store): more than one slot is due, and all but
@@ -276,7 +298,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       if (claim === undefined || claim.outcome === 'fenced') return undefined;
       noteStoreNow(claim.storeNowMs);
       if (claim.outcome === 'early') {
-        await sleepOn(clock, Math.max(1, slotAtMs - claim.storeNowMs), term.signal);
+        await sleepOn(clock, Math.min(MAX_TIMER_MS, Math.max(1, slotAtMs - claim.storeNowMs)), term.signal);
         continue;
       }
       if (claim.outcome === 'done') {

@@ -9,7 +9,8 @@
  *
  * PostgreSQL: `new PostgresSlotLedger({ pool, schema })` on the lease store's database. Redis:
  * `new RedisSlotLedger(redisStore)`. etcd: `new EtcdSlotLedger({ client, prefix })` on the
- * lease store's cluster and prefix (on etcd, a slot is due by this process's clock: etcd has none).
+ * lease store's cluster and prefix, with `clock: etcdClock({ hosts })` so that a slot is due by
+ * etcd's clock (its gRPC API has none; without it, by this process's clock).
  */
 export { startCron, CronHandle, type CronOptions, type CatchUp, type SlotContext, type SlotJob, type SlotEvent, type CronEvents } from './cron.js';
 export { cronSchedule, everySchedule, type Schedule } from './schedule.js';
@@ -28,3 +29,4 @@ export { PostgresSlotLedger, type PostgresSlotLedgerOptions } from '../backends/
 export { SqliteSlotLedger } from '../backends/sqlite/slots.js';
 export { RedisSlotLedger } from '../backends/redis/slots.js';
 export { EtcdSlotLedger, type EtcdSlotLedgerOptions } from '../backends/etcd/slots.js';
+export { etcdClock, type EtcdClockOptions, type StoreClock } from '../backends/etcd/clock.js';

@@ -32,20 +32,37 @@ export function everySchedule(everyMs: number): Schedule {
   };
 }
 
+/** What cronSchedule accepts, for the messages that refuse something else. */
+const ACCEPTED =
+  'write 5 fields (minute hour day-of-month month day-of-week, like "30 2 * * *"), 6 with seconds first, or @yearly, @monthly, @weekly, @daily, @hourly';
+
 /**
- * A cron expression (5 fields, or 6 with seconds first) in an IANA zone (default UTC, so that
- * replicas on hosts with different TZ settings agree). Across DST, croner runs a local time that
- * does not exist (02:30 on a spring-forward day) at the first instant after the gap, and a local
- * time that occurs twice (fall-back) once, at its first occurrence: every day has one slot.
- * @throws {ConfigError} a bad expression or an unknown zone.
+ * A cron expression (5 fields, 6 with seconds first, or an @nickname) in an IANA zone (default
+ * UTC, so that replicas on hosts with different TZ settings agree). Across DST, croner runs a
+ * local time that does not exist (02:30 on a spring-forward day) at the first instant after the
+ * gap, and a local time that occurs twice (fall-back) once, at its first occurrence: every day
+ * has one slot.
+ *
+ * Refused: croner's 7-field form (a year last: a schedule that ends, after which a replica
+ * would lead for ever running nothing) and an expression that never fires (`0 0 30 2 *`).
+ * @throws {ConfigError} a bad expression, one that never fires, or an unknown zone.
  */
 export function cronSchedule(expression: string, zone = 'UTC'): Schedule {
   checkZone(zone);
+  const fields = expression.trim().split(/\s+/);
+  if (!expression.trim().startsWith('@') && fields.length > 6) {
+    throw new ConfigError(`schedule ${JSON.stringify(expression)} has ${fields.length} fields; ${ACCEPTED}`);
+  }
   let cron: Cron;
   try {
     cron = new Cron(expression, { timezone: zone, paused: true });
   } catch (e) {
-    throw new ConfigError(`schedule ${JSON.stringify(expression)} is not a cron expression (${errorMessage(e).replace(/^CronPattern: /, '')}); write 5 fields, like "30 2 * * *"`);
+    throw new ConfigError(`schedule ${JSON.stringify(expression)} is not a cron expression (${errorMessage(e).replace(/^CronPattern: /, '')}); ${ACCEPTED}`);
+  }
+  // Without a year field a schedule that fires once fires again, so "no next slot from now"
+  // means never (croner answers null after searching its own horizon).
+  if (cron.nextRun(new Date()) === null) {
+    throw new ConfigError(`schedule ${JSON.stringify(expression)} never fires (no such date, like 30 February); ${ACCEPTED}`);
   }
   return {
     description: `${expression} (${zone})`,

@@ -30,6 +30,8 @@ void describe('leasehold cron: usage errors are exit 2 with one line', () => {
     ['neither', [], /needs --schedule EXPR or --every D/],
     ['a bad --catch-up', ['--every', '1m', '--catch-up', 'some'], /--catch-up "some" is not latest, all or none/],
     ['a bad --every', ['--every', 'soon'], /--every/],
+    ['an expression that never fires (30 February)', ['--schedule', '0 0 30 2 *'], /never fires.*5 fields/],
+    ['a 7-field expression (a year last)', ['--schedule', '0 0 0 1 1 * 2030'], /has 7 fields.*5 fields/],
   ];
   for (const [what, flags, pattern] of cases) {
     void it(what, async () => {

@@ -9,10 +9,12 @@
  *  - the schema version and the token floor, as every leasehold Txn does (txn.ts).
  * When a compare fails the call reads again and decides again (optimistic, a few attempts).
  *
- * Time: etcd has no clock a client can read. As the etcd store's own now() does, the "store's
- * time" here (slot due, started/ended) is this process's clock once etcd has answered. Expiry,
- * the property fencing rests on, is still etcd's alone (the term key's etcd lease). So on etcd a
- * leader whose clock runs ahead claims a slot that much early; it still runs once.
+ * Time: etcd's gRPC API has no clock, so the "store's time" here (slot due, missed, started,
+ * ended) comes from `options.clock`: with fromUrl (the CLI), etcd's own clock read from the
+ * Date header of its HTTP answers (clock.ts), a lower bound, so a leader whose clock runs ahead
+ * neither records future slots as missed nor claims them early. Without one it is this
+ * process's clock, and a leader whose clock runs ahead records the slots it is ahead by as
+ * missed. Expiry, the property fencing rests on, is etcd's alone either way.
  */
 import { AbortedError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import {
@@ -27,6 +29,7 @@ import {
   type SlotTerm,
 } from '../../scheduler/ledger.js';
 import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+import { etcdClockOf, type StoreClock } from './clock.js';
 import { EtcdKeys, SCHEMA_VERSION } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 
@@ -42,6 +45,11 @@ export interface EtcdSlotLedgerOptions {
   prefix?: string;
   /** Per call. Default 5000 ms. */
   callTimeoutMs?: number;
+  /**
+   * The store's time for "due" and "missed": `etcdClock({ hosts })` reads etcd's own clock.
+   * Default: this process's clock, which a leader whose clock runs ahead trusts wrongly.
+   */
+  clock?: StoreClock;
 }
 
 interface Row {
@@ -65,9 +73,11 @@ export class EtcdSlotLedger implements SlotLedgerPort {
   private readonly keys: EtcdKeys;
   private readonly timeoutMs: number;
   private readonly end: (() => void) | undefined;
+  private readonly now: StoreClock;
 
   constructor(options: Omit<EtcdSlotLedgerOptions, 'client'> & { client: TxnClient }, end?: () => void) {
     this.client = options.client;
+    this.now = options.clock ?? (() => Promise.resolve(Date.now()));
     this.keys = new EtcdKeys(validatePrefix(options.prefix ?? 'leasehold'));
     this.timeoutMs = options.callTimeoutMs ?? 5000;
     this.end = end;
@@ -77,7 +87,10 @@ export class EtcdSlotLedger implements SlotLedgerPort {
   static async fromUrl(url: string, prefix?: string): Promise<EtcdSlotLedger> {
     const parsed = parseEtcdUrl(url);
     const client = await createEtcd3Client(parsed);
-    return new EtcdSlotLedger({ client, prefix: prefix ?? parsed.prefix ?? 'leasehold', ...(parsed.callTimeoutMs === undefined ? {} : { callTimeoutMs: parsed.callTimeoutMs }) }, () => client.close());
+    return new EtcdSlotLedger(
+      { client, prefix: prefix ?? parsed.prefix ?? 'leasehold', clock: etcdClockOf(parsed), ...(parsed.callTimeoutMs === undefined ? {} : { callTimeoutMs: parsed.callTimeoutMs }) },
+      () => client.close(),
+    );
   }
 
   private slot(name: string, key: string): Buffer {
@@ -102,7 +115,8 @@ export class EtcdSlotLedger implements SlotLedgerPort {
    */
   private async read(term: SlotTerm, ops: EtcdRequestOp[], what: string): Promise<{ termRev: string | null; responses: EtcdTxnResponse['responses']; nowMs: number }> {
     const r = await this.txn({ compare: [], success: [rangeOf(this.keys.version), rangeOf(this.keys.floorKey), rangeOf(this.keys.term(term.name)), ...ops], failure: [] }, what);
-    const nowMs = Date.now();
+    // After the answer: a bound of etcd's time at a moment after the term key was read.
+    const nowMs = await this.now();
     const v = first(r.responses[0]);
     const found = v === undefined ? 0 : Number(v.value.toString());
     if (found !== SCHEMA_VERSION) throw schemaError(this.keys, found);
@@ -160,7 +174,7 @@ export class EtcdSlotLedger implements SlotLedgerPort {
 
   async skip(req: SlotSkipRequest): Promise<{ fenced: boolean; skipped: number; storeNowMs: number }> {
     let skipped = 0;
-    let storeNowMs = Date.now();
+    let storeNowMs = 0;
     for (let i = 0; i < req.slots.length || i === 0; i += CHUNK) {
       const chunk = req.slots.slice(i, i + CHUNK);
       const done = await this.skipChunk(req, chunk);
@@ -196,7 +210,7 @@ export class EtcdSlotLedger implements SlotLedgerPort {
     const key = this.slot(req.name, req.key);
     for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
       const r = await this.txn({ compare: [], success: [rangeOf(key)], failure: [] }, 'complete');
-      const nowMs = Date.now();
+      const nowMs = await this.now();
       const kv = first(r.responses[0]);
       if (kv === undefined) return { completed: false, storeNowMs: nowMs };
       const row = JSON.parse(kv.value.toString()) as Row;
