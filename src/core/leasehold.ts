@@ -288,6 +288,23 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
    * "suspended" and the detector in the message), take a new identity, contend afresh.
    */
   suspect(detector: SuspicionDetector, detail: string): void {
+    // Reached again from inside (a 'lost' or abort listener reading another term, which then
+    // notices the same freeze): end whatever is still held, but it is one suspicion, not two.
+    if (this.suspecting) {
+      for (const h of [...this.enrolled]) h.suspend(`${detector}: ${detail}`);
+      return;
+    }
+    this.suspecting = true;
+    try {
+      this.standDownAll(detector, detail);
+    } finally {
+      this.suspecting = false;
+    }
+  }
+
+  private suspecting = false;
+
+  private standDownAll(detector: SuspicionDetector, detail: string): void {
     const held = [...this.enrolled];
     if (held.length > 0 || detector !== 'wall-clock-jump') {
       this.logger.warn({ detector, detail, held: held.length }, 'leasehold: suspension suspected; standing down');
