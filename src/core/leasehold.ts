@@ -173,7 +173,27 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
 
   /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   claim(req: ClaimRequest): Promise<ClaimResult> {
+    this.checkStoreSettings();
     return this.scheduler.acquire(req);
+  }
+
+  private settingsChecked = false;
+
+  /**
+   * Once per client, at its first claim: store settings that break leasehold's promises without
+   * failing any call (a Redis that may evict lease records) are one warn line each, not silence.
+   */
+  private checkStoreSettings(): void {
+    if (this.settingsChecked || this.store.checkSettings === undefined) return;
+    this.settingsChecked = true;
+    void this.store.checkSettings().then(
+      (found) => {
+        for (const c of found) {
+          if (c.status !== 'ok') this.logger.warn({ store: this.store.description, check: c.check, status: c.status }, `leasehold: store setting: ${c.detail}`);
+        }
+      },
+      () => {}, // never rejects by contract; a store that does anyway costs only the warning
+    );
   }
 
   /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
