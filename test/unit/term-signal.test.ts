@@ -162,3 +162,22 @@ void test('a term from before a new one: assertValid() throws its own loss, neve
     await w.close();
   }
 });
+
+void test('the term signal is still a real AbortSignal: listeners, AbortSignal.any and instanceof work as before', async () => {
+  const w = world();
+  try {
+    const lh = w.leasehold();
+    const lease = lh.lease('job', TIMING);
+    const term = await lease.acquire();
+    assert.ok(term.signal instanceof AbortSignal);
+    const derived = AbortSignal.any([term.signal]);
+    assert.equal(derived.aborted, false);
+    w.clock.block(2 * TTL);
+    // A derived signal follows the term's own, which only a read (or an engine timer) updates.
+    assert.equal(term.signal.aborted, true);
+    assert.equal(derived.aborted, true);
+    assert.ok(derived.reason instanceof LeaseLostError);
+  } finally {
+    await w.close();
+  }
+});
