@@ -192,7 +192,11 @@ async function storeChecks(store: LeaseStore, checks: Check[]): Promise<number> 
   }
   // Settings that break a promise without failing any call (Redis eviction): the store judges
   // its own, since only it knows its key layout.
-  for (const c of (await store.checkSettings?.()) ?? []) checks.push({ ...c });
+  try {
+    for (const c of (await store.checkSettings?.()) ?? []) checks.push({ ...c });
+  } catch (e) {
+    checks.push({ check: 'settings', status: 'warn', detail: `the ${store.kind} store could not check its settings: ${errorMessage(e)}` });
+  }
   return EXIT.OK;
 }
 
