@@ -40,6 +40,7 @@ export type {
   LeasePort,
   LostReason,
   ReleaseRequest,
+  StoreSettingCheck,
 } from '../core/port.js';
 export { MAX_EXPECTED_NONCES } from '../core/port.js';
 

@@ -23,6 +23,9 @@ export const DOCTOR_SPEC = defineCommand({
   schema         the store's schema is the version this leasehold needs (else: leasehold migrate)
   clock-skew     the store's clock against this host's; expiry is judged by the store's clock
                  alone, so skew misleads humans reading timestamps, not the lease (warn > 1s)
+  eviction       Redis: maxmemory-policy is noeviction. Any other policy, volatile-* included
+                 (lease records carry an expiry), can delete a live lease when memory is full and
+                 let a second process lead (fail; warn with no maxmemory set)
   sqlite-driver  SQLite: the driver that opens the file (node:sqlite where Node has it, else
                  better-sqlite3; LEASEHOLD_SQLITE_DRIVER forces one) and its SQLite version
   sqlite-files   SQLite: the store's directory, file, -wal and -shm are not writable by group or
@@ -122,8 +125,8 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   return exitCode;
 }
 
-/** Reachability, schema and clock skew. Returns EXIT.STORE when the store does not answer. */
-async function storeChecks(store: LeaseAdmin, checks: Check[]): Promise<number> {
+/** Reachability, schema, clock skew and the store's own settings. Returns EXIT.STORE when the store does not answer. */
+async function storeChecks(store: LeaseStore, checks: Check[]): Promise<number> {
   // Several clock reads: the first pays for the connection; the fastest bounds the skew best.
   const samples: { rtt: number; skew: number }[] = [];
   let connectMs = 0;
@@ -186,6 +189,13 @@ async function storeChecks(store: LeaseAdmin, checks: Check[]): Promise<number> 
       skewMs: skew,
       uncertaintyMs: pm,
     });
+  }
+  // Settings that break a promise without failing any call (Redis eviction): the store judges
+  // its own, since only it knows its key layout.
+  try {
+    for (const c of (await store.checkSettings?.()) ?? []) checks.push({ ...c });
+  } catch (e) {
+    checks.push({ check: 'settings', status: 'warn', detail: `the ${store.kind} store could not check its settings: ${errorMessage(e)}` });
   }
   return EXIT.OK;
 }

@@ -281,6 +281,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
 
   /** True while this process holds the term and a renewal has landed in time. */
   get isLeader(): boolean {
+    const t = this.term;
+    if (t !== undefined) this.notice(t);
     return this._state === 'leading' && this.term !== undefined && this.clock.monoNow() < this.term.deadline;
   }
 
@@ -291,12 +293,33 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   get token(): bigint {
     const t = this.term;
-    if (t !== undefined && this.clock.monoNow() >= t.deadline) this.passDeadline(t);
+    if (t !== undefined) this.notice(t);
     if (this._state === 'leading' && this.term !== undefined) return this.term.token;
-    if (this._state === 'jeopardy') {
-      throw new NotLeaderError(`lease "${this.name}" is in jeopardy (a renewal failed); not handing out the token until one lands`);
-    }
+    if (this._state === 'jeopardy') throw this.jeopardyError();
     throw new NotLeaderError(`this process does not hold lease "${this.name}"; acquire it first`);
+  }
+
+  private jeopardyError(): NotLeaderError {
+    return new NotLeaderError(`lease "${this.name}" is in jeopardy (a renewal failed); not handing out the token until one lands`);
+  }
+
+  private noticing = false;
+
+  /**
+   * Run by every synchronous read of the term (lease.token, isLeader, the term's signal,
+   * term.assertValid()) before it answers: a suspension or a passed deadline that no timer has
+   * noticed yet ends the term right here, signal and listeners included, so that no two of them
+   * ever disagree. After a freeze the first callback to run is often the user's, not ours.
+   */
+  private notice(t: TermMachine): void {
+    if (this.term !== t || this.noticing) return;
+    this.noticing = true;
+    try {
+      this.host.checkSuspension();
+      if (this.term === t && this.clock.monoNow() >= t.deadline) this.passDeadline(t);
+    } finally {
+      this.noticing = false;
+    }
   }
 
   /**
@@ -483,6 +506,11 @@ export class Lease extends EventEmitter<LeaseEvents> {
     if (this._state === 'closed') throw new ClosedError(`lease "${this.name}" is closed; take a new handle with leasehold.lease()`);
     this.term = term;
     leaseOfTerm.set(term, this);
+    term.probe = () => this.notice(term);
+    term.validate = () => {
+      if (this.term === term && this._state === 'jeopardy') throw this.jeopardyError();
+      return term.token;
+    };
     this._state = 'leading';
     this.armDeadline(term);
     this.armProgress(term);
@@ -671,8 +699,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
 
   /** The term if it is still this process's current one; else its loss (or NotLeaderError). */
   private fenceTerm(term: Term): TermMachine {
-    const t = this.term;
-    if (t !== undefined && t === term && this.clock.monoNow() >= t.deadline) this.passDeadline(t);
+    if (this.term !== undefined && this.term === term) this.notice(this.term);
     if (term.signal.aborted) throw term.signal.reason as Error;
     if (this.term === undefined || this.term !== term) throw new NotLeaderError(`term ${term.token} of lease "${this.name}" is not this process's current term`);
     return this.term;

@@ -173,7 +173,27 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
 
   /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
   claim(req: ClaimRequest): Promise<ClaimResult> {
+    this.checkStoreSettings();
     return this.scheduler.acquire(req);
+  }
+
+  private settingsChecked = false;
+
+  /**
+   * Once per client, at its first claim: store settings that break leasehold's promises without
+   * failing any call (a Redis that may evict lease records) are one warn line each, not silence.
+   */
+  private checkStoreSettings(): void {
+    if (this.settingsChecked || this.store.checkSettings === undefined) return;
+    this.settingsChecked = true;
+    void this.store.checkSettings().then(
+      (found) => {
+        for (const c of found) {
+          if (c.status !== 'ok') this.logger.warn({ store: this.store.description, check: c.check, status: c.status }, `leasehold: store setting: ${c.detail}`);
+        }
+      },
+      () => {}, // never rejects by contract; a store that does anyway costs only the warning
+    );
   }
 
   /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
@@ -288,6 +308,23 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
    * "suspended" and the detector in the message), take a new identity, contend afresh.
    */
   suspect(detector: SuspicionDetector, detail: string): void {
+    // Reached again from inside (a 'lost' or abort listener reading another term, which then
+    // notices the same freeze): end whatever is still held, but it is one suspicion, not two.
+    if (this.suspecting) {
+      for (const h of [...this.enrolled]) h.suspend(`${detector}: ${detail}`);
+      return;
+    }
+    this.suspecting = true;
+    try {
+      this.standDownAll(detector, detail);
+    } finally {
+      this.suspecting = false;
+    }
+  }
+
+  private suspecting = false;
+
+  private standDownAll(detector: SuspicionDetector, detail: string): void {
     const held = [...this.enrolled];
     if (held.length > 0 || detector !== 'wall-clock-jump') {
       this.logger.warn({ detector, detail, held: held.length }, 'leasehold: suspension suspected; standing down');

@@ -154,5 +154,23 @@ export interface LeasePort {
    */
   readonly handover?: true;
 
+  /**
+   * Optional: settings of the store that can break leasehold's promises without failing a single
+   * call (Redis: a maxmemory-policy that may evict a live lease record). `leasehold doctor`
+   * prints each finding and fails on a `fail`; the client logs every finding that is not `ok`
+   * once, at warn, when it first claims. Resolves (never rejects) with the findings.
+   */
+  checkSettings?(options?: CallOptions): Promise<StoreSettingCheck[]>;
+
   close(): Promise<void>;
+}
+
+/** One finding of {@link LeasePort.checkSettings}, in `leasehold doctor`'s shape. */
+export interface StoreSettingCheck {
+  /** What was checked, one word (`eviction`). */
+  check: string;
+  /** `fail`: it can break a promise now; `warn`: it would after a change, or could not be read. */
+  status: 'ok' | 'warn' | 'fail';
+  /** What was found, what it means and what to set. */
+  detail: string;
 }

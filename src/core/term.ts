@@ -13,10 +13,22 @@ export interface Term {
   readonly token: bigint;
   /** The holder id this term was acquired under. */
   readonly holder: string;
-  /** Aborts, with a LeaseLostError as its reason, when the term ends for any reason. */
+  /**
+   * Aborts, with a LeaseLostError as its reason, when the term ends for any reason. Reading it
+   * (`aborted`, `reason`, `throwIfAborted()`) first checks the local deadline and the suspension
+   * detectors, so after a freeze it reads aborted at the same moment `lease.token` would refuse,
+   * even before any timer has run: check it right before each write.
+   */
   readonly signal: AbortSignal;
   /** When the term began, by the store's clock. */
   readonly acquiredAtMs: number;
+  /**
+   * The one check to make right before each write: returns the token while this term may still
+   * write with it, exactly when `lease.token` would.
+   * @throws {LeaseLostError} the term is over (its signal has aborted, with this error as reason).
+   * @throws {NotLeaderError} a renewal is overdue or failed (jeopardy): wait for it, or stop.
+   */
+  assertValid(): bigint;
 }
 
 /** Unanswered renewal nonces remembered per term (etcd compares at most eight per renewal). */
@@ -76,7 +88,16 @@ export class TermMachine implements Term {
   readonly holder: string;
   readonly acquiredAtMs: number;
   readonly controller = new AbortController();
-  readonly signal: AbortSignal = this.controller.signal;
+  readonly signal: AbortSignal = probedSignal(this.controller.signal, () => {
+    if (!this.ended) this.probe?.();
+  });
+  /**
+   * Set by the Lease: run before every read of the signal (and by assertValid). It notices a
+   * passed deadline or a suspension no timer has noticed yet, and ends the term right there.
+   */
+  probe: (() => void) | undefined;
+  /** Set by the Lease: assertValid's answer while the term has not ended (the token, or a throw). */
+  validate: (() => bigint) | undefined;
   phase: 'leading' | 'jeopardy' | 'ended' = 'leading';
   /** The nonce the store confirmed last. */
   confirmed: string;
@@ -138,6 +159,12 @@ export class TermMachine implements Term {
 
   get ended(): boolean {
     return this.phase === 'ended';
+  }
+
+  assertValid(): bigint {
+    this.probe?.();
+    if (this.ended) throw this.controller.signal.reason as Error;
+    return this.validate !== undefined ? this.validate() : this.token;
   }
 
   /** When the scheduler should send this term's next renewal: -Infinity when someone waits for one; undefined for none. */
@@ -252,6 +279,47 @@ export class TermMachine implements Term {
     this.phase = 'ended';
     return this.waiters.splice(0);
   }
+}
+
+const abortSignalProto = AbortSignal.prototype as AbortSignal;
+const abortedOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'aborted')!.get!;
+const reasonOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'reason')!.get!;
+
+/**
+ * `signal`, with `probe` run before each read of `aborted`, `reason` and `throwIfAborted()`.
+ * Timers alone cannot keep the signal in step with the token: after a freeze (SIGSTOP, a
+ * blocked loop) every overdue timer fires in due order, and a work loop's is usually due before
+ * the engine's, so it would read "not aborted" and write with a stale token one turn before the
+ * deadline timer aborts. The probe aborts first, synchronously, its listeners included. The
+ * signal stays a real AbortSignal (an own getter on the instance, not a Proxy: EventTarget and
+ * AbortSignal.any check the instance's internal slots).
+ */
+function probedSignal(signal: AbortSignal, probe: () => void): AbortSignal {
+  Object.defineProperties(signal, {
+    aborted: {
+      configurable: true,
+      get(this: AbortSignal): boolean {
+        probe();
+        return abortedOf.call(this) as boolean;
+      },
+    },
+    reason: {
+      configurable: true,
+      get(this: AbortSignal): unknown {
+        probe();
+        return reasonOf.call(this);
+      },
+    },
+    throwIfAborted: {
+      configurable: true,
+      writable: true,
+      value(this: AbortSignal): void {
+        probe();
+        abortSignalProto.throwIfAborted.call(this);
+      },
+    },
+  });
+  return signal;
 }
 
 /** Fence: one fenced write's view of its term; see Lease.fenceWrite. */

@@ -14,12 +14,14 @@ import type {
   ReleaseRequest,
   RevokeResult,
   SchemaStatus,
+  StoreSettingCheck,
   MigrateOptions,
   MigrateResult,
 } from '../store.js';
 import { DEFAULT_PREFIX, createOwnedDriver, parseRedisUrl, validatePrefix } from './connect.js';
 import { driverFor, type RedisClientLike, type RedisDriver, type SubscriberHandle } from './driver.js';
 import { keysFor, type RedisKeys } from './keys.js';
+import { evictionCheck } from './eviction.js';
 import { ScriptRunner } from './runner.js';
 import {
   CLAIM,
@@ -190,6 +192,11 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
     // acquired before it, which the resource's fence already refuses once a newer term wrote.
     const [floor, raised] = await this.run(RAISE_FLOOR, [this.keys.floor], [minToken.toString()], options);
     return { current, expected: LAYOUT_VERSION, tokenFloor: { floor: BigInt(floor!), raised: raised === '1', endedTerms: 0 } };
+  }
+
+  /** `leasehold doctor`'s `eviction` check, also logged by the client (eviction.ts): only noeviction keeps every lease record. */
+  async checkSettings(options?: CallOptions): Promise<StoreSettingCheck[]> {
+    return [await evictionCheck(this.scripts, this.keys.layout, options?.signal)];
   }
 
   async nextToken(options?: CallOptions & { name?: string }): Promise<bigint> {
