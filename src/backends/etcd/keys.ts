@@ -32,6 +32,10 @@ import type { HistoryEvent } from '../store.js';
  *   {p}/token-floor             optional (migrate --min-token): added to every create revision,
  *                               so tokens are revision + floor. Every transaction compares its
  *                               mod revision, so no process issues a token under an old floor.
+ *   {p}/restore/ack             optional (migrate --min-token): the revision-over-raft-index gap
+ *                               an operator accepted (restore.ts); decimal.
+ *   {p}/restore/rewound         optional: JSON {seen, found, atMs}, left by a process that saw
+ *                               etcd's revision go back; no grants until migrate deletes it.
  */
 
 /** Bump when the layout changes incompatibly. `leasehold doctor` compares it. */
@@ -47,6 +51,9 @@ export class EtcdKeys {
   readonly sessionPrefix: string;
   readonly endedPrefix: string;
   readonly floorKey: Buffer;
+  readonly restorePrefix: string;
+  readonly restoreAck: Buffer;
+  readonly restoreRewound: Buffer;
   /** The token floor this process last read, and the floor key's mod revision then ('0': absent). */
   floor = 0n;
   floorRev = '0';
@@ -62,6 +69,9 @@ export class EtcdKeys {
     this.sessionPrefix = `${prefix}/session/`;
     this.endedPrefix = `${prefix}/ended/`;
     this.floorKey = Buffer.from(`${prefix}/token-floor`);
+    this.restorePrefix = `${prefix}/restore/`;
+    this.restoreAck = Buffer.from(`${prefix}/restore/ack`);
+    this.restoreRewound = Buffer.from(`${prefix}/restore/rewound`);
   }
 
   /** A term's fencing token: its key's create revision plus the floor. */
