@@ -286,14 +286,13 @@ export class EtcdStore implements LeaseStore {
     const deadline = this.begin(options);
     await this.loadFloor(deadline);
     if (requests.length === 0) return [];
-    // Only a contender can be granted a term (a renewal keeps its token), so only those batches
-    // pay for the restore check, and at most once per RECHECK_MS.
+    // Only a contender can be granted a term (a renewal keeps its token): claimBatch checks for a
+    // restore before granting (at most once per RECHECK_MS), and this looks at the answers after.
     const mayGrant = requests.some((r) => r.expect === null);
     try {
       // One attempt on one member: well inside the shortest renew interval (ttl/3 by default),
       // so a hung member leaves time for another to answer before the term's deadline.
       const attemptMs = Math.min(2000, Math.max(200, Math.min(...requests.map((r) => r.ttlMs)) / 8));
-      if (mayGrant) await this.restore.beforeGrant(deadline, attemptMs);
       const results = await claimBatch(
         {
           client: this.client,
@@ -304,6 +303,7 @@ export class EtcdStore implements LeaseStore {
           leaseFor: (ttlMs, d) => this.leaseFor(ttlMs, d, attemptMs),
           call: { signal: options?.signal, attemptMs },
           sessions: this.client.canKeepAlive ? this.sessions : undefined,
+          beforeGrant: (d) => this.restore.beforeGrant(d, attemptMs),
         },
         requests,
         deadline,
