@@ -7,6 +7,8 @@ import Database from 'better-sqlite3';
 import { createEtcdStore, type EtcdStore } from '../../src/backends/etcd/index.js';
 import type { ClaimRequest } from '../../src/backends/store.js';
 import { createSqliteFenceTable, fencedWriteSync } from '../../src/fence/index.js';
+import { spawnSync } from 'node:child_process';
+import { BIN } from '../cli/helpers.js';
 import { ETCDCTL_BIN, ETCD_BIN, throwawayEtcd, type ThrowawayEtcd } from '../helpers/throwaway-etcd.js';
 
 // Issue 28 row 5 and its class: a store restored from an old backup must not hand a new term a
@@ -76,6 +78,13 @@ async function termsAfterRestore(store: EtcdStore, fence: ReturnType<typeof reso
   return { tokens };
 }
 
+/** `leasehold doctor --json` as a subprocess; the named check. */
+function doctor(url: string, highWater: bigint): { code: number | null; check: { status: string; detail: string; minToken?: string } | undefined } {
+  const r = spawnSync(process.execPath, [BIN, 'doctor', '--json', '--store', url, '--fence-high-water', highWater.toString()], { encoding: 'utf8' });
+  const checks = (JSON.parse(r.stdout) as { checks: { check: string; status: string; detail: string; minToken?: string }[] }).checks;
+  return { code: r.status, check: checks.find((c) => c.check === 'restore') };
+}
+
 const open = (e: ThrowawayEtcd, prefix: string): Promise<EtcdStore> => createEtcdStore({ url: e.url, prefix, callTimeoutMs: 3000 });
 
 void describe('restored stores: etcd', { skip: missing }, () => {
@@ -111,15 +120,24 @@ void describe('restored stores: etcd', { skip: missing }, () => {
       assert.equal(refused?.name, 'StoreRestoredError', `grants after the restore: ${String(refused)}`);
       assert.match(refused.message, /leasehold migrate --store URL --min-token N/);
 
-      // The operator raises the floor to the fence's high-water mark: terms resume above it.
+      // doctor says so, and which N to use (the high-water mark passed to it).
       const hw = fence.highWater();
       assert.equal(hw, issued.at(-1));
+      const url = `${etcd.url}?prefix=snapshot`;
+      const before = doctor(url, hw);
+      assert.equal(before.code, 1);
+      assert.equal(before.check?.status, 'fail', JSON.stringify(before.check));
+      assert.equal(before.check.minToken, hw.toString());
+      assert.match(before.check.detail, new RegExp(`leasehold migrate --min-token ${hw}\``));
+
+      // The operator raises the floor to the fence's high-water mark: terms resume above it.
       const m = await store.migrate({ minToken: hw });
       assert.equal(m.tokenFloor?.floor, hw);
       const resumed: bigint[] = [];
       await term(store, 'resumed', fence, resumed);
       assert.ok(resumed[0]! > hw, `token ${resumed[0]} is above the high-water mark ${hw}`);
       assert.deepEqual(fence.twice(), []);
+      assert.equal(doctor(url, hw).check?.status, 'ok');
 
       // A second restore, from a snapshot taken after that migrate, is caught again.
       const snap2 = etcd.snapshot('after-migrate.db');
