@@ -277,6 +277,36 @@ void describe('restored stores: Redis (an RDB saved earlier)', () => {
   });
 });
 
+void describe('restored stores: Redis with a token floor above its clock', () => {
+  // A floor set with migrate --min-token above TIME in microseconds (a clock that went back, a
+  // fence fed by another store) used to turn tokens into a counter from the floor up, which an
+  // old dump rewinds. The floor now moves with the clock from when it was set.
+  void it('a Redis restarted from a dump saved after a floor above the clock still issues larger tokens', async () => {
+    await using redis = await throwawayRedis();
+    const fence = resource();
+    try {
+      const issued: bigint[] = [];
+      let store = await openStore(redis.url);
+      const floor = 5_000_000_000_000_000n; // above TIME in microseconds (~1.8e15), below 2^53
+      await store.migrate({ minToken: floor });
+      for (let i = 0; i < 3; i++) await term(store, `early-${i}`, fence, issued);
+      const rdb = redis.save();
+      for (let i = 0; i < 5; i++) await term(store, `late-${i}`, fence, issued);
+      await store.close();
+      await redis.restart(rdb);
+      store = await openStore(redis.url);
+      const { tokens } = await termsAfterRestore(store, fence, 5);
+      const top = issued.reduce((a, b) => (b > a ? b : a));
+      assert.deepEqual(tokens.filter((t) => issued.includes(t)), [], `reissued (before: ${issued.join(', ')}; after: ${tokens.join(', ')})`);
+      assert.deepEqual(fence.twice(), []);
+      assert.ok(tokens.length === 5 && tokens.every((t) => t > top), `after the restore: ${tokens.join(', ')}; issued before: up to ${top}`);
+      await store.close();
+    } finally {
+      fence.close();
+    }
+  });
+});
+
 void describe('restored stores: SQLite (a copy of an old file) and PostgreSQL (a dump)', () => {
   // Neither can tell a restored database from a live one (the fence table beside the leases comes
   // back with it; a resource elsewhere does not): the operator raises the floor before any process
