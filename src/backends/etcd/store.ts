@@ -239,7 +239,7 @@ export class EtcdStore implements LeaseStore {
     this.restore.acknowledged();
   }
 
-  /** For `doctor`: why this etcd looks restored from an old backup, or null. */
+  /** For `doctor`: whether this etcd looks restored from an older backup (restore.ts), and why. */
   async restoreCheck(options?: CallOptions): Promise<{ restored: boolean; detail: string; seenToken?: bigint }> {
     const deadline = this.begin(options);
     await this.loadFloor(deadline);
