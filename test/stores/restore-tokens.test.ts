@@ -162,6 +162,34 @@ void describe('restored stores: etcd', { skip: missing }, () => {
     }
   });
 
+  void it('a process whose watch was open across a snapshot restore checks again at its next grant, though it saw no lower revision', async () => {
+    const fence = resource();
+    try {
+      const issued: bigint[] = [];
+      const a = await open(etcd, 'watching');
+      await a.migrate({ minToken: fence.highWater() });
+      const stopWatch = await a.watchFreed(() => undefined);
+      for (let i = 0; i < 10; i++) await term(a, `a-${i}`, fence, issued);
+      // The snapshot is taken right after A's last answer, so after the restore A never sees a
+      // revision below one it saw; B's terms after the snapshot are what a restore would repeat.
+      const snap = etcd.snapshot('watching.db');
+      const b = await open(etcd, 'watching');
+      for (let i = 0; i < 3; i++) await term(b, `b-${i}`, fence, issued);
+      await b.close();
+      await etcd.stop();
+      await etcd.start(etcd.restore(snap, 'watching-restored'));
+
+      const { refused, tokens } = await termsAfterRestore(a, fence, 6);
+      assert.deepEqual(tokens.filter((t) => issued.includes(t)), [], `reissued (before: ${issued.join(', ')}; after: ${tokens.join(', ')})`);
+      assert.deepEqual(fence.twice(), []);
+      assert.equal(refused?.name, 'StoreRestoredError', String(refused));
+      await stopWatch();
+      await a.close();
+    } finally {
+      fence.close();
+    }
+  });
+
   void it('a process that was running across a restore of a copied data dir stops granting, and leaves a mark that stops fresh processes too', async () => {
     const fence = resource();
     try {

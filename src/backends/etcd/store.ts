@@ -567,6 +567,8 @@ export class EtcdStore implements LeaseStore {
     const dropped = (): void => {
       // Deletes may be missed from now on: no claim may take the quiet path on what we saw.
       for (const [name, s] of this.seen) if (s.termHeld === true) this.seen.set(name, { ...s, termHeld: false });
+      // etcd may be coming back from a backup: the next grant checks for a restore first.
+      this.restore.recheck();
       onDown?.();
     };
     const handle = await watchTermDeletes(this.client, this.keys, freed, onReconnect, this.callTimeoutMs, dropped);
