@@ -139,6 +139,13 @@ export interface LeaseAdmin {
    */
   fenceHighWater?(options?: CallOptions & { limit?: number }): Promise<{ resource: string; token: bigint }[]>;
 
+  /**
+   * Optional: whether the store looks restored from an older backup, so that it would issue
+   * tokens again (etcd: restore.ts). While `restored`, the store grants no term;
+   * `migrate --min-token` clears it. `seenToken`: the highest token known issued before.
+   */
+  restoreCheck?(options?: CallOptions): Promise<{ restored: boolean; detail: string; seenToken?: bigint }>;
+
   close(): Promise<void>;
 }
 

@@ -37,7 +37,11 @@ export const DOCTOR_SPEC = defineCommand({
                  mark at or above it means the store lost its history and every new term's
                  writes will be fenced (fail; remedy: leasehold migrate --min-token N).
                  --fence-lease NAME compares with that lease's next token instead of the
-                 highest any lease would get`,
+                 highest any lease would get
+  restore        etcd: the store does not look restored from an older backup (its revisions
+                 ahead of its raft log, or a mark left by a process that saw them go back);
+                 while it does, no term is granted (fail; remedy: leasehold migrate
+                 --min-token N, N at least every fenced resource's high-water mark)`,
   flags: {
     ...STORE_FLAGS,
     json: {
@@ -107,6 +111,8 @@ export async function doctorCommand(argv: string[]): Promise<number> {
       if (exitCode === EXIT.OK) {
         const c = await tokenFloorCheck(store, highWater, values['fence-lease']);
         if (c !== undefined) checks.push(c);
+        const r = await restoreCheck(store, c);
+        if (r !== undefined) checks.push(r);
       }
     } finally {
       await store.close();
@@ -250,6 +256,28 @@ async function tokenFloorCheck(store: LeaseAdmin, given: bigint | undefined, lea
     return { check: 'token-floor', status: 'ok', detail: `highest mark ${top.token} (${top.source}) is below the next token for ${of} (${next})`, ...extra };
   } catch (e) {
     return { check: 'token-floor', status: 'fail', detail: errorMessage(e) };
+  }
+}
+
+/**
+ * A store restored from an older backup issues tokens again, and a fence accepts one equal to its
+ * high-water mark, so the token-floor comparison alone can pass on a restored store. The store
+ * refuses to grant until `migrate --min-token`; this says so, with the N to use when it is known.
+ */
+async function restoreCheck(store: LeaseAdmin, floor: Check | undefined): Promise<Check | undefined> {
+  if (store.restoreCheck === undefined) return undefined;
+  try {
+    const r = await store.restoreCheck();
+    if (!r.restored) return { check: 'restore', status: 'ok', detail: r.detail };
+    const marks = [r.seenToken, typeof floor?.['highWater'] === 'string' ? BigInt(floor['highWater']) : undefined].filter((t): t is bigint => t !== undefined);
+    const n = marks.length === 0 ? undefined : marks.reduce((a, b) => (b > a ? b : a));
+    const how =
+      n === undefined
+        ? 'run `leasehold migrate --min-token N` with the same --store, N at least the highest token any fenced resource has accepted (pass it as --fence-high-water N to check)'
+        : `run \`leasehold migrate --min-token ${n}\` with the same --store (or higher: N must be at least every fenced resource's high-water mark)`;
+    return { check: 'restore', status: 'fail', detail: `${r.detail}. To resume, ${how}`, ...(n === undefined ? {} : { minToken: n.toString() }) };
+  } catch (e) {
+    return { check: 'restore', status: 'fail', detail: errorMessage(e) };
   }
 }
 

@@ -71,6 +71,23 @@ export class StoreError extends LeaseholdError {
   }
 }
 
+/**
+ * The store was restored from an older backup (or lost its history), so the tokens it would
+ * issue next may already have been issued before the restore: a fence accepts a token equal to
+ * its high-water mark, so a reissued token would let a second holder through. No term is granted
+ * until an operator runs `leasehold migrate --min-token N` with N at least the highest token any
+ * fenced resource accepted. A `StoreError`: not retryable, since waiting does not fix it.
+ */
+export class StoreRestoredError extends StoreError {
+  /** The highest token this process (or the one that left the mark) saw before the restore, when known. */
+  readonly seenToken: bigint | undefined;
+
+  constructor(message: string, options: LeaseholdErrorOptions & { seenToken?: bigint } = {}) {
+    super(message, options);
+    this.seenToken = options.seenToken;
+  }
+}
+
 export type LeaseLostReason =
   /** No renewal landed before the local deadline (store slow, down, or the process was paused). */
   | 'expired'

@@ -110,6 +110,8 @@ interface ClaimContext {
   leaseFor(ttlMs: number, deadline: number): Promise<Grant>;
   /** Sessions, when the client can keep a lease alive (session.ts); otherwise every renewal moves its terms. */
   sessions?: SessionBook;
+  /** Before the first round that may grant a term: refuses on a restored etcd (restore.ts). */
+  beforeGrant?(deadline: number): Promise<void>;
 }
 
 /** A live term two clones renew: the round after the reads ends it (see above). */
@@ -184,6 +186,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     const seen = ctx.seen.get(req.name) ?? NEVER_SEEN;
     return { index, req, seen, quiet: req.expect === null && watched && seen.termHeld === true };
   });
+  let checked = false;
   for (let round = 0; pending.length > 0; round++) {
     if (round >= MAX_ROUNDS) {
       throw new StoreUnavailableError(
@@ -195,6 +198,12 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     // its nonce as a clone's, ending a healthy term as a conflict). Nothing more goes out.
     if (ctx.call.signal?.aborted === true) {
       throw new StoreUnavailableError('the claim was abandoned by its caller before round ' + String(round + 1) + '; this is retryable');
+    }
+    // A contender that is not quiet may be granted a term, at a token a restored etcd would
+    // issue again; a quiet read that finds the key gone comes back here as not quiet.
+    if (!checked && ctx.beforeGrant !== undefined && pending.some((p) => p.quiet !== true && p.req.expect === null)) {
+      checked = true;
+      await ctx.beforeGrant(deadline);
     }
     // One LeaseGrant per distinct TTL, the first time a non-quiet request of the batch needs it.
     const ttls = [...new Set(pending.filter((p) => p.quiet !== true && grantOf(p.req) === undefined).map((p) => p.req.ttlMs))];

@@ -149,8 +149,22 @@ export interface Etcd3Like {
      */
     leaseKeepAlive?(options?: EtcdCallOptions): Promise<EtcdKeepAliveStream>;
   };
+  /**
+   * Optional for a client you pass in: the member's Status, whose raft applied index against the
+   * revision tells a restored snapshot from a live history (restore.ts). Without it, only a
+   * process that saw a later revision notices a restore.
+   */
+  readonly maintenance?: {
+    status(options?: EtcdCallOptions): Promise<EtcdStatusResponse>;
+  };
   watch(): EtcdWatchBuilderLike;
   close(): void;
+}
+
+/** The part of etcd's StatusResponse the restore check reads (int64s as decimal strings). */
+export interface EtcdStatusResponse {
+  header?: EtcdResponseHeader | null;
+  raftAppliedIndex?: string;
 }
 
 /** The etcd3 constructor options leasehold sets when it creates the client itself. */

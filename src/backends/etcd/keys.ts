@@ -33,6 +33,10 @@ import type { HistoryEvent } from '../store.js';
  *                               so tokens are revision + floor. Every transaction compares its
  *                               mod revision, so no process issues a token under an old floor.
  *   {p}/fleet/...               the fleet registry (fleet.ts); {p}/slots/... the slot ledger (slots.ts).
+ *   {p}/restore/ack             optional (migrate --min-token): the revision-over-raft-index gap
+ *                               an operator accepted (restore.ts); decimal.
+ *   {p}/restore/rewound         optional: JSON {seen, found, atMs}, left by a process that saw
+ *                               etcd's revision go back; no grants until migrate deletes it.
  */
 
 /**
@@ -46,7 +50,7 @@ import type { HistoryEvent } from '../store.js';
  * `a/` and `b/` to share a key one must start with the other. Adding a name here is a change
  * of the prefix rule: it refuses prefixes it accepted before.
  */
-export const ETCD_SUBSPACES = ['schema-version', 'token-floor', 'term', 'state', 'renew', 'session', 'ended', 'history', 'fleet', 'slots'] as const;
+export const ETCD_SUBSPACES = ['schema-version', 'token-floor', 'term', 'state', 'renew', 'session', 'ended', 'history', 'fleet', 'slots', 'restore'] as const;
 
 /**
  * The first segment after the first that names a sub-space (a prefix that would lie inside the
@@ -78,6 +82,9 @@ export class EtcdKeys {
   readonly fleetPrefix: string;
   readonly slotsPrefix: string;
   readonly floorKey: Buffer;
+  readonly restorePrefix: string;
+  readonly restoreAck: Buffer;
+  readonly restoreRewound: Buffer;
   /** The token floor this process last read, and the floor key's mod revision then ('0': absent). */
   floor = 0n;
   floorRev = '0';
@@ -95,6 +102,9 @@ export class EtcdKeys {
     this.fleetPrefix = `${prefix}/fleet/`;
     this.slotsPrefix = `${prefix}/slots/`;
     this.floorKey = Buffer.from(`${prefix}/token-floor`);
+    this.restorePrefix = `${prefix}/restore/`;
+    this.restoreAck = Buffer.from(`${prefix}/restore/ack`);
+    this.restoreRewound = Buffer.from(`${prefix}/restore/rewound`);
   }
 
   /** A term's fencing token: its key's create revision plus the floor. */

@@ -1,5 +1,5 @@
 import { StoreUnavailableError } from '../../core/errors.js';
-import type { Etcd3Like, EtcdCallOptions, EtcdKeepAliveStream, EtcdRangeRequest, EtcdRangeResponse, EtcdTxnRequest, EtcdTxnResponse, EtcdWatchBuilderLike } from './client.js';
+import type { Etcd3Like, EtcdCallOptions, EtcdKeepAliveStream, EtcdRangeRequest, EtcdRangeResponse, EtcdStatusResponse, EtcdTxnRequest, EtcdTxnResponse, EtcdWatchBuilderLike } from './client.js';
 import { EtcdKeepAliveError, isTransient } from './client.js';
 
 /**
@@ -59,9 +59,46 @@ export class MemberPool {
   }
 
   readonly kv = {
-    txn: (req: EtcdTxnRequest, o: MemberCallOptions): Promise<EtcdTxnResponse> => this.call((c, d) => c.kv.txn(req, d), o),
-    range: (req: EtcdRangeRequest, o: MemberCallOptions): Promise<EtcdRangeResponse> => this.call((c, d) => c.kv.range(req, d), o),
+    txn: (req: EtcdTxnRequest, o: MemberCallOptions): Promise<EtcdTxnResponse> => this.noted(this.call((c, d) => c.kv.txn(req, d), o)),
+    range: (req: EtcdRangeRequest, o: MemberCallOptions): Promise<EtcdRangeResponse> => this.noted(this.call((c, d) => c.kv.range(req, d), o)),
   };
+
+  /** The highest revision a KV answer carried, and the first answer found below what came before it. */
+  private highestRevision = 0n;
+  private rewound: { seen: bigint; found: bigint } | undefined;
+
+  /**
+   * KV answers are linearizable (leasehold never asks for serializable reads), so an answer to a
+   * call sent after another's answer arrived carries at least that revision, whichever member
+   * serves it. Lower means etcd's history went back: a restore or a wipe (restore.ts). Answers
+   * to calls that overlapped may come back in any order, so each is compared only with what had
+   * arrived before it was sent.
+   */
+  private noted<T extends { header?: { revision: string } | null }>(p: Promise<T>): Promise<T> {
+    const before = this.highestRevision;
+    return p.then((r) => {
+      const raw = r.header?.revision;
+      if (raw === undefined || raw === '' || raw === '0') return r;
+      const rev = BigInt(raw);
+      if (rev < before && this.rewound === undefined) this.rewound = { seen: before, found: rev };
+      if (rev > this.highestRevision) this.highestRevision = rev;
+      return r;
+    });
+  }
+
+  /** The revision drop seen since the last call, if any (consumed: the caller remembers it). */
+  takeRewound(): { seen: bigint; found: bigint } | undefined {
+    const r = this.rewound;
+    this.rewound = undefined;
+    if (r !== undefined) this.highestRevision = r.found;
+    return r;
+  }
+
+  /** Status of a member (undefined: a client passed in without `maintenance`). */
+  status(o: MemberCallOptions): Promise<EtcdStatusResponse> | undefined {
+    if (!this.members.every((c) => c.maintenance !== undefined)) return undefined;
+    return this.call((c, d) => c.maintenance!.status(d), o);
+  }
 
   readonly leaseClient = {
     leaseGrant: (req: { TTL: number }, o: MemberCallOptions): Promise<{ ID: string; TTL: string; error?: string }> =>

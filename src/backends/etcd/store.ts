@@ -1,4 +1,4 @@
-import { ClosedError, ConfigError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, StoreRestoredError, StoreUnavailableError } from '../../core/errors.js';
 import { newNonce } from '../../core/identity.js';
 import { validateMinToken } from '../min-token.js';
 import { historyLimit } from '../checks.js';
@@ -35,6 +35,7 @@ import {
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 import { watchTermDeletes } from './watch.js';
 import { SessionBook } from './session.js';
+import { RestoreGuard } from './restore.js';
 
 export interface EtcdStoreOptions {
   /**
@@ -79,6 +80,8 @@ export class EtcdStore implements LeaseStore {
   private readonly maxOpsPerTxn: number;
   private readonly seen = new Map<string, SeenState>();
   private readonly sessions = new SessionBook();
+  /** Refuses grants on an etcd restored from an old backup (restore.ts). */
+  private readonly restore: RestoreGuard;
   private readonly grants = new Map<number, { promise: Promise<Grant>; grant?: Grant; sentAtMs: number }>();
   private closed = false;
   private watching: { stop: () => Promise<void>; up: () => boolean } | undefined;
@@ -88,6 +91,7 @@ export class EtcdStore implements LeaseStore {
     this.ownsClient = ownsClient;
     this.prefix = validatePrefix(prefix);
     this.keys = new EtcdKeys(this.prefix);
+    this.restore = new RestoreGuard(this.client, this.keys);
     this.description = `${description} (prefix ${this.prefix}/)`;
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     if (!Number.isFinite(this.callTimeoutMs) || this.callTimeoutMs <= 0) {
@@ -218,7 +222,30 @@ export class EtcdStore implements LeaseStore {
       else if (found !== SCHEMA_VERSION) throw schemaError(this.keys, found);
     }
     if (minToken === undefined) return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION };
-    return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION, tokenFloor: await this.raiseFloor(minToken, deadline) };
+    const tokenFloor = await this.raiseFloor(minToken, deadline);
+    await this.acknowledgeRestore(deadline);
+    return { current: SCHEMA_VERSION, expected: SCHEMA_VERSION, tokenFloor };
+  }
+
+  /**
+   * `migrate --min-token` is the operator's word that tokens above the floor were never issued:
+   * the restore guard accepts the raft-log gap as it is now (+1: Status reads the revision a
+   * moment before the applied index) and forgets any drop a process recorded (restore.ts).
+   */
+  private async acknowledgeRestore(deadline: number): Promise<void> {
+    const gap = await this.restore.currentGap(deadline);
+    const ack = gap === undefined ? [] : [{ request_put: { key: this.keys.restoreAck, value: Buffer.from(String(gap + 1n > 0n ? gap + 1n : 0n)) } }];
+    await this.txn({ compare: [], success: [...ack, { request_delete_range: { key: this.keys.restoreRewound } }], failure: [] }, deadline, 'migrate --min-token');
+    this.restore.acknowledged();
+  }
+
+  /** For `doctor`: whether this etcd looks restored from an older backup (restore.ts), and why. */
+  async restoreCheck(options?: CallOptions): Promise<{ restored: boolean; detail: string; seenToken?: bigint }> {
+    const deadline = this.begin(options);
+    await this.loadFloor(deadline);
+    const err = await this.restore.status(deadline);
+    if (err === undefined) return { restored: false, detail: 'no sign of a restore (raft log against revisions, and no mark left by a process)' };
+    return { restored: true, detail: err.message, ...(err.seenToken === undefined ? {} : { seenToken: err.seenToken }) };
   }
 
   /**
@@ -259,11 +286,14 @@ export class EtcdStore implements LeaseStore {
     const deadline = this.begin(options);
     await this.loadFloor(deadline);
     if (requests.length === 0) return [];
+    // Only a contender can be granted a term (a renewal keeps its token): claimBatch checks for a
+    // restore before granting (at most once per RECHECK_MS), and this looks at the answers after.
+    const mayGrant = requests.some((r) => r.expect === null);
     try {
       // One attempt on one member: well inside the shortest renew interval (ttl/3 by default),
       // so a hung member leaves time for another to answer before the term's deadline.
       const attemptMs = Math.min(2000, Math.max(200, Math.min(...requests.map((r) => r.ttlMs)) / 8));
-      return await claimBatch(
+      const results = await claimBatch(
         {
           client: this.client,
           keys: this.keys,
@@ -273,13 +303,18 @@ export class EtcdStore implements LeaseStore {
           leaseFor: (ttlMs, d) => this.leaseFor(ttlMs, d, attemptMs),
           call: { signal: options?.signal, attemptMs },
           sessions: this.client.canKeepAlive ? this.sessions : undefined,
+          beforeGrant: (d) => this.restore.beforeGrant(d, attemptMs),
         },
         requests,
         deadline,
       );
+      if (mayGrant) await this.restore.afterGrant(deadline, attemptMs);
+      return results;
     } catch (err) {
       // A cached lease may be what failed (revoked by an operator, or lost with a restored etcd).
       this.grants.clear();
+      // etcd may have been restarted, perhaps from a backup: the next grant checks again.
+      if (!(err instanceof StoreRestoredError)) this.restore.recheck();
       throw err;
     }
   }
@@ -532,6 +567,8 @@ export class EtcdStore implements LeaseStore {
     const dropped = (): void => {
       // Deletes may be missed from now on: no claim may take the quiet path on what we saw.
       for (const [name, s] of this.seen) if (s.termHeld === true) this.seen.set(name, { ...s, termHeld: false });
+      // etcd may be coming back from a backup: the next grant checks for a restore first.
+      this.restore.recheck();
       onDown?.();
     };
     const handle = await watchTermDeletes(this.client, this.keys, freed, onReconnect, this.callTimeoutMs, dropped);

@@ -78,7 +78,11 @@ local function pick(want, only, except, rand)
 end
 local function next_generation()
   local g = (tonumber(redis.call('GET', KEYS[3]) or '0') or 0) + 1
+  -- The floor in force moves with the clock from when it was set (scripts.ts FLOOR_NOW), so
+  -- generations above it stay time-derived and a restart from an older dump cannot repeat them.
   local floor = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+  local at = KEYS[5] and tonumber(redis.call('GET', KEYS[5]) or '')
+  if at and now_us > at then floor = floor + (now_us - at) end
   if now_us > g then g = now_us end
   if floor + 1 > g then g = floor + 1 end
   if g >= 9007199254740992 then
@@ -170,7 +174,7 @@ return out
 );
 
 /**
- * KEYS: [1] agents set, [2] the ownership hash, [3] generation counter, [4] token floor.
+ * KEYS: [1] agents set, [2] the ownership hash, [3] generation counter, [4] token floor, [5] its floor-at.
  * ARGV: AP, LP, labels JSON, random integer. Reply: ['placed'|'owned', agent, gen] or ['no-agent'].
  */
 const PLACE = lua(
@@ -264,6 +268,7 @@ export class RedisFleet implements FleetPort {
   private readonly agentsKey: string;
   private readonly genKey: string;
   private readonly floorKey: string;
+  private readonly floorAtKey: string;
   /** ARGV[1], ARGV[2] of every script: where agent hashes and their liveness leases live. */
   private readonly prefixes: [string, string];
 
@@ -275,6 +280,7 @@ export class RedisFleet implements FleetPort {
     this.agentsKey = `${this.tag}:fleet:agents`;
     this.genKey = `${this.tag}:fleet:gen`;
     this.floorKey = keys.floor;
+    this.floorAtKey = keys.floorAt;
     this.prefixes = [`${this.tag}:fleet:agent:`, keys.lease(AGENT_LEASE_PREFIX)];
   }
 
@@ -331,14 +337,14 @@ export class RedisFleet implements FleetPort {
   }
 
   async place(resource: string, labels: Labels, options?: CallOptions): Promise<PlaceResult> {
-    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey];
+    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey, this.floorAtKey];
     const [outcome, agent, gen] = await this.run(PLACE, keys, [JSON.stringify(labels), String(randomInt(2 ** 47))], options);
     if (outcome === 'no-agent') return { outcome };
     return { outcome: outcome === 'owned' ? 'owned' : 'placed', agent: agent!, generation: BigInt(gen!) };
   }
 
   async reassign(resource: string, from: string, to: string | null, options?: CallOptions): Promise<ReassignResult> {
-    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey];
+    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey, this.floorAtKey];
     const [outcome, agent, gen] = await this.run(REASSIGN, keys, [from, to ?? '', String(randomInt(2 ** 47))], options);
     if (outcome === 'moved') return { outcome, agent: agent!, generation: BigInt(gen!) };
     if (outcome === 'owner-changed') return { outcome, owner: agent === '' || agent === undefined ? null : agent };

@@ -15,6 +15,8 @@ export interface RedisKeys {
   readonly layout: string;
   /** The token floor written by migrate({ minToken }): every token issued is above it. */
   readonly floor: string;
+  /** TIME in microseconds when the floor was last raised: the floor moves with the clock from then. */
+  readonly floorAt: string;
   /** Pub/sub channel on which releases, revocations and clone conflicts publish the lease name. */
   readonly channel: string;
 }
@@ -28,6 +30,7 @@ export function keysFor(prefix: string): RedisKeys {
     names: `${tag}:names`,
     layout: `${tag}:layout`,
     floor: `${tag}:floor`,
+    floorAt: `${tag}:floor-at`,
     channel: `${prefix}:freed`,
   };
 }

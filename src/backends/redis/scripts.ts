@@ -54,6 +54,23 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 `;
 
+/**
+ * The token floor in force now: the floor an operator set, plus the microseconds since it was
+ * set (its \`floor-at\`). A fixed floor above TIME would make tokens a counter from the floor up,
+ * and a Redis restored from a dump saved after the floor was set would count the same tokens
+ * again; a floor that moves with the clock keeps every token time-derived, so a restart from an
+ * older dump still issues larger ones. A floor without \`floor-at\` (set by an older leasehold)
+ * stays fixed. Needs PRELUDE's now_us.
+ */
+const FLOOR_NOW = `
+local function floor_now(fkey, akey)
+  local f = tonumber(redis.call('GET', fkey) or '0') or 0
+  local at = tonumber(redis.call('GET', akey) or '')
+  if at and now_us > at then f = f + (now_us - at) end
+  return f
+end
+`;
+
 // The fields written to both history streams, in the order the history script reads them back.
 const HISTORY_FIELDS = `'name', name, 'event', ev, 'holder', hold, 'prev', prev, 'token', tok, 'at', fmt(now), 'detail', detail`;
 
@@ -72,7 +89,8 @@ end
  * store's `claim` function, row for row).
  *
  * KEYS: [1] global history stream, [2] name index (zset), [3] layout version key, then per
- *   request i: [2+2i] the lease hash, [3+2i] the lease's history stream; last, the token floor.
+ *   request i: [2+2i] the lease hash, [3+2i] the lease's history stream; then the token floor
+ *   and the floor's time (`floor-at`).
  * ARGV: [1] retain ms, [2] global history cap, [3] per-lease history cap, [4] layout version,
  *   [5] the freed channel, then per request 6 values: name, holder, expected nonces
  *   (comma-joined; nonces are base64url), next nonce, ttl ms, contend (1/0).
@@ -85,14 +103,14 @@ end
  * the name published like a release) and answers lost/cloned; the other clone's next renewal
  * finds no holder and `ended = conflict` and is answered lost/cloned as well.
  *
- * Tokens: max(last stored token + 1, TIME in microseconds, floor + 1). The second term is what
+ * Tokens: max(last stored token + 1, TIME in microseconds, floor in force + 1 (FLOOR_NOW)). The second term is what
  * keeps tokens increasing when the hash is gone (Redis restarted empty, a replica that missed the
  * last writes was promoted, or the record outlived its retention): see README.md. The third is
  * the operator's floor (`leasehold migrate --min-token`), for when the clock cannot be trusted.
  */
 export const CLAIM = lua(
   'claim',
-  `${PRELUDE}${RECORD}
+  `${PRELUDE}${FLOOR_NOW}${RECORD}
 local version = redis.call('GET', KEYS[3])
 if version and tonumber(version) and tonumber(version) > tonumber(ARGV[4]) then
   return redis.error_reply('${LAYOUT_ERROR} keys under this prefix use layout ' .. version ..
@@ -125,7 +143,7 @@ for i = 1, n do
     p.outcome = 'busy'
   end
   if p.outcome == 'acquired' then
-    if floor == nil then floor = tonumber(redis.call('GET', KEYS[4 + 2 * n]) or '0') or 0 end
+    if floor == nil then floor = floor_now(KEYS[4 + 2 * n], KEYS[5 + 2 * n]) end
     local last = (p.ct and tonumber(p.ct)) or 0
     local tok = last + 1
     if now_us > tok then tok = now_us end
@@ -349,32 +367,38 @@ return { ARGV[1] }
 );
 
 /**
- * Raises the token floor, never lowers it. KEYS: [1] floor key. ARGV: [1] the floor wanted
- * (decimal, below 2^53). Reply: [floor now in force, '1' if raised else '0'].
+ * Raises the token floor, never lowers it (the floor in force, which moves with the clock:
+ * FLOOR_NOW), and records when. KEYS: [1] floor key, [2] floor-at key. ARGV: [1] the floor wanted
+ * (decimal, below 2^53). Reply: [floor now in force (the floor as set when at or above the one
+ * wanted), '1' if raised else '0'].
  */
 export const RAISE_FLOOR = lua(
   'raise-floor',
-  `local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+  `${PRELUDE}${FLOOR_NOW}
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local eff = floor_now(KEYS[1], KEYS[2])
 local want = tonumber(ARGV[1])
-if want > cur then
+if want > eff then
   redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[2], fmt(now_us))
   return { ARGV[1], '1' }
 end
-return { string.format('%.0f', cur), '0' }`,
+if want <= cur then return { fmt(cur), '0' } end
+return { fmt(eff), '0' }`,
 );
 
 /**
  * A lower bound of the next token: what the claim script would compute now.
- * KEYS: [1] floor key, [2] a lease hash (optional). Reply: [token].
+ * KEYS: [1] floor key, [2] floor-at key, [3] a lease hash (optional). Reply: [token].
  */
 export const NEXT_TOKEN = lua(
   'next-token',
-  `${PRELUDE}
-local floor = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+  `${PRELUDE}${FLOOR_NOW}
+local floor = floor_now(KEYS[1], KEYS[2])
 local tok = now_us
 if floor + 1 > tok then tok = floor + 1 end
-if KEYS[2] then
-  local last = tonumber(redis.call('HGET', KEYS[2], 'token') or '0') or 0
+if KEYS[3] then
+  local last = tonumber(redis.call('HGET', KEYS[3], 'token') or '0') or 0
   if last + 1 > tok then tok = last + 1 end
 end
 return { fmt(tok) }`,

@@ -190,7 +190,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
     if (minToken === undefined) return { current, expected: LAYOUT_VERSION };
     // Live terms keep their tokens here: they are time-based, so a term below the floor is one
     // acquired before it, which the resource's fence already refuses once a newer term wrote.
-    const [floor, raised] = await this.run(RAISE_FLOOR, [this.keys.floor], [minToken.toString()], options);
+    const [floor, raised] = await this.run(RAISE_FLOOR, [this.keys.floor, this.keys.floorAt], [minToken.toString()], options);
     return { current, expected: LAYOUT_VERSION, tokenFloor: { floor: BigInt(floor!), raised: raised === '1', endedTerms: 0 } };
   }
 
@@ -200,7 +200,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   }
 
   async nextToken(options?: CallOptions & { name?: string }): Promise<bigint> {
-    const keys = options?.name === undefined ? [this.keys.floor] : [this.keys.floor, this.keys.lease(options.name)];
+    const keys = options?.name === undefined ? [this.keys.floor, this.keys.floorAt] : [this.keys.floor, this.keys.floorAt, this.keys.lease(options.name)];
     const [tok] = await this.run(NEXT_TOKEN, keys, [], options);
     return BigInt(tok!);
   }
@@ -261,7 +261,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
       keys.push(this.keys.lease(r.name), this.keys.leaseHistory(r.name));
       args.push(r.name, r.holder, r.expect === null ? '' : r.expect.join(','), r.nextNonce, String(ttlMs), r.expect === null ? '1' : '0');
     }
-    keys.push(this.keys.floor);
+    keys.push(this.keys.floor, this.keys.floorAt);
     const out = await this.run(CLAIM, keys, args, options);
     const storeNowMs = Number(out[0]);
     const ranUs = Number(out[1 + requests.length * 5]);
