@@ -17,8 +17,9 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
 Runs the compiled tests (dist/test/**/*.test.js, or the files named) with node's test runner:
 files that restart shared servers or load the machine (chaos, serial, topologies) run last, one at
 a time. npm test builds first, then runs this. Starts etcd when it is selected and not running, and
-installs Debian's faketime (and chromium for the dashboard browser test) with apt-get when missing,
-which needs root. Prints each phase's slowest files at the end.
+installs Debian's faketime, etcd-client (etcdctl, for the etcd restore tests) and chromium (for the
+dashboard browser test) with apt-get when missing, which needs root. Prints each phase's slowest
+files at the end.
 
 environment:
   LEASEHOLD_TEST_STORES=postgres,sqlite,redis,etcd   the stores to cover (default: all four)
@@ -59,6 +60,13 @@ if (needsServices && spawnSync('sh', ['-c', 'ls /usr/lib/*/faketime/libfaketime.
   log('libfaketime is missing: installing the Debian package faketime');
   const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime'], { stdio: 'inherit' });
   if (apt.status !== 0) log('could not install faketime; the tests that need it will say so and skip');
+}
+
+// etcdctl (Debian's etcd-client) takes and restores the snapshots of the etcd restore tests.
+if (stores.includes('etcd') && all.some((f) => /restore-tokens/.test(f)) && spawnSync('sh', ['-c', 'command -v etcdctl >/dev/null']).status !== 0) {
+  log('etcdctl is missing: installing the Debian package etcd-client');
+  const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-client'], { stdio: 'inherit' });
+  if (apt.status !== 0) log('could not install etcd-client; the etcd restore tests will say so and skip');
 }
 
 let etcd;
