@@ -20,6 +20,7 @@ import {
 } from '../core/errors.js';
 import { openStore, resolveStoreUrl } from '../backends/index.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
+import { escapeControls, jsonSafe } from './escape.js';
 
 /** Exit codes. Keep in step with the table in `leasehold --help` (main.ts) and the README. */
 export const EXIT = {
@@ -83,7 +84,7 @@ function isParseArgsError(err: unknown): err is Error & { code: string } {
 
 /** One line, `leasehold: <what is wrong>; <what to do>`. */
 export function errorLine(err: unknown, command?: string): string {
-  return `leasehold: ${errorText(err, command)}`;
+  return `leasehold: ${escapeControls(errorText(err, command))}`;
 }
 
 /** An error as one line without the `leasehold: ` prefix: what is wrong, and what to do. */
@@ -304,11 +305,11 @@ export function cliLog(options: { name?: string } = {}): CliLog {
         msg,
         ...fields,
       };
-      err(JSON.stringify(line, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)));
+      err(jsonSafe(JSON.stringify(line, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))));
       return;
     }
     const prefix = options.name === undefined ? 'leasehold: ' : `leasehold[${options.name}]: `;
-    err(`${prefix}${level === 'warn' ? 'warning: ' : ''}${msg.replace(/\s*\n\s*/g, ' ').trim()}`);
+    err(`${prefix}${level === 'warn' ? 'warning: ' : ''}${escapeControls(msg.replace(/\s*\n\s*/g, ' ').trim())}`);
   };
   return {
     info: (msg, fields) => write('info', msg, fields),
@@ -348,16 +349,17 @@ export function formatMs(ms: number): string {
   return neg ? `-${s}` : s;
 }
 
-/** Left-aligned columns, two spaces apart. */
-export function table(header: string[], rows: string[][]): string {
+/** Left-aligned columns, two spaces apart; every cell one line, its controls escaped (src/cli/escape.ts). */
+export function table(header: string[], body: string[][]): string {
+  const rows = body.map((r) => r.map(escapeControls));
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0))).join('  ').trimEnd();
   return [line(header), ...rows.map(line)].join('\n');
 }
 
-/** JSON with bigints as strings (tokens overflow a JS number after 2^53). */
+/** JSON with bigints as strings (tokens overflow a JS number after 2^53), terminal-safe (src/cli/escape.ts). */
 export function toJson(value: unknown): string {
-  return JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2);
+  return jsonSafe(JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2));
 }
 
 export function out(line: string): void {

@@ -7,18 +7,29 @@
  * src/observe) and one history read per change it sees, shared by every browser: a browser
  * that connects gets the last state from memory and never causes a store read.
  *
+ * Limits (issue 28: ten clients that never read grew a dashboard from 57 MB to 2.4 GB in a
+ * minute): at most `maxClients` event streams; each has at most one state waiting to be sent
+ * (a newer state replaces it, so a slow browser sees fewer, newer states, never a backlog); a
+ * client that has not taken a state within `clientTimeoutMs` is disconnected; states go out at
+ * most every 100ms whatever the store does; the server caps connections and request time
+ * (observe/http-limits.ts).
+ *
  * Exposure: loopback by default. Any other address needs --allow-remote and prints a warning
  * (the page shows it too). On loopback, requests whose Host header is not a loopback name are
  * refused, so a web page elsewhere cannot read it through DNS rebinding. GET and HEAD only.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { isIP, type AddressInfo } from 'node:net';
 import type { HistoryEntry, LeaseStore } from '../backends/store.js';
-import { errorMessage } from '../core/errors.js';
+import { ConfigError, errorMessage } from '../core/errors.js';
 import { LeaseWatcher, type LeaseView } from '../observe/index.js';
-import { CliError, EXIT, cliLog, logFormatOption, openStoreFromFlags, out, requireCurrentSchema, setLogContext, usageError } from './common.js';
+import { limitedServer } from '../observe/http-limits.js';
+import { CliError, EXIT, cliLog, durationOption, formatMs, logFormatOption, openStoreFromFlags, out, requireCurrentSchema, setLogContext, usageError } from './common.js';
 import { PAGE_HTML } from './dashboard/page.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+
+const DEFAULT_MAX_CLIENTS = 64;
+const DEFAULT_CLIENT_TIMEOUT_MS = 30_000;
 
 export const DASHBOARD_SPEC = defineCommand({
   name: 'dashboard',
@@ -41,15 +52,34 @@ store: ten browsers cost the store what one does.`,
       type: 'boolean',
       help: 'allow a --host that is not loopback: everyone who can reach it sees every lease, holder and revocation reason',
     },
+    'max-clients': {
+      type: 'string',
+      value: 'N',
+      default: String(DEFAULT_MAX_CLIENTS),
+      help: 'live pages (event streams) served at once; one more is answered 503',
+    },
+    'client-timeout': {
+      type: 'string',
+      value: 'D',
+      default: '30s',
+      help: 'a page that has not taken an update within this long (it stopped reading) is disconnected',
+    },
     ...LOG_FLAGS,
   },
   footer: `Prints the page's URL on stdout, then serves until SIGINT/SIGTERM (exit 0). Exit 2 on usage
-(a bad port, a remote --host without --allow-remote, a port in use); 3 store unreachable or
+(a bad port, --max-clients or --client-timeout, a remote --host without --allow-remote, a
+port in use); 3 store unreachable or
 schema missing at start. Later store outages show on the page; the watch keeps retrying.`,
 });
 
 export const DASHBOARD_USAGE = helpText(DASHBOARD_SPEC);
 
+/** States go out at most this often: the watcher's own shortest interval between reads. */
+const BROADCAST_MIN_MS = 100;
+/** Connections beyond the event streams: page loads, state.json, a refused stream being told so. */
+const OTHER_CONNECTIONS = 32;
+/** Refusals and drops are logged at most this often (with counts), so a flood cannot flood the log. */
+const WARN_EVERY_MS = 60_000;
 const HISTORY_WINDOW_MS = 3_600_000;
 const HISTORY_LIMIT = 2000;
 const HEARTBEAT_MS = 15_000;
@@ -84,13 +114,48 @@ export interface BoardState {
   /** Readings that found a change (a history read follows each, coalesced). */
   changes: number;
   clients: number;
+  /** Event streams refused (at maxClients) and disconnected (stalled past clientTimeoutMs) since start. */
+  refused: number;
+  dropped: number;
   uptimeMs: number;
+}
+
+export interface BoardLimits {
+  /** Event streams served at once; one more is answered 503. Default 64. */
+  maxClients?: number;
+  /** A client that has not taken a state within this long is disconnected. Default 30s. */
+  clientTimeoutMs?: number;
+  /** Where refusals and disconnections are reported (at most one line a minute of each). */
+  warn?: (message: string) => void;
+}
+
+/** One event stream. `since` is set while a write waits for the socket to drain. */
+interface Client {
+  res: ServerResponse;
+  since: number | undefined;
+  /** A newer state came while a write was waiting: send it on drain. */
+  stale: boolean;
+}
+
+function positiveInt(v: number | undefined, fallback: number, what: string): number {
+  if (v === undefined) return fallback;
+  if (!Number.isSafeInteger(v) || v < 1) throw new ConfigError(`${what} must be a whole number of at least 1, got ${String(v)}`);
+  return v;
 }
 
 /** The shared state and its browsers. */
 export class Board {
   private readonly watcher: LeaseWatcher;
-  private readonly clients = new Set<ServerResponse>();
+  private readonly clients = new Set<Client>();
+  readonly maxClients: number;
+  readonly clientTimeoutMs: number;
+  private readonly warn: (message: string) => void;
+  private refused = 0;
+  private dropped = 0;
+  private readonly warned = { refused: { at: -Infinity, count: 0 }, dropped: { at: -Infinity, count: 0 } };
+  private lastBroadcast = -Infinity;
+  private broadcastTimer: NodeJS.Timeout | undefined;
+  private sweep: NodeJS.Timeout | undefined;
   private history: HistoryEntry[] = [];
   private historyReads = 0;
   /** Readings that found a change: each may cost one history read, and nothing else does. */
@@ -103,7 +168,14 @@ export class Board {
   listen = '';
   remote = false;
 
-  constructor(private readonly store: LeaseStore) {
+  /** @throws {ConfigError} a limit that is not a whole number >= 1. */
+  constructor(
+    private readonly store: LeaseStore,
+    limits: BoardLimits = {},
+  ) {
+    this.maxClients = positiveInt(limits.maxClients, DEFAULT_MAX_CLIENTS, 'maxClients');
+    this.clientTimeoutMs = positiveInt(limits.clientTimeoutMs, DEFAULT_CLIENT_TIMEOUT_MS, 'clientTimeoutMs');
+    this.warn = limits.warn ?? (() => {});
     this.watcher = new LeaseWatcher(store, { minIntervalMs: 100, idleIntervalMs: IDLE_MS, heldRefresh: 0.5 });
     this.watcher.on('update', (_leases, changes) => {
       this.error = null;
@@ -125,9 +197,59 @@ export class Board {
     // The first reading usually started a history read already (its leases are all changes).
     if (this.historyReads === 0) await this.fetchHistory();
     this.heartbeat = setInterval(() => {
-      for (const c of this.clients) c.write(': keep-alive\n\n');
+      for (const c of this.clients) if (c.since === undefined) this.send(c, ': keep-alive\n\n');
     }, HEARTBEAT_MS);
     this.heartbeat.unref();
+    // A stalled client is found within a quarter of its timeout.
+    this.sweep = setInterval(() => this.dropStalled(), Math.max(25, Math.min(5000, Math.floor(this.clientTimeoutMs / 4))));
+    this.sweep.unref();
+  }
+
+  /** The connections the server should allow: every event stream, and room for the rest. */
+  get maxConnections(): number {
+    return this.maxClients + OTHER_CONNECTIONS;
+  }
+
+  private report(kind: 'refused' | 'dropped', message: string): void {
+    const w = this.warned[kind];
+    w.count++;
+    const now = performance.now();
+    if (now - w.at < WARN_EVERY_MS) return;
+    this.warn(w.count > 1 ? `${message} (${w.count} since the last report)` : message);
+    w.at = now;
+    w.count = 0;
+  }
+
+  private dropStalled(): void {
+    const now = performance.now();
+    for (const c of this.clients) {
+      if (c.since === undefined || now - c.since < this.clientTimeoutMs) continue;
+      this.clients.delete(c);
+      this.dropped++;
+      this.report('dropped', `disconnected a dashboard client that took no update for ${Math.round((now - c.since) / 1000)}s (--client-timeout); it may reconnect`);
+      c.res.destroy();
+    }
+  }
+
+  /**
+   * Writes to one client unless a write is still waiting for its socket: then the client is
+   * marked stale and gets the newest state once it drains. At most one state is ever queued
+   * per client, however fast states come and however slowly it reads.
+   */
+  private send(c: Client, chunk: string): void {
+    if (c.since !== undefined) {
+      c.stale = true;
+      return;
+    }
+    if (c.res.write(chunk)) return;
+    c.since = performance.now();
+    c.res.once('drain', () => {
+      c.since = undefined;
+      if (!c.stale || !this.clients.has(c)) return;
+      c.stale = false;
+      // Now, not when it was marked: the page counts down from the state's store time.
+      this.send(c, `event: state\ndata: ${JSON.stringify(this.state())}\n\n`);
+    });
   }
 
   /** Never throws: the watcher's listener calls it. */
@@ -187,27 +309,54 @@ export class Board {
       reads: { total: this.watcher.reads.total + this.historyReads, list: this.watcher.reads.total, history: this.historyReads },
       changes: this.changes,
       clients: this.clients.size,
+      refused: this.refused,
+      dropped: this.dropped,
       uptimeMs: Math.round(performance.now() - this.startedAt),
     };
   }
 
+  /** One state to every client, at most every BROADCAST_MIN_MS (a later call waits; the state it sends is the newest). */
   private broadcast(): void {
-    const data = JSON.stringify(this.state());
-    for (const c of this.clients) c.write(`event: state\ndata: ${data}\n\n`);
+    const wait = this.lastBroadcast + BROADCAST_MIN_MS - performance.now();
+    if (wait > 0) {
+      if (this.broadcastTimer === undefined) {
+        this.broadcastTimer = setTimeout(() => {
+          this.broadcastTimer = undefined;
+          this.broadcast();
+        }, wait);
+        this.broadcastTimer.unref();
+      }
+      return;
+    }
+    this.lastBroadcast = performance.now();
+    if (this.clients.size === 0) return;
+    const chunk = `event: state\ndata: ${JSON.stringify(this.state())}\n\n`;
+    for (const c of this.clients) this.send(c, chunk);
   }
 
   subscribe(res: ServerResponse): void {
+    if (this.clients.size >= this.maxClients) {
+      this.refused++;
+      this.report('refused', `refused a dashboard client: ${this.maxClients} live pages are open (--max-clients)`);
+      res
+        .writeHead(503, { 'content-type': 'text/plain', 'retry-after': '30', 'cache-control': 'no-store' })
+        .end(`this dashboard serves at most ${this.maxClients} live pages at once (--max-clients); close one, or try again later\n`);
+      return;
+    }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-content-type-options': 'nosniff' });
     res.write('retry: 1000\n\n');
-    this.clients.add(res);
-    res.on('close', () => this.clients.delete(res));
+    const c: Client = { res, since: undefined, stale: false };
+    this.clients.add(c);
+    res.on('close', () => this.clients.delete(c));
     // From memory: a new browser costs the store nothing.
-    res.write(`event: state\ndata: ${JSON.stringify(this.state())}\n\n`);
+    this.send(c, `event: state\ndata: ${JSON.stringify(this.state())}\n\n`);
   }
 
   async close(): Promise<void> {
     if (this.heartbeat !== undefined) clearInterval(this.heartbeat);
-    for (const c of this.clients) c.end();
+    if (this.sweep !== undefined) clearInterval(this.sweep);
+    if (this.broadcastTimer !== undefined) clearTimeout(this.broadcastTimer);
+    for (const c of this.clients) c.res.end();
     this.clients.clear();
     await this.watcher.close();
   }
@@ -262,13 +411,19 @@ export async function dashboardCommand(argv: string[]): Promise<number> {
   if (!loopback && values['allow-remote'] !== true) {
     throw usageError(`--host ${host} is not loopback: everyone who can reach it would see every lease and holder; add --allow-remote if that is meant`);
   }
+  const maxClientsText = values['max-clients'] ?? String(DEFAULT_MAX_CLIENTS);
+  if (!/^\d{1,6}$/.test(maxClientsText) || Number(maxClientsText) < 1) {
+    throw usageError(`--max-clients ${JSON.stringify(maxClientsText)} is not a count; give a whole number from 1 to 999999`);
+  }
+  const clientTimeoutMs = durationOption(values['client-timeout'], 'client-timeout', '', {}) ?? DEFAULT_CLIENT_TIMEOUT_MS;
+  if (clientTimeoutMs < 100) throw usageError(`--client-timeout ${formatMs(clientTimeoutMs)} would drop healthy pages; use at least 100ms`);
   const { store } = await openStoreFromFlags(values);
-  const board = new Board(store);
+  const board = new Board(store, { maxClients: Number(maxClientsText), clientTimeoutMs, warn: (m) => cliLog().warn(m) });
   let server: Server | undefined;
   try {
     await requireCurrentSchema(store);
     await board.start();
-    server = createServer(boardHandler(board, loopback));
+    server = limitedServer(boardHandler(board, loopback), { maxConnections: board.maxConnections });
     const s = server;
     const url = await new Promise<string>((resolve, reject) => {
       s.once('error', (e: NodeJS.ErrnoException) =>

@@ -8,6 +8,7 @@ import { parseSqliteUrl } from '../backends/sqlite/store.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 import { EXIT, canCreate, cliMessage, findSetpriv, formatMs, logFormatOption, openStoreFromFlags, out, setLogContext, storeUrl, toJson, usageError } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+import { escapeControls } from './escape.js';
 import { parseRunArgs } from './run.js';
 
 export const DOCTOR_SPEC = defineCommand({
@@ -123,7 +124,7 @@ export async function doctorCommand(argv: string[]): Promise<number> {
   if (values.json === true) {
     out(toJson({ ok: exitCode === EXIT.OK, exitCode, store: description, checks }));
   } else {
-    for (const c of checks) out(`${c.status.padEnd(5)} ${c.check.padEnd(14)} ${c.detail}`);
+    for (const c of checks) out(`${c.status.padEnd(5)} ${c.check.padEnd(14)} ${escapeControls(c.detail)}`);
     const fails = checks.filter((c) => c.status === 'fail').length;
     const warns = checks.filter((c) => c.status === 'warn').length;
     out(fails === 0 ? `doctor: no failures${warns > 0 ? ` (${warns} warning${warns > 1 ? 's' : ''})` : ''}` : `doctor: ${fails} check${fails > 1 ? 's' : ''} failed`);

@@ -6,6 +6,7 @@ import { parseLabels } from '../fleet/labels.js';
 import { openFleet } from '../fleet/open.js';
 import { OwnerDeadError } from '../core/errors.js';
 import { EXIT, formatMs, logFormatOption, openStoreFromFlags, out, reportError, requireCurrentSchema, setLogContext, table, toJson, usageError } from './common.js';
+import { escapeControls as esc } from './escape.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 
 export const FLEET_SPEC = defineCommand({
@@ -91,21 +92,21 @@ export async function fleetCommand(argv: string[]): Promise<number> {
       }
       case 'place': {
         const p = await fleet.place(operand!, { labels });
-        out(json ? toJson(p) : `placed ${p.resource} on agent ${p.agent} (generation ${p.generation})\n${p.agent}`);
+        out(json ? toJson(p) : `${esc(`placed ${p.resource} on agent ${p.agent} (generation ${p.generation})`)}\n${esc(p.agent)}`);
         return EXIT.OK;
       }
       case 'owner': {
         try {
           const o = await fleet.owner(operand!);
           // Only what does not change while nothing changes: the same words however often asked.
-          out(json ? toJson(o) : `${o.agent} generation ${o.generation} live`);
+          out(json ? toJson(o) : esc(`${o.agent} generation ${o.generation} live`));
           return EXIT.OK;
         } catch (err) {
           if (!(err instanceof OwnerDeadError)) throw err;
           if (json) {
             out(toJson({ resource: err.resource, agent: err.owner, generation: err.generation, live: false, staleForMs: err.staleForMs, deregistered: err.deregistered }));
           } else {
-            out(`${err.owner} generation ${err.generation} dead`);
+            out(esc(`${err.owner} generation ${err.generation} dead`));
           }
           reportError(err, 'fleet');
           return EXIT.OWNER_DEAD;
@@ -113,13 +114,13 @@ export async function fleetCommand(argv: string[]): Promise<number> {
       }
       case 'reassign': {
         const p = await fleet.reassign(operand!, { from: values.from!, ...(values.to === undefined ? {} : { to: values.to }) });
-        out(json ? toJson(p) : `reassigned ${p.resource} from ${values.from} to agent ${p.agent} (generation ${p.generation})\n${p.agent}`);
+        out(json ? toJson(p) : `${esc(`reassigned ${p.resource} from ${values.from} to agent ${p.agent} (generation ${p.generation})`)}\n${esc(p.agent)}`);
         return EXIT.OK;
       }
       case 'drain':
       case 'undrain': {
         await (sub === 'drain' ? fleet.drain(operand!) : fleet.undrain(operand!));
-        out(json ? toJson({ agent: operand, draining: sub === 'drain' }) : `agent ${operand} ${sub === 'drain' ? 'draining: no new placements' : 'undrained'}`);
+        out(json ? toJson({ agent: operand, draining: sub === 'drain' }) : esc(`agent ${operand} ${sub === 'drain' ? 'draining: no new placements' : 'undrained'}`));
         return EXIT.OK;
       }
     }

@@ -1,5 +1,6 @@
 import { validateLeaseName } from '../core/config.js';
 import { EXIT, cliLog, logFormatOption, openStoreFromFlags, out, requireCurrentSchema, setLogContext, toJson, usageError } from './common.js';
+import { escapeControls } from './escape.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 
 export const RELEASE_SPEC = defineCommand({
@@ -73,7 +74,7 @@ export async function releaseCommand(argv: string[]): Promise<number> {
     };
     if (values.json === true) out(toJson(report));
     if (r.revoked) {
-      if (values.json !== true) out(`revoked lease ${JSON.stringify(name)} from ${r.previousHolder ?? 'its holder'} (token ${r.token ?? '?'}): ${reason}`);
+      if (values.json !== true) out(escapeControls(`revoked lease ${JSON.stringify(name)} from ${r.previousHolder ?? 'its holder'} (token ${r.token ?? '?'}): ${reason}`));
       return EXIT.OK;
     }
     // Also with --json: the one line on stderr is what a person (or a cron mail) reads.

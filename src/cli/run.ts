@@ -61,6 +61,7 @@ import {
   usageError,
 } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, optionsOf } from './flags.js';
+import { escapeControls, jsonSafe } from './escape.js';
 
 export const RUN_SPEC = defineCommand({
   name: 'run',
@@ -466,13 +467,13 @@ export class Reporter {
   }
 
   private write(level: string, event: string, msg: string, fields: Fields, line: string | undefined): void {
-    if (this.format === 'text') err(line ?? `leasehold[${this.name}]: ${msg}`);
+    if (this.format === 'text') err(escapeControls(line ?? `leasehold[${this.name}]: ${msg}`));
     else err(stringify({ ts: new Date().toISOString(), level, event, name: this.name, ...this.term, ...fields, msg }));
   }
 }
 
 function stringify(v: unknown): string {
-  return JSON.stringify(v, (_k, x: unknown) => (typeof x === 'bigint' ? x.toString() : x)) ?? String(v);
+  return jsonSafe(JSON.stringify(v, (_k, x: unknown) => (typeof x === 'bigint' ? x.toString() : x)) ?? String(v));
 }
 
 export async function runCommand(argv: string[]): Promise<number> {

@@ -5,6 +5,7 @@ import { LeaseWatcher, type LeaseChange } from '../observe/index.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 import { errorMessage } from '../core/errors.js';
 import { cliLog } from './common.js';
+import { escapeControls, jsonSafe } from './escape.js';
 
 export const STATUS_SPEC = defineCommand({
   name: 'status',
@@ -95,10 +96,10 @@ function changeLine(c: LeaseChange, json: boolean): string {
   const expiresInMs = l.state === 'free' || l.expiresAtMs === null ? null : Math.round(l.expiresAtMs - l.storeNowMs);
   const at = new Date(l.storeNowMs).toISOString();
   if (json) {
-    return JSON.stringify({ at, change: c.kind, name: l.name, state: l.state, holder: l.holder, token: l.token.toString(), expiresInMs, storeNowMs: l.storeNowMs });
+    return jsonSafe(JSON.stringify({ at, change: c.kind, name: l.name, state: l.state, holder: l.holder, token: l.token.toString(), expiresInMs, storeNowMs: l.storeNowMs }));
   }
   const exp = expiresInMs === null ? '' : expiresInMs >= 0 ? ` expires in ${formatMs(expiresInMs)}` : ` expired ${formatMs(-expiresInMs)} ago`;
-  return `${at} ${l.name} ${c.kind}: ${l.state} holder ${l.holder ?? '-'} token ${l.token}${exp}`;
+  return escapeControls(`${at} ${l.name} ${c.kind}: ${l.state} holder ${l.holder ?? '-'} token ${l.token}${exp}`);
 }
 
 /** `status --watch`: one line per change until SIGINT/SIGTERM (exit 0). Store errors are reported and retried. */

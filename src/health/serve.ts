@@ -1,12 +1,15 @@
 /**
  * The HTTP endpoints of `leasehold run --metrics-port P --health-port P`: `/metrics` for
- * Prometheus, `/healthz` and `/readyz` for probes. Read-only; GET and HEAD only.
+ * Prometheus, `/healthz` and `/readyz` for probes. Read-only; GET and HEAD only. Each server
+ * caps its connections and the time a request may take to arrive (observe/http-limits.ts):
+ * clients that connect and send nothing cannot pile up in the process being probed.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ConfigError, errorMessage } from '../core/errors.js';
 import type { Lease } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
+import { limitedServer, type HttpLimits } from '../observe/http-limits.js';
 import { HealthCheck } from './index.js';
 
 interface ProbeServerOptions {
@@ -15,6 +18,8 @@ interface ProbeServerOptions {
   host: string;
   metricsPort?: number;
   healthPort?: number;
+  /** For each server. Default: 64 connections, 10s to send a request. */
+  limits?: HttpLimits;
 }
 
 interface ProbeServers {
@@ -75,7 +80,7 @@ export async function startProbeServers(o: ProbeServerOptions): Promise<ProbeSer
       const registry = new promClient.Registry();
       promClient.collectDefaultMetrics({ register: registry });
       metricsEntry.registerMetrics(o.leasehold, { registry, leases: [o.lease], instrumentNew: false });
-      const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+      const server = limitedServer((req: IncomingMessage, res: ServerResponse) => {
         const path = (req.url ?? '/').split('?')[0];
         if (path !== '/metrics') {
           res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics\n');
@@ -85,13 +90,13 @@ export async function startProbeServers(o: ProbeServerOptions): Promise<ProbeSer
           (text) => res.writeHead(200, { 'content-type': registry.contentType }).end(text),
           (e: unknown) => res.writeHead(500, { 'content-type': 'text/plain' }).end(`${errorMessage(e)}\n`),
         );
-      });
+      }, o.limits);
       servers.push(server);
       result.metricsUrl = await listen(server, o.host, o.metricsPort, 'metrics');
     }
     if (o.healthPort !== undefined) {
       const health = new HealthCheck(o.lease);
-      const server = createServer(health.handler);
+      const server = limitedServer(health.handler, o.limits);
       server.on('close', () => health.close());
       servers.push(server);
       result.healthUrl = await listen(server, o.host, o.healthPort, 'health');

@@ -106,7 +106,9 @@ void describe('CLI observability (sqlite, loopback)', () => {
     assertOneLineError(remote, 2, /not loopback.*--allow-remote/);
     const badPort = await sb.run(['dashboard', '--store', store, '--port', 'eighty']);
     assertOneLineError(badPort, 2, /not a port/);
-    const dash = sb.start(['dashboard', '--store', store, '--port', '0']);
+    assertOneLineError(await sb.run(['dashboard', '--store', store, '--max-clients', '0']), 2, /--max-clients "0" is not a count/);
+    assertOneLineError(await sb.run(['dashboard', '--store', store, '--client-timeout', '10ms']), 2, /--client-timeout 10ms would drop healthy pages/);
+    const dash = sb.start(['dashboard', '--store', store, '--port', '0', '--max-clients', '1']);
     try {
       await until('the dashboard prints its URL', () => /dashboard at http:\/\/127\.0\.0\.1:\d+\//.test(dash.stdout));
       const url = /(http:\/\/127\.0\.0\.1:\d+\/)/.exec(dash.stdout)![1]!;
@@ -129,6 +131,15 @@ void describe('CLI observability (sqlite, loopback)', () => {
       const state = (await (await fetch(`${url}state.json`)).json()) as { remote: boolean; reads: { total: number } };
       assert.equal(state.remote, false);
       assert.ok(state.reads.total >= 1);
+      // --max-clients 1: a second live page is refused, with a line saying why.
+      const first = new AbortController();
+      const stream = await fetch(`${url}events`, { signal: first.signal });
+      assert.equal(stream.status, 200);
+      const second = await fetch(`${url}events`);
+      assert.equal(second.status, 503);
+      assert.match(await second.text(), /at most 1 live pages at once \(--max-clients\)/);
+      first.abort();
+      await until('the refusal is logged', () => /refused a dashboard client: 1 live pages are open/.test(dash.stderr));
     } finally {
       dash.proc.kill('SIGINT');
       const d = await dash.done;
