@@ -17,6 +17,7 @@
 import { EventEmitter } from 'node:events';
 import { ConfigError, errorMessage } from '../core/errors.js';
 import { DEFAULT_TTL_MS, validateLeaseName } from '../core/config.js';
+import { realClock, type Clock, type ClockTimer } from '../core/clock.js';
 import type { LeaseInfo, LeaseStore } from '../backends/store.js';
 
 /** One lease as the store reported it, with the moment (monotonic) the answer came back. */
@@ -66,6 +67,11 @@ export interface WatchOptions {
    * its countdown then never runs out on a healthy holder that renews at TTL/3.
    */
   heldRefresh?: number;
+  /**
+   * The clock and timers the watcher reads and schedules by (default: the process's own). For
+   * tests: a fake clock counts the watcher's reads over hours without sleeping.
+   */
+  clock?: Clock;
 }
 
 export interface WatcherEvents {
@@ -128,7 +134,8 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private readAt = new Map<string, number>();
   private started = false;
   private stopped = false;
-  private timer: NodeJS.Timeout | undefined;
+  private readonly clock: Clock;
+  private timer: ClockTimer | undefined;
   private timerAt = Infinity;
   private reading = false;
   private haveRead = false;
@@ -159,6 +166,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     this.maxIntervalMs = options.maxIntervalMs;
     this.idleIntervalMs = options.idleIntervalMs;
     this.heldRefresh = options.heldRefresh === undefined ? undefined : Math.min(1, Math.max(0.05, options.heldRefresh));
+    this.clock = options.clock ?? realClock;
     this.ready = new Promise((resolve) => (this.markReady = resolve));
     const signal = options.signal;
     if (signal !== undefined) {
@@ -167,11 +175,11 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     }
   }
 
-  private clock: { storeNowMs: number; at: number } | undefined;
+  private storeClock: { storeNowMs: number; at: number } | undefined;
 
   /** The store's clock now, estimated from the last reading (undefined before one with a lease in it). */
   storeNow(): number | undefined {
-    return this.clock === undefined ? undefined : this.clock.storeNowMs + (performance.now() - this.clock.at);
+    return this.storeClock === undefined ? undefined : this.storeClock.storeNowMs + (this.clock.monoNow() - this.storeClock.at);
   }
 
   /** Every lease as last read. */
@@ -205,16 +213,16 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private wake(cause: 'notification'): void {
     if (this.stopped) return;
     this.fastMs = FIRST_FAST_MS;
-    this.schedule(Math.max(0, this.lastReadAt + this.minIntervalMs - performance.now()), cause);
+    this.schedule(Math.max(0, this.lastReadAt + this.minIntervalMs - this.clock.monoNow()), cause);
   }
 
   private schedule(delayMs: number, cause: 'timer' | 'notification'): void {
     if (this.stopped) return;
-    const at = performance.now() + delayMs;
+    const at = this.clock.monoNow() + delayMs;
     if (this.timer !== undefined && this.timerAt <= at) return;
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(() => {
+    this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
       this.timerAt = Infinity;
       void this.read(cause);
@@ -230,7 +238,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
       return;
     }
     this.reading = true;
-    this.lastReadAt = performance.now();
+    this.lastReadAt = this.clock.monoNow();
     this.reads.total++;
     this.reads[cause]++;
     let changes: LeaseChange[] = [];
@@ -238,7 +246,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     let ok = false;
     try {
       const list = await this.store.list(this.name === undefined ? {} : { name: this.name });
-      const at = performance.now();
+      const at = this.clock.monoNow();
       const next = new Map<string, LeaseView>();
       for (const l of list) {
         const v = view(l);
@@ -254,7 +262,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
         }
       }
       this.leases = next;
-      if (list.length > 0) this.clock = { storeNowMs: Math.max(...list.map((l) => l.storeNowMs)), at };
+      if (list.length > 0) this.storeClock = { storeNowMs: Math.max(...list.map((l) => l.storeNowMs)), at };
       this.failures = 0;
       this.haveRead = true;
       ok = true;
@@ -298,7 +306,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private nextDelay(): number {
     const cap = this.cap();
     if (this.failures > 0) return Math.min(cap, FIRST_FAST_MS * 2 ** Math.min(this.failures, 10));
-    const now = performance.now();
+    const now = this.clock.monoNow();
     let delay = cap;
     let fast = false;
     for (const l of this.leases.values()) {
@@ -324,7 +332,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   async close(): Promise<void> {
     if (this.stopped && this.unwatch === undefined) return;
     this.stopped = true;
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     this.timer = undefined;
     this.markReady();
     const unwatch = this.unwatch;
