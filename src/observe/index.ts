@@ -9,7 +9,8 @@
  *   or a revocation is seen in one round trip.
  * - An expired or freed lease is about to be taken by a follower, and nothing notifies an
  *   acquisition: it is re-read after 100ms, then 200ms, 400ms, ... up to `maxIntervalMs` (by
- *   default the TTL the lease was last granted for). A "no holder" answer is never kept: it is
+ *   default the TTL the lease was last granted for, as seen while held; 30s when never seen held:
+ *   a freed row's expiry is the release instant, which says nothing about its TTL). A "no holder" answer is never kept: it is
  *   re-read on that schedule for as long as it lasts.
  * - Reads are at least `minIntervalMs` apart whatever wakes them, so many leases expiring at
  *   different moments cannot turn into a read storm.
@@ -109,6 +110,23 @@ function view(l: LeaseInfo): LeaseView {
   };
 }
 
+/** The shortest TTL a lease can be granted (resolveTiming refuses less). */
+const MIN_TTL_MS = 100;
+
+/**
+ * The TTL a reading shows, or undefined when it shows none. Only a held lease with a future expiry
+ * (or an expired one: its expiry is where its last renewal put it) has expiry minus last renewal
+ * equal to its TTL. A released or revoked row's expiry is the release instant, so there it is the
+ * gap between the last renewal and the release, often a few ms: capping the read interval at it
+ * read such a lease ten times a second for ever (issue 31).
+ */
+function ttlOf(l: LeaseView): number | undefined {
+  const from = l.renewedAtMs ?? l.termStartedAtMs;
+  if (l.expiresAtMs === null || from === null || l.expiresAtMs <= from) return undefined;
+  if (l.state === 'held' ? l.expiresAtMs > l.storeNowMs : l.state === 'expired') return l.expiresAtMs - from;
+  return undefined;
+}
+
 function classify(prev: LeaseView | undefined, next: LeaseView, first: boolean): ChangeKind | undefined {
   if (prev === undefined && first) return 'initial';
   if (prev === undefined) return next.state === 'held' ? 'new-term' : next.state === 'expired' ? 'expired' : 'freed';
@@ -132,6 +150,8 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private readonly heldRefresh: number | undefined;
   private leases = new Map<string, LeaseView>();
   private readAt = new Map<string, number>();
+  /** Each lease's TTL as last granted, kept while it is free (see ttlOf). */
+  private ttls = new Map<string, number>();
   private started = false;
   private stopped = false;
   private readonly clock: Clock;
@@ -252,6 +272,8 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
         const v = view(l);
         next.set(v.name, v);
         this.readAt.set(v.name, at);
+        const ttl = ttlOf(v);
+        if (ttl !== undefined) this.ttls.set(v.name, ttl);
         const kind = classify(this.leases.get(v.name), v, first);
         if (kind !== undefined) changes.push({ kind, lease: v, previous: this.leases.get(v.name) ?? null });
       }
@@ -259,6 +281,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
         if (!next.has(name)) {
           changes.push({ kind: 'gone', lease: { ...prev, holder: null, state: 'free', expiresAtMs: null }, previous: prev });
           this.readAt.delete(name);
+          this.ttls.delete(name);
         }
       }
       this.leases = next;
@@ -296,11 +319,11 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private cap(): number {
     if (this.maxIntervalMs !== undefined) return this.maxIntervalMs;
     let ttl = Infinity;
-    for (const l of this.leases.values()) {
-      const from = l.renewedAtMs ?? l.termStartedAtMs;
-      if (l.expiresAtMs !== null && from !== null && l.expiresAtMs > from) ttl = Math.min(ttl, l.expiresAtMs - from);
+    for (const name of this.leases.keys()) {
+      const known = this.ttls.get(name);
+      if (known !== undefined) ttl = Math.min(ttl, known);
     }
-    return ttl === Infinity ? DEFAULT_TTL_MS : ttl;
+    return ttl === Infinity ? DEFAULT_TTL_MS : Math.max(MIN_TTL_MS, ttl);
   }
 
   private nextDelay(): number {
