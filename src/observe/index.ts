@@ -9,7 +9,8 @@
  *   or a revocation is seen in one round trip.
  * - An expired or freed lease is about to be taken by a follower, and nothing notifies an
  *   acquisition: it is re-read after 100ms, then 200ms, 400ms, ... up to `maxIntervalMs` (by
- *   default the TTL the lease was last granted for). A "no holder" answer is never kept: it is
+ *   default the TTL the lease was last granted for, as seen while held; 30s when never seen held:
+ *   a freed row's expiry is the release instant, which says nothing about its TTL). A "no holder" answer is never kept: it is
  *   re-read on that schedule for as long as it lasts.
  * - Reads are at least `minIntervalMs` apart whatever wakes them, so many leases expiring at
  *   different moments cannot turn into a read storm.
@@ -17,6 +18,7 @@
 import { EventEmitter } from 'node:events';
 import { ConfigError, errorMessage } from '../core/errors.js';
 import { DEFAULT_TTL_MS, validateLeaseName } from '../core/config.js';
+import { realClock, type Clock, type ClockTimer } from '../core/clock.js';
 import type { LeaseInfo, LeaseStore } from '../backends/store.js';
 
 /** One lease as the store reported it, with the moment (monotonic) the answer came back. */
@@ -66,6 +68,11 @@ export interface WatchOptions {
    * its countdown then never runs out on a healthy holder that renews at TTL/3.
    */
   heldRefresh?: number;
+  /**
+   * The clock and timers the watcher reads and schedules by (default: the process's own). For
+   * tests: a fake clock counts the watcher's reads over hours without sleeping.
+   */
+  clock?: Clock;
 }
 
 export interface WatcherEvents {
@@ -103,6 +110,23 @@ function view(l: LeaseInfo): LeaseView {
   };
 }
 
+/** The shortest TTL a lease can be granted (resolveTiming refuses less). */
+const MIN_TTL_MS = 100;
+
+/**
+ * The TTL a reading shows, or undefined when it shows none. Only a held lease with a future expiry
+ * (or an expired one: its expiry is where its last renewal put it) has expiry minus last renewal
+ * equal to its TTL. A released or revoked row's expiry is the release instant, so there it is the
+ * gap between the last renewal and the release, often a few ms: capping the read interval at it
+ * read such a lease ten times a second for ever (issue 31).
+ */
+function ttlOf(l: LeaseView): number | undefined {
+  const from = l.renewedAtMs ?? l.termStartedAtMs;
+  if (l.expiresAtMs === null || from === null || l.expiresAtMs <= from) return undefined;
+  if (l.state === 'held' ? l.expiresAtMs > l.storeNowMs : l.state === 'expired') return l.expiresAtMs - from;
+  return undefined;
+}
+
 function classify(prev: LeaseView | undefined, next: LeaseView, first: boolean): ChangeKind | undefined {
   if (prev === undefined && first) return 'initial';
   if (prev === undefined) return next.state === 'held' ? 'new-term' : next.state === 'expired' ? 'expired' : 'freed';
@@ -126,9 +150,12 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private readonly heldRefresh: number | undefined;
   private leases = new Map<string, LeaseView>();
   private readAt = new Map<string, number>();
+  /** Each lease's TTL as last granted, kept while it is free (see ttlOf). */
+  private ttls = new Map<string, number>();
   private started = false;
   private stopped = false;
-  private timer: NodeJS.Timeout | undefined;
+  private readonly clock: Clock;
+  private timer: ClockTimer | undefined;
   private timerAt = Infinity;
   private reading = false;
   private haveRead = false;
@@ -159,6 +186,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     this.maxIntervalMs = options.maxIntervalMs;
     this.idleIntervalMs = options.idleIntervalMs;
     this.heldRefresh = options.heldRefresh === undefined ? undefined : Math.min(1, Math.max(0.05, options.heldRefresh));
+    this.clock = options.clock ?? realClock;
     this.ready = new Promise((resolve) => (this.markReady = resolve));
     const signal = options.signal;
     if (signal !== undefined) {
@@ -167,11 +195,11 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     }
   }
 
-  private clock: { storeNowMs: number; at: number } | undefined;
+  private storeClock: { storeNowMs: number; at: number } | undefined;
 
   /** The store's clock now, estimated from the last reading (undefined before one with a lease in it). */
   storeNow(): number | undefined {
-    return this.clock === undefined ? undefined : this.clock.storeNowMs + (performance.now() - this.clock.at);
+    return this.storeClock === undefined ? undefined : this.storeClock.storeNowMs + (this.clock.monoNow() - this.storeClock.at);
   }
 
   /** Every lease as last read. */
@@ -205,16 +233,16 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private wake(cause: 'notification'): void {
     if (this.stopped) return;
     this.fastMs = FIRST_FAST_MS;
-    this.schedule(Math.max(0, this.lastReadAt + this.minIntervalMs - performance.now()), cause);
+    this.schedule(Math.max(0, this.lastReadAt + this.minIntervalMs - this.clock.monoNow()), cause);
   }
 
   private schedule(delayMs: number, cause: 'timer' | 'notification'): void {
     if (this.stopped) return;
-    const at = performance.now() + delayMs;
+    const at = this.clock.monoNow() + delayMs;
     if (this.timer !== undefined && this.timerAt <= at) return;
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(() => {
+    this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
       this.timerAt = Infinity;
       void this.read(cause);
@@ -230,7 +258,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
       return;
     }
     this.reading = true;
-    this.lastReadAt = performance.now();
+    this.lastReadAt = this.clock.monoNow();
     this.reads.total++;
     this.reads[cause]++;
     let changes: LeaseChange[] = [];
@@ -238,12 +266,14 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
     let ok = false;
     try {
       const list = await this.store.list(this.name === undefined ? {} : { name: this.name });
-      const at = performance.now();
+      const at = this.clock.monoNow();
       const next = new Map<string, LeaseView>();
       for (const l of list) {
         const v = view(l);
         next.set(v.name, v);
         this.readAt.set(v.name, at);
+        const ttl = ttlOf(v);
+        if (ttl !== undefined) this.ttls.set(v.name, ttl);
         const kind = classify(this.leases.get(v.name), v, first);
         if (kind !== undefined) changes.push({ kind, lease: v, previous: this.leases.get(v.name) ?? null });
       }
@@ -251,10 +281,11 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
         if (!next.has(name)) {
           changes.push({ kind: 'gone', lease: { ...prev, holder: null, state: 'free', expiresAtMs: null }, previous: prev });
           this.readAt.delete(name);
+          this.ttls.delete(name);
         }
       }
       this.leases = next;
-      if (list.length > 0) this.clock = { storeNowMs: Math.max(...list.map((l) => l.storeNowMs)), at };
+      if (list.length > 0) this.storeClock = { storeNowMs: Math.max(...list.map((l) => l.storeNowMs)), at };
       this.failures = 0;
       this.haveRead = true;
       ok = true;
@@ -288,17 +319,17 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   private cap(): number {
     if (this.maxIntervalMs !== undefined) return this.maxIntervalMs;
     let ttl = Infinity;
-    for (const l of this.leases.values()) {
-      const from = l.renewedAtMs ?? l.termStartedAtMs;
-      if (l.expiresAtMs !== null && from !== null && l.expiresAtMs > from) ttl = Math.min(ttl, l.expiresAtMs - from);
+    for (const name of this.leases.keys()) {
+      const known = this.ttls.get(name);
+      if (known !== undefined) ttl = Math.min(ttl, known);
     }
-    return ttl === Infinity ? DEFAULT_TTL_MS : ttl;
+    return ttl === Infinity ? DEFAULT_TTL_MS : Math.max(MIN_TTL_MS, ttl);
   }
 
   private nextDelay(): number {
     const cap = this.cap();
     if (this.failures > 0) return Math.min(cap, FIRST_FAST_MS * 2 ** Math.min(this.failures, 10));
-    const now = performance.now();
+    const now = this.clock.monoNow();
     let delay = cap;
     let fast = false;
     for (const l of this.leases.values()) {
@@ -324,7 +355,7 @@ export class LeaseWatcher extends EventEmitter<WatcherEvents> {
   async close(): Promise<void> {
     if (this.stopped && this.unwatch === undefined) return;
     this.stopped = true;
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     this.timer = undefined;
     this.markReady();
     const unwatch = this.unwatch;

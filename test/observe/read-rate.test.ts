@@ -1,0 +1,81 @@
+/**
+ * The load a watcher puts on a real store once a lease is released a few ms after a renewal
+ * (issue 31 item 4): the row's expiry is then the release instant, and a read interval capped at
+ * "expiry minus last renewal" read ten times a second for ever. The store's clock, rows and
+ * release notification are real; only list() is counted.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { Leasehold } from '../../src/core/leasehold.js';
+import { LeaseWatcher, type LeaseChange } from '../../src/observe/index.js';
+import type { LeaseStore } from '../../src/backends/store.js';
+import { until } from '../cli/helpers.js';
+import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+function countLists(inner: LeaseStore): LeaseStore & { lists: number } {
+  let lists = 0;
+  return new Proxy(inner, {
+    get(target, prop) {
+      if (prop === 'lists') return lists;
+      const v: unknown = Reflect.get(target, prop, target);
+      if (typeof v !== 'function') return v;
+      return (...args: unknown[]) => {
+        if (prop === 'list') lists++;
+        return (v as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  }) as LeaseStore & { lists: number };
+}
+
+for (const kind of selectedStores()) {
+  void describe(`watcher read rate (${kind})`, () => {
+    let ts: TestStore;
+    before(async () => {
+      ts = await makeTestStore(kind);
+    });
+    after(async () => {
+      await ts.cleanup();
+    });
+
+    void it('a lease released a few ms after a renewal is re-read about once per TTL, not ten times a second', async (t) => {
+      // etcd grants whole seconds, 2 s at least.
+      const ttl = kind === 'etcd' ? 2000 : 1000;
+      const name = `rate-${randomBytes(4).toString('hex')}`;
+      const lh = new Leasehold({ store: await ts.open() });
+      const counted = countLists(await ts.open());
+      const watcher = new LeaseWatcher(counted, { name });
+      const changes: LeaseChange[] = [];
+      watcher.on('change', (c) => changes.push(c));
+      try {
+        const lease = lh.lease(name, { ttl });
+        await lease.acquire();
+        await watcher.start();
+        assert.equal(watcher.current.get(name)?.state, 'held');
+        await new Promise<void>((resolve) => lease.once('renewed', () => resolve()));
+        await lease.release();
+        await until('the release is observed', () => changes.some((c) => c.kind === 'freed'));
+        const freed = watcher.current.get(name)!;
+        t.diagnostic(`${kind}: the freed row's expiry minus last renewal: ${freed.expiresAtMs! - freed.renewedAtMs!}ms (ttl ${ttl}ms)`);
+        const before = counted.lists;
+        const spanTtls = 6;
+        await sleep(spanTtls * ttl);
+        const reads = counted.lists - before;
+        t.diagnostic(`${kind}: ${reads} reads in ${spanTtls} TTLs after the release (${(reads / spanTtls).toFixed(2)} per TTL)`);
+        // The documented schedule for a free lease: re-read after 100, 200, 400 ms, ... up to its
+        // TTL, then once per TTL: at most the ramp (log2(ttl / 100ms) reads, rounded up) plus one
+        // per TTL of the span, plus one for rounding. A slow machine only makes it fewer. The old
+        // cap (the few ms before the release) made it about 10 per second: 60 here.
+        const ramp = Math.ceil(Math.log2(ttl / 100));
+        const bound = ramp + spanTtls + 1;
+        assert.ok(reads <= bound, `${reads} reads in ${spanTtls} TTLs after the release (bound ${bound}): ${JSON.stringify(watcher.reads)}`);
+        assert.ok(reads >= 2, 'it keeps reading a free lease (an acquisition notifies nothing)');
+      } finally {
+        await watcher.close();
+        await lh.close();
+      }
+    });
+  });
+}
