@@ -1,5 +1,5 @@
 /**
- * The README's first example, `openStore(process.env.LEASEHOLD_STORE!)`, with the variable unset:
+ * The README's library example as it was, `openStore(process.env.LEASEHOLD_STORE!)`, with the variable unset:
  * a ConfigError that says what to pass, through the same top-level entry the README imports.
  */
 import assert from 'node:assert/strict';
