@@ -24,6 +24,7 @@ import { followerLoad } from './followers.js';
 import { fenceOverhead } from './fence.js';
 import { startup } from './startup.js';
 import { chartSvg } from './chart.js';
+import { preflight } from './preflight.js';
 
 const FIGURES = ['renewal', 'handover', 'failover', 'followers', 'fence', 'startup'] as const;
 type Figure = (typeof FIGURES)[number];
@@ -64,6 +65,12 @@ const out = fileURLToPath(new URL('.', import.meta.url));
 const jsonPath = resolve(values.json ?? `${out}/results.json`);
 const svgPath = resolve(values.svg ?? jsonPath.replace(/\.json$/, '') + '.svg');
 
+const ready = await preflight(stores);
+if (!ready.ok) {
+  process.stderr.write(`bench: ${ready.why}\n`);
+  process.exit(1);
+}
+
 const rec = new Recorder();
 const started = performance.now();
 const machine = `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown'}), Node ${process.version}, ${process.platform}`;
@@ -103,5 +110,6 @@ writeFileSync(jsonPath, JSON.stringify({ mode, machine, date: new Date().toISOSt
 mkdirSync(dirname(svgPath), { recursive: true });
 writeFileSync(svgPath, chartSvg(rec.results, `leasehold bench (${mode}), ${machine}`));
 process.stdout.write(`\n${rec.results.length} figures in ${seconds.toFixed(1)}s; wrote ${jsonPath} and ${svgPath}\n`);
+await ready.stop();
 // Drivers' sockets and timers (etcd3's pools, the pg pools) need not be waited out.
 process.exit(0);

@@ -30,9 +30,17 @@ export interface OpenStoreOptions {
 /**
  * Opens a store from a URL (every backend is also `XStore.create(options)`, the same shape): `postgres://...`, `sqlite:PATH`, `redis://...` (or `redis+sentinel://`), `etcd://host:port`.
  * Each driver is loaded only when its scheme is used.
- * @throws {ConfigError} for an unknown scheme or a malformed URL.
+ * @throws {ConfigError} for a missing URL, an unknown scheme or a malformed URL.
  */
 export async function openStore(url: string, options: OpenStoreOptions = {}): Promise<LeaseStore> {
+  // `openStore(process.env.LEASEHOLD_STORE!)` with the variable unset is the first thing a
+  // newcomer tries; it must say what to do, not fail inside a string method.
+  if (typeof url !== 'string' || url.trim() === '') {
+    throw new ConfigError(
+      `openStore needs a store URL, got ${url === '' ? 'an empty string' : typeof url === 'string' ? 'only spaces' : String(url)}: ` +
+        'pass one (postgres://..., sqlite:/path/file.db, redis://..., etcd://...), or use openStore(resolveStoreUrl()) for LEASEHOLD_STORE or else the embedded default',
+    );
+  }
   const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
   switch (scheme) {
     case 'postgres':

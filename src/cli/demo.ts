@@ -14,6 +14,7 @@ import { errorMessage } from '../core/errors.js';
 import { EXIT, exitCodeFor, resolveStore } from './common.js';
 import { STORE_FLAGS, defineCommand, helpText, parseCommand, type ValuesOf } from './flags.js';
 import { openStore } from '../backends/index.js';
+import { resolveSqliteDriver } from '../backends/sqlite/driver.js';
 import { SqliteStore } from '../backends/sqlite/store.js';
 import type { LeaseStore } from '../backends/store.js';
 import { checkClaims, timeline, type DemoFacts } from '../demo/claims.js';
@@ -91,6 +92,17 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
   let failure: Error | undefined;
 
   try {
+    // The resource is a SQLite file whatever the store is, so its driver is checked before the
+    // store is opened: a refusal must not leave leasehold's tables in the user's database.
+    // (A SQLite store fails to open with the driver's own line, which fits that case.)
+    try {
+      if (!/^sqlite:/i.test(url)) resolveSqliteDriver();
+    } catch (err) {
+      process.stderr.write(
+        `leasehold demo: the demo's resource is a SQLite file whatever --store names, and ${errorMessage(err).replace(/^the SQLite store needs/, 'it needs').replace(/, or use another store.*$/, '')}\n`,
+      );
+      return exitCodeFor(err);
+    }
     try {
       store = await openStore(url);
     } catch (err) {
