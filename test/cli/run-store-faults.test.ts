@@ -1,0 +1,99 @@
+/**
+ * Transient store faults never end a waiting `leasehold run`: a SQLite database on a disk that
+ * fills up while one runner holds the lease and another waits. The holder stands down (exit
+ * 76: its renewals fail, so it cannot know it still leads); the waiter keeps waiting, says so
+ * every few seconds, never leads while the store cannot take a write, and leads once space is
+ * freed. The disk is a small tmpfs this test mounts (root only) and unmounts.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, openSync, rmdirSync, unlinkSync, writeSync, closeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, afterEach, describe, it } from 'node:test';
+import { Sandbox, assertNoLeftovers, until } from './helpers.js';
+import { selectedStores } from '../helpers/stores.js';
+
+const sb = new Sandbox('run-faults');
+const pids: number[] = [];
+afterEach(() => assertNoLeftovers(pids.splice(0)));
+after(() => sb.cleanup());
+
+/** A tmpfs of `size` mounted on a fresh directory, or the reason there cannot be one here. */
+function smallDisk(size: string): { dir: string; unmount(): void } | string {
+  if (process.getuid?.() !== 0) return 'mounting a tmpfs needs root';
+  const dir = mkdtempSync(join(tmpdir(), 'lh-full-'));
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', dir], { stdio: 'pipe' });
+  } catch (e) {
+    rmdirSync(dir);
+    return `cannot mount a tmpfs: ${(e as Error).message}`;
+  }
+  return {
+    dir,
+    unmount() {
+      execFileSync('umount', ['-l', dir], { stdio: 'pipe' });
+      rmdirSync(dir);
+    },
+  };
+}
+
+/** Writes `path` until the filesystem refuses (ENOSPC); returns the bytes written. */
+function fill(path: string): number {
+  const fd = openSync(path, 'w');
+  const chunk = Buffer.alloc(64 * 1024, 1);
+  let n = 0;
+  try {
+    for (;;) n += writeSync(fd, chunk);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOSPC') throw e;
+  } finally {
+    closeSync(fd);
+  }
+  return n;
+}
+
+const disk = selectedStores().includes('sqlite') ? smallDisk('4m') : 'sqlite not selected';
+after(() => {
+  if (typeof disk !== 'string') disk.unmount();
+});
+if (typeof disk === 'string') console.log(`# run-store-faults skipped: ${disk}`);
+
+void describe('leasehold run: a disk that fills up under SQLite', { skip: typeof disk === 'string' && disk }, () => {
+  void it('the holder stands down (76); the waiter keeps waiting, says so every few seconds, and leads once space is freed', async () => {
+    const { dir } = disk as { dir: string };
+    const url = `sqlite:${join(dir, 'leases.db')}`;
+    assert.equal((await sb.run(['migrate', '--store', url])).code, 0);
+    const ttl = 2000;
+    const holder = sb.start(['run', '--name', 'full', '--store', url, '--ttl', `${ttl}ms`, '--', 'sleep', '60']);
+    pids.push(holder.pid);
+    await until('the holder has the lease', () => /acquired token/.test(holder.stderr));
+    const waiter = sb.start(['run', '--name', 'full', '--store', url, '--ttl', `${ttl}ms`, '--', 'sh', '-c', 'echo second-$LEASEHOLD_TOKEN']);
+    pids.push(waiter.pid);
+    await until('the waiter sees the holder', () => /waiting: held by/.test(waiter.stderr));
+
+    const filler = join(dir, 'filler');
+    assert.ok(fill(filler) > 0);
+    try {
+      // The holder's renewals cannot land: it stands down by its local deadline, within a TTL.
+      const h = await holder.done;
+      assert.equal(h.code, 76, h.stderr);
+      // Then the waiter's claims need a write the disk refuses. It must outlast that, saying so
+      // periodically (every 5s, the library's outage line), and never lead: 12s covers two lines.
+      await until('the waiter reports the fault', () => /database or disk is full/.test(waiter.stderr), 5 * ttl);
+      await sleep(12_000);
+      assert.equal(waiter.proc.exitCode, null, `the waiter gave up on a full disk: ${waiter.stderr}`);
+      assert.doesNotMatch(waiter.stderr, /acquired token/, 'led while the store could not take a write');
+      const lines = waiter.stderr.split('\n').filter((l) => /disk is full/.test(l));
+      assert.ok(lines.length >= 2 && lines.length <= 5, `expected one line every few seconds, got:\n${waiter.stderr}`);
+    } finally {
+      unlinkSync(filler);
+    }
+    // Space is back: the next claim (backed off to at most a TTL) leads.
+    await until('the waiter leads and its command finishes', () => waiter.proc.exitCode !== null, 5 * ttl);
+    const d = await waiter.done;
+    assert.equal(d.code, 0, d.stderr);
+    assert.match(d.stdout, /second-\d+/);
+  });
+});
