@@ -6,53 +6,18 @@
  * freed. The disk is a small tmpfs this test mounts (root only) and unmounts.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, openSync, rmdirSync, unlinkSync, writeSync, closeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, afterEach, describe, it } from 'node:test';
 import { Sandbox, assertNoLeftovers, until } from './helpers.js';
 import { selectedStores } from '../helpers/stores.js';
+import { fill, smallDisk } from '../helpers/small-disk.js';
 
 const sb = new Sandbox('run-faults');
 const pids: number[] = [];
 afterEach(() => assertNoLeftovers(pids.splice(0)));
 after(() => sb.cleanup());
-
-/** A tmpfs of `size` mounted on a fresh directory, or the reason there cannot be one here. */
-function smallDisk(size: string): { dir: string; unmount(): void } | string {
-  if (process.getuid?.() !== 0) return 'mounting a tmpfs needs root';
-  const dir = mkdtempSync(join(tmpdir(), 'lh-full-'));
-  try {
-    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', dir], { stdio: 'pipe' });
-  } catch (e) {
-    rmdirSync(dir);
-    return `cannot mount a tmpfs: ${(e as Error).message}`;
-  }
-  return {
-    dir,
-    unmount() {
-      execFileSync('umount', ['-l', dir], { stdio: 'pipe' });
-      rmdirSync(dir);
-    },
-  };
-}
-
-/** Writes `path` until the filesystem refuses (ENOSPC); returns the bytes written. */
-function fill(path: string): number {
-  const fd = openSync(path, 'w');
-  const chunk = Buffer.alloc(64 * 1024, 1);
-  let n = 0;
-  try {
-    for (;;) n += writeSync(fd, chunk);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOSPC') throw e;
-  } finally {
-    closeSync(fd);
-  }
-  return n;
-}
 
 const disk = selectedStores().includes('sqlite') ? smallDisk('4m') : 'sqlite not selected';
 after(() => {

@@ -83,7 +83,9 @@ export interface PostgresStoreOptions {
 type NotifyVia = { target: PgTarget } | 'own' | 'none';
 
 // Connection-level failures: the outcome of the call is unknown, try again later.
-const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|40001|40P01|55P03)/;
+// 53: insufficient resources (53100 disk full, 53200 out of memory, 53300 too many connections);
+// 58030: an I/O error writing (a full WAL disk): both clear without a change of configuration.
+const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|58030|40001|40P01|55P03)/;
 const NODE_NET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ECONNABORTED']);
 const SQLSTATE = /^[0-9A-Z]{5}$/;
 // What the pg driver (and pg-pool) say when the connection failed, dropped or timed out.
