@@ -660,7 +660,8 @@ async function schemaOnceReachable(store: LeaseAdmin, wait: boolean | number, si
   for (let attempt = 0; ; attempt++) {
     if (signal.aborted) return false;
     try {
-      await requireCurrentSchema(store);
+      // --no-wait: one attempt, bounded by the store's own timeouts only.
+      await withinWait(requireCurrentSchema(store), wait === false ? Infinity : until - performance.now(), signal);
       if (attempt > 0) report.event('store-reachable', `the store answers after ${formatMs(performance.now() - startedMs)}; contending`);
       return true;
     } catch (e) {
@@ -682,6 +683,30 @@ async function schemaOnceReachable(store: LeaseAdmin, wait: boolean | number, si
       await sleepOn(realClock, Math.min(until - now, Math.min(2000, 100 * 2 ** attempt) * (0.5 + Math.random() / 2)), signal);
     }
   }
+}
+
+/**
+ * `p`, or a StoreUnavailableError once `ms` pass: one attempt (its connect included: the drivers
+ * connect on the first call) never outlasts the wait, whatever the store's own timeouts are (a
+ * listener that accepts and never answers holds a call for the driver's full timeout, 5s or
+ * more). The abandoned call settles on its own; the store is closed after it.
+ */
+function withinWait<T>(p: Promise<T>, ms: number, signal: AbortSignal): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const late = new Promise<never>((_, reject) => {
+    const give = (): void => reject(new StoreUnavailableError(`the store did not answer within the wait (${formatMs(Math.max(0, ms))} left)`));
+    if (ms !== Infinity) timer = setTimeout(give, Math.max(0, ms));
+    // A signal while a call hangs stops the wait now, not at the driver's timeout.
+    onAbort = give;
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  // The loser of the race must not become an unhandled rejection.
+  p.catch(() => {});
+  return Promise.race([p, late]).finally(() => {
+    clearTimeout(timer);
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  });
 }
 
 /**

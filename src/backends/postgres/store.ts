@@ -535,7 +535,26 @@ export class PostgresStore implements LeaseStore {
     if (this.closed) return;
     this.closed = true;
     await this.listen?.stop();
-    if (this.ownsPool) await this.pool.end?.();
+    if (this.ownsPool) {
+      const ended = this.pool.end?.();
+      cutConnecting(this.pool);
+      await ended;
+    }
+  }
+}
+
+/**
+ * pg-pool's end() waits for every client, including one still connecting: to a listener that
+ * accepts and never answers, that is the whole connection timeout (seconds), during which the
+ * process cannot exit. A client that never connected has no session to end, so its socket is
+ * destroyed; its connect fails and the pool lets it go. Duck-typed (pg-pool's own fields): a
+ * pool without them is simply ended as before.
+ */
+function cutConnecting(pool: unknown): void {
+  const clients = (pool as { _clients?: unknown })._clients;
+  if (!Array.isArray(clients)) return;
+  for (const c of clients as { _connected?: boolean; connection?: { stream?: { destroy?: () => void } } }[]) {
+    if (c._connected === false) c.connection?.stream?.destroy?.();
   }
 }
 
