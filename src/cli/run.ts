@@ -178,9 +178,15 @@ COMMAND also gets a parent-death SIGKILL from the kernel. Not covered: processes
 group (setsid, setpgid, a shell with job control, daemons), and the group if the reaper was
 killed on its own before the runner; only the fence stops those.
 
-Exit: COMMAND's status (128+N if killed by signal N); 2 usage; 3 store unreachable or schema
-missing; 75 (or --busy-exit) never became leader; 76 lost the lease while COMMAND was running;
-126 COMMAND not executable; 127 COMMAND not found.`,
+While waiting, a store fault that clears by itself (down, restarting, a lost connection, a full
+disk, a read-only file or standby) is retried, one line every few seconds, never leading
+meanwhile; each attempt is bounded by what is left of --wait.
+
+Exit: COMMAND's status (128+N if killed by signal N); 2 usage; 3 store still unreachable when
+the wait ends, schema missing, or the store refused a statement; 75 (or --busy-exit) never
+became leader; 76 lost the lease while COMMAND was running; 126 COMMAND not executable; 127
+COMMAND not found; 128+N stopped by signal N before COMMAND started; 1 only for an error
+leasehold did not anticipate (report it).`,
 });
 
 export const RUN_USAGE = helpText(RUN_SPEC);
