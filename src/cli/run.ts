@@ -43,7 +43,7 @@ import { realClock, sleepOn } from '../core/clock.js';
 import { Leasehold } from '../core/leasehold.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { LoggerLike } from '../core/logger.js';
-import type { LeaseAdmin } from '../backends/store.js';
+import type { LeaseStore } from '../backends/store.js';
 import { redactUrl } from '../backends/url.js';
 import {
   CliError,
@@ -517,19 +517,21 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
   };
   for (const s of FORWARDED) process.on(s, onSignal);
   try {
-    const { store, url } = await openStoreFromFlags({ store: settings.store, storeFile: settings.storeFile, schema: settings.schema });
+    // A missing or stale schema is exit 3 at once: waiting will not fix it. An unreachable
+    // store is waited for, within --wait, so a replica started during an outage (a pod
+    // rescheduled while the database fails over, a SQLite disk that is full) does not crash-loop.
+    const waitStartedMs = performance.now();
+    const open = () => openStoreFromFlags({ store: settings.store, storeFile: settings.storeFile, schema: settings.schema });
+    const reached = await storeOnceReachable(open, wait, contention.signal, report);
+    if (reached === undefined) {
+      const status = 128 + signalNumber(stopSignal ?? 'SIGTERM');
+      report.event('stopped', `${stopSignal ?? 'SIGTERM'} while waiting for the store; not running the command`, { signal: stopSignal, status });
+      return status;
+    }
+    const { store, url } = reached;
     const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
     let closeProbes: (() => Promise<void>) | undefined;
     try {
-      // A missing or stale schema is exit 3 at once: waiting will not fix it. An unreachable
-      // store is waited for, within --wait, so a replica started during an outage (a pod
-      // rescheduled while the database fails over) does not crash-loop.
-      const waitStartedMs = performance.now();
-      if (!(await schemaOnceReachable(store, wait, contention.signal, report))) {
-        const status = 128 + signalNumber(stopSignal ?? 'SIGTERM');
-        report.event('stopped', `${stopSignal ?? 'SIGTERM'} while waiting for the store; not running the command`, { signal: stopSignal, status });
-        return status;
-      }
       const waitLeft = typeof wait === 'number' ? Math.max(1, Math.ceil(wait - (performance.now() - waitStartedMs))) : wait;
       const lease = lh.lease(name, {
         ttl: timing.ttlMs,
@@ -656,38 +658,54 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
 const STORE_WAIT_LINE_EVERY_MS = 5000;
 
 /**
- * The schema check, retried while the store is unreachable and the wait allows. False: a signal
- * stopped the wait. A missing schema, and an outage that outlasts --wait, throw (exit 3).
+ * Opens the store (SQLite writes on open: a full disk refuses it) and checks its schema, retried
+ * while the store is unreachable and the wait allows. Undefined: a signal stopped the wait. A
+ * missing schema, and an outage that outlasts --wait, throw (exit 3). A store opened here is
+ * closed here unless it is returned.
  */
-async function schemaOnceReachable(store: LeaseAdmin, wait: boolean | number, signal: AbortSignal, report: Reporter): Promise<boolean> {
+async function storeOnceReachable(
+  open: () => Promise<{ store: LeaseStore; url: string }>,
+  wait: boolean | number,
+  signal: AbortSignal,
+  report: Reporter,
+): Promise<{ store: LeaseStore; url: string } | undefined> {
   const startedMs = performance.now();
   const until = wait === true ? Infinity : wait === false ? 0 : startedMs + wait;
   let lastLineMs = -Infinity;
-  for (let attempt = 0; ; attempt++) {
-    if (signal.aborted) return false;
-    try {
-      // --no-wait: one attempt, bounded by the store's own timeouts only.
-      await withinWait(requireCurrentSchema(store), wait === false ? Infinity : until - performance.now(), signal);
-      if (attempt > 0) report.event('store-reachable', `the store answers after ${formatMs(performance.now() - startedMs)}; contending`);
-      return true;
-    } catch (e) {
-      if (!(e instanceof StoreUnavailableError)) throw e;
-      const now = performance.now();
-      if (now >= until) {
-        if (attempt === 0) throw e;
-        throw new StoreUnavailableError(`the store was still unreachable when the wait (${formatMs(now - startedMs)}) ran out: ${errorMessage(e)}`, { cause: e });
+  let opened: { store: LeaseStore; url: string } | undefined;
+  let ok = false;
+  try {
+    for (let attempt = 0; ; attempt++) {
+      if (signal.aborted) return undefined;
+      try {
+        // Opening does not connect (network stores connect on the first call); SQLite's open is
+        // synchronous. --no-wait: one attempt, bounded by the store's own timeouts only.
+        opened ??= await open();
+        await withinWait(requireCurrentSchema(opened.store), wait === false ? Infinity : until - performance.now(), signal);
+        if (attempt > 0) report.event('store-reachable', `the store answers after ${formatMs(performance.now() - startedMs)}; contending`);
+        ok = true;
+        return opened;
+      } catch (e) {
+        if (!(e instanceof StoreUnavailableError)) throw e;
+        const now = performance.now();
+        if (now >= until) {
+          if (attempt === 0) throw e;
+          throw new StoreUnavailableError(`the store was still unreachable when the wait (${formatMs(now - startedMs)}) ran out: ${errorMessage(e)}`, { cause: e });
+        }
+        if (now - lastLineMs >= STORE_WAIT_LINE_EVERY_MS) {
+          lastLineMs = now;
+          const left = until === Infinity ? 'for ever (--wait)' : `for ${formatMs(until - now)} more`;
+          report.problem('store-unavailable', `the store is unreachable (${errorMessage(e)}); retrying ${left}`, {
+            waitedMs: Math.round(now - startedMs),
+            error: e.code,
+          });
+        }
+        // Quick at first (a store restarting), then every 2s: a down store is not hammered.
+        await sleepOn(realClock, Math.min(until - now, Math.min(2000, 100 * 2 ** attempt) * (0.5 + Math.random() / 2)), signal);
       }
-      if (now - lastLineMs >= STORE_WAIT_LINE_EVERY_MS) {
-        lastLineMs = now;
-        const left = until === Infinity ? 'for ever (--wait)' : `for ${formatMs(until - now)} more`;
-        report.problem('store-unavailable', `the store is unreachable (${errorMessage(e)}); retrying ${left}`, {
-          waitedMs: Math.round(now - startedMs),
-          error: e.code,
-        });
-      }
-      // Quick at first (a store restarting), then every 2s: a down store is not hammered.
-      await sleepOn(realClock, Math.min(until - now, Math.min(2000, 100 * 2 ** attempt) * (0.5 + Math.random() / 2)), signal);
     }
+  } finally {
+    if (!ok) await opened?.store.close();
   }
 }
 

@@ -61,4 +61,30 @@ void describe('leasehold run: a disk that fills up under SQLite', { skip: typeof
     assert.equal(d.code, 0, d.stderr);
     assert.match(d.stdout, /second-\d+/);
   });
+  void it('a run started while the disk is full waits (the open itself is refused), then runs once space is freed', async () => {
+    const { dir } = disk as { dir: string };
+    const url = `sqlite:${join(dir, 'late.db')}`;
+    assert.equal((await sb.run(['migrate', '--store', url])).code, 0);
+    const filler = join(dir, 'filler-late');
+    assert.ok(fill(filler) > 0);
+    let r;
+    try {
+      r = sb.start(['run', '--name', 'late', '--store', url, '--', 'sh', '-c', 'echo started-late']);
+      pids.push(r.pid);
+      const started = r;
+      // Opening on a full disk is refused as an I/O error (the -wal and -shm files cannot be created).
+      await until('the runner reports the fault', () => /disk is full|disk I\/O error/.test(started.stderr), 10_000);
+      // Past the first retries (100ms doubling to 2s): it is still waiting, not exiting 3.
+      await sleep(3000);
+      assert.equal(r.proc.exitCode, null, `the runner gave up on a full disk: ${r.stderr}`);
+    } finally {
+      unlinkSync(filler);
+    }
+    // Retries are at most 2s apart once backed off: well within 10s.
+    await until('the runner runs the command', () => r.proc.exitCode !== null, 10_000);
+    const d = await r.done;
+    assert.equal(d.code, 0, d.stderr);
+    assert.match(d.stdout, /started-late/);
+    assert.match(d.stderr, /the store answers after/);
+  });
 });
