@@ -6,7 +6,7 @@
 import { Leasehold } from '../core/leasehold.js';
 import { errorMessage, type LeaseLostError } from '../core/errors.js';
 import { Agent, DEFAULT_HEARTBEAT_MS, DEFAULT_STALE_AFTER_MS } from '../fleet/agent.js';
-import { parseLabels } from '../fleet/labels.js';
+import { parseLabels, validateNewAgentId } from '../fleet/labels.js';
 import { openFleet } from '../fleet/open.js';
 import {
   EXIT,
@@ -69,6 +69,8 @@ export async function agentCommand(argv: string[]): Promise<number> {
   setLogContext({ format: logFormatOption(values['log-format']) });
   if (positionals.length > 0) throw usageError(`agent takes no operands, got ${JSON.stringify(positionals[0])}; write leasehold agent --id ID`);
   if (values.id === undefined) throw usageError('agent needs --id ID');
+  // Before the store is opened: a bad id is exit 2 whether or not the store answers.
+  validateNewAgentId(values.id);
   if (values['no-wait'] === true && values.wait !== undefined) throw usageError('--wait and --no-wait contradict each other; pick one');
   // No LEASEHOLD_* variables for these: an agent's timing belongs on its command line, where
   // `ps` shows it. An empty environment makes durationOption read the flag only.

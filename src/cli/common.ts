@@ -15,6 +15,7 @@ import {
   OwnerChangedError,
   OwnerDeadError,
   SchemaError,
+  StoreError,
   StoreUnavailableError,
   errorMessage,
 } from '../core/errors.js';
@@ -29,7 +30,10 @@ export const EXIT = {
   FAILED: 1,
   /** Usage or configuration: unknown flag, missing `--`, bad duration, bad URL, bad name. */
   USAGE: 2,
-  /** The store is unreachable, or its schema is missing or of another version. */
+  /**
+   * The store is unreachable, or its schema is missing or of another version, or it refused a
+   * statement with an error waiting will not fix (a StoreError).
+   */
   STORE: 3,
   /** `fleet owner`: no ownership record for the resource. */
   NO_OWNER: 4,
@@ -63,7 +67,9 @@ export function usageError(message: string): CliError {
 export function exitCodeFor(err: unknown): number {
   if (err instanceof CliError) return err.exitCode;
   if (err instanceof ConfigError) return EXIT.USAGE;
-  if (err instanceof SchemaError || err instanceof StoreUnavailableError) return EXIT.STORE;
+  // A StoreError is the store answering with something leasehold did not expect: still a store
+  // problem (3), not a crash of leasehold's (1), so `run`'s exit table covers it.
+  if (err instanceof SchemaError || err instanceof StoreUnavailableError || err instanceof StoreError) return EXIT.STORE;
   if (err instanceof NotAcquiredError) {
     // A --wait that ran out while the store was down is a store problem, not contention.
     const cause = (err as { cause?: unknown }).cause;

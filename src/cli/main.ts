@@ -8,13 +8,16 @@
  *   1    a check failed (`doctor`), nothing to revoke (`release`), or an unexpected error
  *   2    usage or configuration: unknown flag, missing `--`, bad duration, bad store URL,
  *        bad lease name, inconsistent timing (renew > ttl/2, grace too large)
- *   3    the store is unreachable, or its schema is missing/old (run `leasehold migrate`)
+ *   3    the store is unreachable (for a waiting `run`: still, when the wait ends), its schema
+ *        is missing/old (run `leasehold migrate`), or it refused a statement (a StoreError)
  *   4    `fleet owner`: no owner on record
  *   5    `fleet owner`: an owner on record that is not alive (by the store's clock)
  *   6    `fleet place`/`reassign`: no live, non-draining agent can take the resource
  *   7    `fleet place`: already owned; `fleet reassign`: the owner is not --from
  *   75   `run` never became leader (`--no-wait`, or `--wait D` ran out)
  *   76   `run` lost the lease while the command was running; the command was killed
+ *   126, 127  `run`: COMMAND not executable / not found (no lease taken)
+ *   128+N `run` stopped by signal N before COMMAND started
  */
 import { readFileSync } from 'node:fs';
 import { EXIT, err, exitCodeFor, out, reportError, setLogContext, sniffLogFormat } from './common.js';
@@ -91,13 +94,16 @@ Exit codes:
   0    success; for run, COMMAND's own status (128+N if killed by signal N)
   1    doctor found a failure; release found nothing to revoke; unexpected error
   2    usage or configuration error (one line on stderr says what to fix)
-  3    store unreachable, or schema missing/old (run \`leasehold migrate\`)
+  3    store unreachable (run --wait: when the wait ends), schema missing/old
+       (run \`leasehold migrate\`), or the store refused a statement
   4    fleet owner: no owner on record
   5    fleet owner: the owner on record is not alive (stale or deregistered)
   6    fleet place/reassign: no live, non-draining agent can take it
   7    fleet place: already owned; fleet reassign: the owner is not --from
   75   run: never became leader (--no-wait, or --wait ran out)
   76   run: lost the lease while COMMAND was running (COMMAND was killed)
+  126  run: COMMAND is not executable; 127: not found (no lease taken)
+  128+N run: stopped by signal N before COMMAND started
 `;
 }
 

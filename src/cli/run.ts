@@ -43,7 +43,7 @@ import { realClock, sleepOn } from '../core/clock.js';
 import { Leasehold } from '../core/leasehold.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { LoggerLike } from '../core/logger.js';
-import type { LeaseAdmin } from '../backends/store.js';
+import type { LeaseStore } from '../backends/store.js';
 import { redactUrl } from '../backends/url.js';
 import {
   CliError,
@@ -179,9 +179,15 @@ COMMAND also gets a parent-death SIGKILL from the kernel. Not covered: processes
 group (setsid, setpgid, a shell with job control, daemons), and the group if the reaper was
 killed on its own before the runner; only the fence stops those.
 
-Exit: COMMAND's status (128+N if killed by signal N); 2 usage; 3 store unreachable or schema
-missing; 75 (or --busy-exit) never became leader; 76 lost the lease while COMMAND was running;
-126 COMMAND not executable; 127 COMMAND not found.`,
+While waiting, a store fault that clears by itself (down, restarting, a lost connection, a full
+disk, a read-only file or standby) is retried, one line every few seconds, never leading
+meanwhile; each attempt is bounded by what is left of --wait.
+
+Exit: COMMAND's status (128+N if killed by signal N); 2 usage; 3 store still unreachable when
+the wait ends, schema missing, or the store refused a statement; 75 (or --busy-exit) never
+became leader; 76 lost the lease while COMMAND was running; 126 COMMAND not executable; 127
+COMMAND not found; 128+N stopped by signal N before COMMAND started; 1 only for an error
+leasehold did not anticipate (report it).`,
 });
 
 export const RUN_USAGE = helpText(RUN_SPEC);
@@ -512,19 +518,21 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
   };
   for (const s of FORWARDED) process.on(s, onSignal);
   try {
-    const { store, url } = await openStoreFromFlags({ store: settings.store, storeFile: settings.storeFile, schema: settings.schema });
+    // A missing or stale schema is exit 3 at once: waiting will not fix it. An unreachable
+    // store is waited for, within --wait, so a replica started during an outage (a pod
+    // rescheduled while the database fails over, a SQLite disk that is full) does not crash-loop.
+    const waitStartedMs = performance.now();
+    const open = () => openStoreFromFlags({ store: settings.store, storeFile: settings.storeFile, schema: settings.schema });
+    const reached = await storeOnceReachable(open, wait, contention.signal, report);
+    if (reached === undefined) {
+      const status = 128 + signalNumber(stopSignal ?? 'SIGTERM');
+      report.event('stopped', `${stopSignal ?? 'SIGTERM'} while waiting for the store; not running the command`, { signal: stopSignal, status });
+      return status;
+    }
+    const { store, url } = reached;
     const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
     let closeProbes: (() => Promise<void>) | undefined;
     try {
-      // A missing or stale schema is exit 3 at once: waiting will not fix it. An unreachable
-      // store is waited for, within --wait, so a replica started during an outage (a pod
-      // rescheduled while the database fails over) does not crash-loop.
-      const waitStartedMs = performance.now();
-      if (!(await schemaOnceReachable(store, wait, contention.signal, report))) {
-        const status = 128 + signalNumber(stopSignal ?? 'SIGTERM');
-        report.event('stopped', `${stopSignal ?? 'SIGTERM'} while waiting for the store; not running the command`, { signal: stopSignal, status });
-        return status;
-      }
       const waitLeft = typeof wait === 'number' ? Math.max(1, Math.ceil(wait - (performance.now() - waitStartedMs))) : wait;
       const lease = lh.lease(name, {
         ttl: timing.ttlMs,
@@ -651,38 +659,79 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
 const STORE_WAIT_LINE_EVERY_MS = 5000;
 
 /**
- * The schema check, retried while the store is unreachable and the wait allows. False: a signal
- * stopped the wait. A missing schema, and an outage that outlasts --wait, throw (exit 3).
+ * Opens the store (SQLite writes on open: a full disk refuses it) and checks its schema, retried
+ * while the store is unreachable and the wait allows. Undefined: a signal stopped the wait. A
+ * missing schema, and an outage that outlasts --wait, throw (exit 3). A store opened here is
+ * closed here unless it is returned.
  */
-async function schemaOnceReachable(store: LeaseAdmin, wait: boolean | number, signal: AbortSignal, report: Reporter): Promise<boolean> {
+async function storeOnceReachable(
+  open: () => Promise<{ store: LeaseStore; url: string }>,
+  wait: boolean | number,
+  signal: AbortSignal,
+  report: Reporter,
+): Promise<{ store: LeaseStore; url: string } | undefined> {
   const startedMs = performance.now();
   const until = wait === true ? Infinity : wait === false ? 0 : startedMs + wait;
   let lastLineMs = -Infinity;
-  for (let attempt = 0; ; attempt++) {
-    if (signal.aborted) return false;
-    try {
-      await requireCurrentSchema(store);
-      if (attempt > 0) report.event('store-reachable', `the store answers after ${formatMs(performance.now() - startedMs)}; contending`);
-      return true;
-    } catch (e) {
-      if (!(e instanceof StoreUnavailableError)) throw e;
-      const now = performance.now();
-      if (now >= until) {
-        if (attempt === 0) throw e;
-        throw new StoreUnavailableError(`the store was still unreachable when the wait (${formatMs(now - startedMs)}) ran out: ${errorMessage(e)}`, { cause: e });
+  let opened: { store: LeaseStore; url: string } | undefined;
+  let ok = false;
+  try {
+    for (let attempt = 0; ; attempt++) {
+      if (signal.aborted) return undefined;
+      try {
+        // Opening does not connect (network stores connect on the first call); SQLite's open is
+        // synchronous. --no-wait: one attempt, bounded by the store's own timeouts only.
+        opened ??= await open();
+        await withinWait(requireCurrentSchema(opened.store), wait === false ? Infinity : until - performance.now(), signal);
+        if (attempt > 0) report.event('store-reachable', `the store answers after ${formatMs(performance.now() - startedMs)}; contending`);
+        ok = true;
+        return opened;
+      } catch (e) {
+        if (!(e instanceof StoreUnavailableError)) throw e;
+        const now = performance.now();
+        if (now >= until) {
+          if (attempt === 0) throw e;
+          throw new StoreUnavailableError(`the store was still unreachable when the wait (${formatMs(now - startedMs)}) ran out: ${errorMessage(e)}`, { cause: e });
+        }
+        if (now - lastLineMs >= STORE_WAIT_LINE_EVERY_MS) {
+          lastLineMs = now;
+          const left = until === Infinity ? 'for ever (--wait)' : `for ${formatMs(until - now)} more`;
+          report.problem('store-unavailable', `the store is unreachable (${errorMessage(e)}); retrying ${left}`, {
+            waitedMs: Math.round(now - startedMs),
+            error: e.code,
+          });
+        }
+        // Quick at first (a store restarting), then every 2s: a down store is not hammered.
+        await sleepOn(realClock, Math.min(until - now, Math.min(2000, 100 * 2 ** attempt) * (0.5 + Math.random() / 2)), signal);
       }
-      if (now - lastLineMs >= STORE_WAIT_LINE_EVERY_MS) {
-        lastLineMs = now;
-        const left = until === Infinity ? 'for ever (--wait)' : `for ${formatMs(until - now)} more`;
-        report.problem('store-unavailable', `the store is unreachable (${errorMessage(e)}); retrying ${left}`, {
-          waitedMs: Math.round(now - startedMs),
-          error: e.code,
-        });
-      }
-      // Quick at first (a store restarting), then every 2s: a down store is not hammered.
-      await sleepOn(realClock, Math.min(until - now, Math.min(2000, 100 * 2 ** attempt) * (0.5 + Math.random() / 2)), signal);
     }
+  } finally {
+    if (!ok) await opened?.store.close();
   }
+}
+
+/**
+ * `p`, or a StoreUnavailableError once `ms` pass: one attempt (its connect included: the drivers
+ * connect on the first call) never outlasts the wait, whatever the store's own timeouts are (a
+ * listener that accepts and never answers holds a call for the driver's full timeout, 5s or
+ * more). The abandoned call settles on its own; the store is closed after it.
+ */
+function withinWait<T>(p: Promise<T>, ms: number, signal: AbortSignal): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const late = new Promise<never>((_, reject) => {
+    const give = (): void => reject(new StoreUnavailableError(`the store did not answer within the wait (${formatMs(Math.max(0, ms))} left)`));
+    if (ms !== Infinity) timer = setTimeout(give, Math.max(0, ms));
+    // A signal while a call hangs stops the wait now, not at the driver's timeout.
+    onAbort = give;
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  // The loser of the race must not become an unhandled rejection.
+  p.catch(() => {});
+  return Promise.race([p, late]).finally(() => {
+    clearTimeout(timer);
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  });
 }
 
 /**

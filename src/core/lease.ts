@@ -399,7 +399,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
         const epoch = this.host.freedEpoch();
         let result: ClaimResult | undefined;
         try {
-          result = await this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(waits ? { handoff: [...handoff] } : {}) });
+          const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(waits ? { handoff: [...handoff] } : {}) });
+          result = await this.withinWait(claim, waitUntil, holder, nextNonce);
           errors = 0;
         } catch (err) {
           lastError = err;
@@ -483,6 +484,34 @@ export class Lease extends EventEmitter<LeaseEvents> {
       }
       this.host.retainWhileContending(-1);
       if (this._state === 'contending') this._state = 'idle';
+    }
+  }
+
+  /**
+   * The claim, or a StoreUnavailableError once the wait runs out: an attempt (its connect
+   * included) never outlasts `wait`, whatever the store's own timeouts are. A claim given up on
+   * that lands 'acquired' later is handed straight back, as one aborted in flight is.
+   */
+  private async withinWait(claim: Promise<ClaimResult>, waitUntil: number, holder: string, nonce: string): Promise<ClaimResult> {
+    if (waitUntil === Infinity || waitUntil === 0) return await claim;
+    let timer: ClockTimer | undefined;
+    let abandoned = false;
+    const late = new Promise<never>((_, reject) => {
+      timer = this.clock.setTimeout(() => {
+        abandoned = true;
+        reject(new StoreUnavailableError(`the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`));
+      }, Math.max(0, waitUntil - this.clock.monoNow()));
+    });
+    void claim.then(
+      (r) => {
+        if (abandoned && r.outcome === 'acquired') void this.host.store.release({ name: this.name, holder, expect: [r.nonce ?? nonce] }).catch(() => false);
+      },
+      () => {},
+    );
+    try {
+      return await Promise.race([claim, late]);
+    } finally {
+      this.clock.clearTimeout(timer);
     }
   }
 

@@ -5,7 +5,7 @@ import type { Lease, Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
 import type { LoggerLike } from '../core/logger.js';
 import type { Fleet } from './fleet.js';
-import { validateAgentId, validateLabels } from './labels.js';
+import { validateLabels, validateNewAgentId } from './labels.js';
 import { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX, type Labels } from './port.js';
 
 export const DEFAULT_HEARTBEAT_MS = 10_000;
@@ -100,7 +100,7 @@ export class Agent extends EventEmitter<AgentEvents> {
    * @throws {ConfigError} bad id, labels or timing. @throws {NotAcquiredError} the id is alive elsewhere.
    */
   static async start(leasehold: Leasehold, fleet: Fleet, options: AgentOptions): Promise<Agent> {
-    const id = validateAgentId(options?.id);
+    const id = validateNewAgentId(options?.id);
     const labels = validateLabels(options.labels);
     const { heartbeatMs, staleAfterMs } = resolveAgentTiming(options);
     const wait = options.wait === false ? false : parseDuration(options.wait ?? staleAfterMs + heartbeatMs, 'wait');

@@ -58,6 +58,26 @@ export function validateAgentId(id: unknown): string {
   return id;
 }
 
+// What a new agent may be called: the alphabet its messages have always named. Ids already
+// registered under the looser lease-name rules are still accepted where an agent is looked up
+// (reassign --from, drain), so such an agent can still be moved off and drained.
+const NEW_AGENT_ID = /^[A-Za-z0-9_.:-]+$/;
+
+/**
+ * The id an agent registers under: letters, digits and - _ . : only (no spaces, no < > or
+ * quotes: it is printed in shells, logs and URLs unquoted), within the lease-name length.
+ * @throws {ConfigError}
+ */
+export function validateNewAgentId(id: unknown): string {
+  if (typeof id === 'string' && id !== '' && !NEW_AGENT_ID.test(id)) {
+    const bad = [...id].find((c) => !NEW_AGENT_ID.test(c))!;
+    throw new ConfigError(
+      `agent id ${JSON.stringify(id)} contains ${bad === ' ' ? 'a space' : JSON.stringify(bad)}; use letters, digits and - _ . : only, for example "web-1"`,
+    );
+  }
+  return validateAgentId(id);
+}
+
 /** Resource names follow the lease-name rules. @throws {ConfigError} */
 export function validateResource(resource: unknown): string {
   try {

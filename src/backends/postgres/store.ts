@@ -83,7 +83,9 @@ export interface PostgresStoreOptions {
 type NotifyVia = { target: PgTarget } | 'own' | 'none';
 
 // Connection-level failures: the outcome of the call is unknown, try again later.
-const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|40001|40P01|55P03)/;
+// 53: insufficient resources (53100 disk full, 53200 out of memory, 53300 too many connections);
+// 58030: an I/O error writing (a full WAL disk): both clear without a change of configuration.
+const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|58030|40001|40P01|55P03)/;
 const NODE_NET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ECONNABORTED']);
 const SQLSTATE = /^[0-9A-Z]{5}$/;
 // What the pg driver (and pg-pool) say when the connection failed, dropped or timed out.
@@ -533,7 +535,26 @@ export class PostgresStore implements LeaseStore {
     if (this.closed) return;
     this.closed = true;
     await this.listen?.stop();
-    if (this.ownsPool) await this.pool.end?.();
+    if (this.ownsPool) {
+      const ended = this.pool.end?.();
+      cutConnecting(this.pool);
+      await ended;
+    }
+  }
+}
+
+/**
+ * pg-pool's end() waits for every client, including one still connecting: to a listener that
+ * accepts and never answers, that is the whole connection timeout (seconds), during which the
+ * process cannot exit. A client that never connected has no session to end, so its socket is
+ * destroyed; its connect fails and the pool lets it go. Duck-typed (pg-pool's own fields): a
+ * pool without them is simply ended as before.
+ */
+function cutConnecting(pool: unknown): void {
+  const clients = (pool as { _clients?: unknown })._clients;
+  if (!Array.isArray(clients)) return;
+  for (const c of clients as { _connected?: boolean; connection?: { stream?: { destroy?: () => void } } }[]) {
+    if (c._connected === false) c.connection?.stream?.destroy?.();
   }
 }
 

@@ -21,6 +21,9 @@ export interface IoredisLike {
   removeAllListeners(event?: string): unknown;
   quit(): Promise<unknown>;
   disconnect(reconnect?: boolean): void;
+  /** 'ready' once connected and answering; read by close. */
+  readonly status?: string;
+  readonly stream?: { destroy(): void };
 }
 
 /** The options leasehold overrides when it duplicates an ioredis client for pub/sub. */
@@ -196,6 +199,16 @@ function ioredisDriver(client: IoredisLike, owned: boolean): RedisDriver {
  * Sentinels (and reconnects them for ever) after the client has quit.
  */
 async function quitIoredis(c: IoredisLike): Promise<void> {
+  // Not ready (still connecting, or connected to something that never answered the handshake):
+  // there is nothing to say goodbye to, and QUIT would wait its full timeout. disconnect() only
+  // half-closes the socket, and a listener that never answers never finishes the close, so the
+  // commands waiting on it would hold the process open until their own timeouts: destroy it,
+  // which rejects them at once.
+  if (c.status !== undefined && c.status !== 'ready') {
+    c.disconnect(false);
+    c.stream?.destroy();
+    return;
+  }
   await within(
     c.quit().catch(() => undefined),
     QUIT_TIMEOUT_MS,

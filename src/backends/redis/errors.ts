@@ -76,6 +76,14 @@ export function mapRedisError(err: unknown, ctx: ErrorContext): Error {
   if (word === 'BUSY') {
     return new StoreUnavailableError(`Redis at ${at} is busy running a long script (${msg}); this is retryable`, { cause: err });
   }
+  if (word === 'MISCONF') {
+    // stop-writes-on-bgsave-error: the last snapshot failed (usually a full disk); writes resume
+    // once one succeeds.
+    return new StoreUnavailableError(
+      `Redis at ${at} refuses writes because it cannot persist to disk (${msg}); this is retryable: free space for its RDB/AOF files`,
+      { cause: err },
+    );
+  }
   if (word === 'OOM') {
     return new StoreUnavailableError(
       `Redis at ${at} is out of memory (${msg}); this is retryable: raise maxmemory or use a noeviction policy`,

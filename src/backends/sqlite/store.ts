@@ -642,8 +642,12 @@ function pause(ms: number, signal: AbortSignal | undefined, lastError: unknown):
 }
 
 /**
- * Only lock contention and I/O errors are retryable: a busy file clears, and an I/O error leaves
- * the outcome unknown. Anything else (an SQL error, a corrupt file) is a `StoreError`.
+ * Lock contention, I/O errors, a full disk and a read-only file are retryable: each clears
+ * without changing leasehold's configuration (the lock is released, space is freed, the
+ * filesystem is remounted read-write or the file made writable again), and an I/O error leaves
+ * the outcome unknown. A waiting contender outlasts them; a holder that meets one cannot renew
+ * and stands down by its deadline, as in any outage. A path that cannot be opened at all, a
+ * file that is not a database, and anything else (an SQL error, a corrupt file) are not.
  */
 export function mapSqliteError(err: unknown): Error {
   if (err instanceof LeaseholdError) return err;
@@ -656,10 +660,19 @@ export function mapSqliteError(err: unknown): Error {
   if (/no such table|no such column/.test(msg)) {
     return new SchemaError(`leasehold's tables are missing or out of date (${msg}); run \`leasehold migrate --store sqlite:PATH\``, { cause: err });
   }
-  if (code.startsWith('SQLITE_READONLY') || code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_NOTADB' || code === 'SQLITE_PERM' || code === 'SQLITE_AUTH') {
+  if (code.startsWith('SQLITE_FULL')) {
+    return new StoreUnavailableError(`SQLite database cannot grow (${msg}); this is retryable: free disk space on its filesystem`, { cause: err });
+  }
+  if (code.startsWith('SQLITE_READONLY')) {
+    return new StoreUnavailableError(
+      `SQLite database is read-only (${msg}); this is retryable: make the file, its directory and its -wal and -shm files writable ` +
+        'by this user, or remount the filesystem read-write',
+      { cause: err },
+    );
+  }
+  if (code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_NOTADB' || code === 'SQLITE_PERM' || code === 'SQLITE_AUTH') {
     return new ConfigError(`SQLite database cannot be used (${msg}); check the path and its permissions`, { cause: err });
   }
-  if (code === 'SQLITE_FULL') return new StoreError(`SQLite database cannot grow (${msg}); free disk space`, { cause: err });
   return new StoreError(`SQLite refused leasehold's statement (${code === '' ? '' : `${code}: `}${msg}); this is not retried: report it if it persists`, {
     cause: err,
   });
