@@ -34,6 +34,9 @@ const MAX_HANDOFF_NONCES = 4;
 
 const noop = (): void => {};
 
+/** The errors of claims given up on because the wait ended while they were in flight (outcome unknown). */
+const waitRanOut = new WeakSet<object>();
+
 /**
  * How long a follower waits between checks while a freed channel that also reports expiry is up
  * (LeasePort.freedCoversExpiry): every release, revocation and expiry wakes it at once, and a
@@ -378,6 +381,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
     /** A 'busy' answer came: the store registered us (an outage alone never sends a withdrawal). */
     let registered = false;
     let won = false;
+    /** The last 'busy' answer of this contention: a wait that ends on an unanswered claim after it is still contention, not an outage. */
+    let lastBusy: (ClaimResult & { outcome: 'busy' }) | undefined;
     this.host.retainWhileContending(1);
     try {
       for (;;) {
@@ -400,7 +405,10 @@ export class Lease extends EventEmitter<LeaseEvents> {
         let result: ClaimResult | undefined;
         try {
           const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(waits ? { handoff: [...handoff] } : {}) });
-          result = await this.withinWait(claim, waitUntil, holder, nextNonce);
+          // The last look after a 'busy' answer, sent as the wait ends, keeps the store's own
+          // timeouts (as before): bounding it by a wait already spent would never let it answer.
+          result = lastBusy !== undefined && waitUntil <= sentAt ? await claim : await this.withinWait(claim, waitUntil, holder, nextNonce);
+          if (result.outcome === 'busy') lastBusy = result;
           errors = 0;
         } catch (err) {
           lastError = err;
@@ -409,7 +417,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
           if (waitUntil === 0 || !isRetryableError(err)) throw err;
           // An outage retried for minutes is one line every few seconds, not one per attempt.
           const now = this.clock.monoNow();
-          if (errors === 0 || now - lastWarnedMs >= OUTAGE_LINE_EVERY_MS) {
+          // A claim given up on as the wait ended is not retried: nothing to warn about.
+          if (!waitRanOut.has(err as object) && (errors === 0 || now - lastWarnedMs >= OUTAGE_LINE_EVERY_MS)) {
             lastWarnedMs = now;
             if (errors === 0) outageSinceMs = now;
             this.host.logger.warn(
@@ -461,14 +470,14 @@ export class Lease extends EventEmitter<LeaseEvents> {
         }
         const left = waitUntil - this.clock.monoNow();
         if (left <= 0) {
-          const busy = result !== undefined && result.outcome === 'busy' ? result : undefined;
+          const busy = result !== undefined && result.outcome === 'busy' ? result : result === undefined && waitRanOut.has(lastError as object) ? lastBusy : undefined;
           const err = new NotAcquiredError(
             this.name,
             busy?.holder ?? null,
             busy?.expiresAtMs == null ? null : Math.max(0, Math.round(busy.expiresAtMs - busy.storeNowMs)),
             waitUntil === 0 ? 'another process holds it' : 'the wait ran out',
           );
-          if (result === undefined) (err as { cause?: unknown }).cause = lastError;
+          if (result === undefined && busy === undefined) (err as { cause?: unknown }).cause = lastError;
           throw err;
         }
         await this.sleepOrFreed(Math.min(sleepMs, left), freed ?? this.host.waitForFreed(this.name, signal));
@@ -499,7 +508,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const late = new Promise<never>((_, reject) => {
       timer = this.clock.setTimeout(() => {
         abandoned = true;
-        reject(new StoreUnavailableError(`the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`));
+        const err = new StoreUnavailableError(`the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`);
+        waitRanOut.add(err);
+        reject(err);
       }, Math.max(0, waitUntil - this.clock.monoNow()));
     });
     void claim.then(
