@@ -3,10 +3,10 @@ import { after, before, describe, it } from 'node:test';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { createEtcdStore, type EtcdStore } from '../../src/backends/etcd/index.js';
 import type { ClaimRequest, LeaseStore } from '../../src/backends/store.js';
 import { createSqliteFenceTable, fencedWriteSync } from '../../src/fence/index.js';
+import { loadSqliteDriver } from '../../src/backends/sqlite/driver.js';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
@@ -29,7 +29,9 @@ const contend = (name: string, holder: string): ClaimRequest => ({ name, holder,
 /** A resource fenced by a SQLite fence table, recording which holder each accepted token came from. */
 function resource() {
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-fence-'));
-  const db = new Database(join(dir, 'resource.db'));
+  // The driver leasehold picks for this Node (node:sqlite on 22 and 24, where the repository's
+  // better-sqlite3 build does not load).
+  const db = new (loadSqliteDriver())(join(dir, 'resource.db'));
   createSqliteFenceTable(db);
   const accepted = new Map<bigint, string[]>();
   return {
