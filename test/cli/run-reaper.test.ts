@@ -77,6 +77,7 @@ wait`,
     const pgid = readPid(sb, 'job');
     // Let the inner sh start its own child too: sleep, sh (now sleep) and its sleep, the loop.
     await until('the grandchildren started', () => groupMembers(pgid).filter((p) => p !== pgid).length >= 4);
+    await until('the reaper watches the group', () => reapersOf(pgid).length > 0);
     const members = groupMembers(pgid);
     pids.push(...members);
     const grandchildren = procs().filter((p) => members.includes(p.pid) && p.ppid !== runner.pid);
@@ -105,6 +106,9 @@ wait`,
     await until('the command started', () => sb.has('tidy.pid'));
     const pid = readPid(sb, 'tidy');
     pids.push(pid);
+    // The runner starts the reaper once the command's group exists, so the command can write its
+    // pid file first (CI on Node 24 saw no reaper yet): wait for it, with the helper's bound.
+    await until('the reaper watches the group', () => reapersOf(pid).length > 0);
     const watching = reapersOf(pid);
     pids.push(...watching.map((p) => p.pid));
     assert.equal(watching.length, 1, 'one reaper watches the group');
@@ -128,6 +132,7 @@ wait`,
     await until('the command started', () => sb.has('lonely.pid'));
     const pid = readPid(sb, 'lonely');
     pids.push(pid);
+    await until('the reaper watches the group', () => reapersOf(pid).length > 0);
     const [reaper] = reapersOf(pid);
     assert.ok(reaper);
     process.kill(reaper.pid, 'SIGKILL');

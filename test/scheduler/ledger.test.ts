@@ -8,7 +8,10 @@ import { after, before, describe, it } from 'node:test';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { SlotLedgerPort } from '../../src/scheduler/ledger.js';
 import { openSlotLedger } from '../../src/cli/cron.js';
-import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
+import { TEST_PG_URL, makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
+import { PostgresSlotLedger } from '../../src/backends/postgres/slots.js';
+import type { PgPoolLike } from '../../src/backends/postgres/store.js';
+import pg from 'pg';
 
 for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sqlite')) {
   void describe(`slot ledger on ${kind}`, () => {
@@ -83,6 +86,84 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sql
       assert.equal(r.outcome, 'done');
       assert.equal(r.outcome === 'done' ? r.record.status : '', 'skipped');
       await lh2.close();
+    });
+  });
+}
+
+/**
+ * A pool whose clients stop sending once a statement matching `at` has run, until `thaw()`: what
+ * a SIGSTOP between two statements of one transaction looks like from the server.
+ */
+function freezingPool(pool: pg.Pool, at: RegExp): { pool: PgPoolLike; frozen: Promise<void>; thaw(): void } {
+  let thaw = (): void => {};
+  const thawed = new Promise<void>((r) => (thaw = r));
+  let onFrozen = (): void => {};
+  const frozen = new Promise<void>((r) => (onFrozen = r));
+  const wrapped = {
+    query: pool.query.bind(pool),
+    async connect() {
+      const c = await pool.connect();
+      let stop = false;
+      const query = async (text: string, values?: unknown[]) => {
+        if (stop) await thawed;
+        const r = await c.query(text, values);
+        if (at.test(text)) {
+          stop = true;
+          onFrozen();
+        }
+        return r;
+      };
+      return new Proxy(c, {
+        get: (t, k) => (k === 'query' ? query : typeof (t as never)[k] === 'function' ? ((t as never)[k] as (...a: unknown[]) => unknown).bind(t) : (t as never)[k]),
+      });
+    },
+  } as unknown as PgPoolLike;
+  return { pool: wrapped, frozen, thaw };
+}
+
+if (selectedStores().includes('postgres')) {
+  void describe('slot ledger on postgres: a holder frozen mid-call', () => {
+    void it('does not hold up a takeover past its term: PostgreSQL ends the idle transaction that locks the lease row, and nothing of it lands', async () => {
+      const ts = await makeTestStore('postgres');
+      const schema = new URL(ts.url).searchParams.get('schema')!;
+      const raw = new pg.Pool({ connectionString: TEST_PG_URL, max: 2 });
+      const f = freezingPool(raw, /FOR SHARE/);
+      const ledger = new PostgresSlotLedger({ pool: f.pool, schema });
+      try {
+        const name = `frozen-${randomBytes(4).toString('hex')}`;
+        const TTL = 1000;
+        const [a] = await ts.store.claim([{ name, holder: 'host-a', ttlMs: TTL, expect: null, nextNonce: randomBytes(8).toString('base64url') }]);
+        assert.equal(a!.outcome, 'acquired');
+        // A's claim reads the lease row FOR SHARE, and then its process freezes.
+        const stuck = ledger.claim({ name, holder: 'host-a', token: a!.token!, key: 's1', slotAtMs: 0, onInterrupted: 'rerun', rerunFailed: false });
+        stuck.catch(() => {});
+        await f.frozen;
+        // B contends until it holds the lease, for up to ten TTLs: the server ends A's transaction
+        // when A's term runs out (at most one TTL after the freeze). Without that bound B is told
+        // "held" and then "busy" (the row is locked) for as long as A stays frozen.
+        const contend = async (): Promise<string> => {
+          const [x] = await ts.store.claim([{ name, holder: 'host-b', ttlMs: 10_000, expect: null, nextNonce: randomBytes(8).toString('base64url') }]);
+          return x!.outcome;
+        };
+        const deadline = Date.now() + 10 * TTL;
+        const seen: string[] = [];
+        let outcome = await contend();
+        while (outcome !== 'acquired' && Date.now() < deadline) {
+          seen.push(outcome);
+          await new Promise((r) => setTimeout(r, 100));
+          outcome = await contend();
+        }
+        f.thaw();
+        assert.equal(outcome, 'acquired', `a takeover waited on the frozen holder past ten TTLs (${[...new Set(seen)].join(', ')})`);
+        // A thaws: its transaction was ended and rolled back, and the caller is told so.
+        await assert.rejects(stuck, (e: Error & { code?: string }) => e.code === 'STORE_UNAVAILABLE' && /sat idle/.test(e.message));
+        assert.deepEqual(await ledger.records(name), [], 'the frozen claim landed nothing');
+      } finally {
+        f.thaw();
+        await ledger.close();
+        await raw.end();
+        await ts.cleanup();
+      }
     });
   });
 }

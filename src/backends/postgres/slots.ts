@@ -6,7 +6,7 @@
  * src/scheduler/ledger.ts decides. A stale term's claim therefore never lands after a newer
  * term's, whatever the timing.
  */
-import { AbortedError, ConfigError } from '../../core/errors.js';
+import { AbortedError, ConfigError, StoreUnavailableError } from '../../core/errors.js';
 import {
   decideSlotClaim,
   type SlotClaimRequest,
@@ -28,6 +28,20 @@ export interface PostgresSlotLedgerOptions {
   /** The lease store's schema. Default `leasehold`. */
   schema?: string;
 }
+
+/**
+ * How long a ledger transaction may sit idle between its statements before PostgreSQL ends it.
+ * Its statements run back to back with no user code between them, so an idle gap means the
+ * process is frozen (SIGSTOP, a paused VM, a long GC) while it holds the lease row's share lock
+ * and the slot row's lock: every takeover's claim would wait for as long as the freeze lasts.
+ * Once the lease row is read, the bound drops to what is left of the term (past its expiry the
+ * transaction may not land anyway), so a frozen holder never delays a takeover past its TTL.
+ * Ending it rolls it back: the call has not landed, and its caller sees a store error.
+ */
+const IDLE_MS = 5000;
+
+/** idle_in_transaction_session_timeout's FATAL (SQLSTATE 25P03). */
+const IDLE_ENDED = '25P03';
 
 const COLUMNS = `name, slot, (extract(epoch FROM slot_at) * 1000)::float8 AS slot_at_ms, status, token, holder,
   (extract(epoch FROM started_at) * 1000)::float8 AS started_ms, (extract(epoch FROM ended_at) * 1000)::float8 AS ended_ms, exit_code, reason`;
@@ -73,6 +87,13 @@ export class PostgresSlotLedger implements SlotLedgerPort {
       throw mapPgError(err, this.schema);
     }
     let cancel: (() => void) | undefined;
+    // The server may end this session itself (the idle bound, after a freeze): without a listener
+    // of ours, that 'error' event on a checked-out client would be unhandled and crash the process.
+    let broken: Error | undefined;
+    const onError = (err?: Error): void => {
+      broken ??= err ?? new Error('the connection ended');
+    };
+    client.on('error', onError);
     try {
       if (signal !== undefined) {
         // An abort cancels the statement in progress (a lock wait included) from another
@@ -81,11 +102,15 @@ export class PostgresSlotLedger implements SlotLedgerPort {
         cancel = () => void this.pool.query(`SELECT pg_cancel_backend($1)`, [pid]).catch(() => {});
         signal.addEventListener('abort', cancel, { once: true });
       }
-      await client.query('BEGIN');
+      await client.query(`BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${IDLE_MS}`);
       const now = Number((await client.query(`SELECT (extract(epoch FROM now()) * 1000)::float8 AS now`)).rows[0]!['now']);
       const held = async (t: SlotTerm): Promise<boolean> =>
         (
-          await client.query(`SELECT 1 FROM ${this.s}.leases WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now() FOR SHARE`, [
+          await client.query(
+            `SELECT set_config('idle_in_transaction_session_timeout',
+                 least(${IDLE_MS}, greatest(1, ceil(extract(epoch FROM expires_at - now()) * 1000)))::bigint::text, true)
+               FROM ${this.s}.leases WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now() FOR SHARE`,
+            [
             t.name,
             t.holder,
             t.token.toString(),
@@ -96,12 +121,21 @@ export class PostgresSlotLedger implements SlotLedgerPort {
       await client.query('COMMIT');
       return result;
     } catch (err) {
-      await client.query('ROLLBACK').catch(() => {});
+      if (broken === undefined) await client.query('ROLLBACK').catch(() => {});
       if (aborted()) throw new AbortedError('slot ledger call aborted; rolled back', { cause: err });
-      throw mapPgError(err, this.schema);
+      const why = broken ?? err;
+      if ((why as { code?: unknown }).code === IDLE_ENDED) {
+        throw new StoreUnavailableError(
+          `PostgreSQL ended a slot ledger transaction that sat idle past its bound (this process was frozen or starved mid-call); it was rolled back and has not landed`,
+          { cause: why },
+        );
+      }
+      throw mapPgError(why, this.schema);
     } finally {
       if (cancel !== undefined) signal?.removeEventListener('abort', cancel);
-      client.release();
+      (client as unknown as { off?(e: 'error', l: (err?: Error) => void): unknown }).off?.('error', onError);
+      // A session the server ended goes back to the pool as broken, to be discarded.
+      client.release(broken ?? undefined);
     }
   }
 
