@@ -6,9 +6,9 @@
  * `leasehold cron history NAME` prints the ledger.
  */
 import { DEFAULT_TTL_MS, parseDuration, resolveTiming, validateLeaseName } from '../core/config.js';
-import { ConfigError, LeaseholdError, errorMessage } from '../core/errors.js';
+import { LeaseholdError, errorMessage } from '../core/errors.js';
 import { Leasehold } from '../core/leasehold.js';
-import type { LeaseStore } from '../backends/store.js';
+import { openSlotLedger } from '../backends/index.js';
 import { startCron, type CatchUp, type SlotEvent } from '../scheduler/cron.js';
 import { cronSchedule, everySchedule, type Schedule } from '../scheduler/schedule.js';
 import type { SlotLedgerPort } from '../scheduler/ledger.js';
@@ -87,31 +87,6 @@ Exit (cron history): 0 with the slots; 2 usage; 3 store unreachable or schema mi
 });
 
 const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
-
-/** The slot ledger in the lease store's own database (the claims check its lease rows). */
-export async function openSlotLedger(store: LeaseStore, url: string): Promise<SlotLedgerPort> {
-  if (store.kind === 'sqlite') {
-    const { SqliteStore } = await import('../backends/sqlite/store.js');
-    const { SqliteSlotLedger } = await import('../backends/sqlite/slots.js');
-    if (store instanceof SqliteStore) return new SqliteSlotLedger(store.database);
-  }
-  if (store.kind === 'postgres') {
-    const { PostgresStore } = await import('../backends/postgres/store.js');
-    const { PostgresSlotLedger } = await import('../backends/postgres/slots.js');
-    if (store instanceof PostgresStore) return PostgresSlotLedger.fromUrl(url, store.schema);
-  }
-  if (store.kind === 'redis') {
-    const { RedisStore } = await import('../backends/redis/store.js');
-    const { RedisSlotLedger } = await import('../backends/redis/slots.js');
-    if (store instanceof RedisStore) return new RedisSlotLedger(store);
-  }
-  if (store.kind === 'etcd') {
-    const { EtcdStore } = await import('../backends/etcd/store.js');
-    const { EtcdSlotLedger } = await import('../backends/etcd/slots.js');
-    if (store instanceof EtcdStore) return EtcdSlotLedger.fromUrl(url, store.prefix);
-  }
-  throw new ConfigError(`the slot ledger (cron, run --once-per) needs a PostgreSQL, SQLite, Redis or etcd store; ${store.description} is ${store.kind}`);
-}
 
 interface CronSettings {
   name: string;

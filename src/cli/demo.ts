@@ -13,9 +13,7 @@ import type Database from 'better-sqlite3';
 import { errorMessage } from '../core/errors.js';
 import { EXIT, exitCodeFor, resolveStore } from './common.js';
 import { STORE_FLAGS, defineCommand, helpText, parseCommand, type ValuesOf } from './flags.js';
-import { openStore } from '../backends/index.js';
-import { resolveSqliteDriver } from '../backends/sqlite/driver.js';
-import { SqliteStore } from '../backends/sqlite/store.js';
+import { embeddedDriver, openStore } from '../backends/index.js';
 import type { LeaseStore } from '../backends/store.js';
 import { checkClaims, timeline, type DemoFacts } from '../demo/claims.js';
 import { Crew, DemoStepError, type WorkerProc } from '../demo/crew.js';
@@ -96,7 +94,7 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
     // store is opened: a refusal must not leave leasehold's tables in the user's database.
     // (A SQLite store fails to open with the driver's own line, which fits that case.)
     try {
-      if (!/^sqlite:/i.test(url)) resolveSqliteDriver();
+      if (!/^sqlite:/i.test(url)) embeddedDriver().probe();
     } catch (err) {
       process.stderr.write(
         `leasehold demo: the demo's resource is a SQLite file whatever --store names, and ${errorMessage(err).replace(/^the SQLite store needs/, 'it needs').replace(/, or use another store.*$/, '')}\n`,
@@ -121,12 +119,13 @@ async function runDemo(url: string, workerCount: number): Promise<number> {
       return EXIT.STORE;
     }
     let resource: string;
-    if (store instanceof SqliteStore) {
-      if (store.path === ':memory:' || store.path === '') {
+    if (store.kind === 'sqlite') {
+      const file = embeddedDriver().fileOf(store);
+      if (file === undefined) {
         process.stderr.write('leasehold demo: an in-memory SQLite store cannot be shared between processes; use a file (sqlite:/path/demo.db)\n');
         return EXIT.USAGE;
       }
-      resource = store.path;
+      resource = file;
     } else {
       tmp = mkdtempSync(join(tmpdir(), 'leasehold-demo-'));
       resource = join(tmp, 'resource.db');

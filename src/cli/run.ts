@@ -749,7 +749,7 @@ async function claimOncePer(
   | { run: false; exit?: number }
   | { run: true; env: NodeJS.ProcessEnv; complete(status: number, lost: LeaseLostError | undefined, stopped?: string): Promise<void> }
 > {
-  const { openSlotLedger } = await import('./cron.js');
+  const { openSlotLedger } = await import('../backends/index.js');
   const { slotIdempotencyKey } = await import('../scheduler/ledger.js');
   const ledger = await openSlotLedger(store, url);
   const who = { name: term.name, holder: term.holder, token: term.token };

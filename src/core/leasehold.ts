@@ -8,7 +8,7 @@ import { Scheduler } from './scheduler.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
 import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore } from './port.js';
-import { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX } from '../fleet/port.js';
+import { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX } from './reserved.js';
 
 export type SuspicionDetector = 'wall-clock-jump' | 'store-clock-advance' | 'deadline-passed' | 'manual';
 

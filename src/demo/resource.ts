@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
-import { createSqliteFenceTable } from '../backends/sqlite/fence.js';
-import { loadSqliteDriver } from '../backends/sqlite/driver.js';
+import { embeddedDriver } from '../backends/index.js';
+import { createSqliteFenceTable } from '../fence/index.js';
 import { DEMO_TABLE, DEMO_TABLE_DDL, type WriteRow } from './protocol.js';
 
 /**
@@ -11,7 +11,7 @@ import { DEMO_TABLE, DEMO_TABLE_DDL, type WriteRow } from './protocol.js';
  */
 export function openResource(path: string): Database.Database {
   // Loaded when used, not imported: better-sqlite3 is optional, and a missing one gets one line.
-  const db = new (loadSqliteDriver() as unknown as typeof Database)(path);
+  const db = new (embeddedDriver().load() as unknown as typeof Database)(path);
   db.pragma('journal_mode = WAL');
   // Three writers and a reader share the file; waiting beats failing a unit of work.
   db.pragma('busy_timeout = 5000');

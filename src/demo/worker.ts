@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { FencedError, NotLeaderError, errorMessage } from '../core/errors.js';
 import { Leasehold } from '../core/leasehold.js';
-import { fencedWriteSync } from '../backends/sqlite/fence.js';
+import { fencedWriteSync } from '../fence/index.js';
 import { openStore, resolveStoreUrl } from '../backends/index.js';
 import { DEMO_TABLE, type Report } from './protocol.js';
 import { openResource } from './resource.js';

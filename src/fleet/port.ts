@@ -10,15 +10,7 @@
  */
 import type { CallOptions } from '../core/port.js';
 
-/** The prefix of an agent's liveness lease: the agent `a1` holds the lease `agent/a1`. */
-export const AGENT_LEASE_PREFIX = 'agent/';
-
-/**
- * The options objects the fleet's Agent passes to `leasehold.lease()` for its liveness lease.
- * Any other `agent/...` lease is refused (core/leasehold.ts): a `leasehold run --name agent/x`
- * would otherwise make agent x look alive without an agent behind it.
- */
-export const AGENT_LEASE_OPTIONS = new WeakSet<object>();
+export { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX } from '../core/reserved.js';
 
 export type Labels = Readonly<Record<string, string>>;
 

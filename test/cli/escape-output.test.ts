@@ -8,9 +8,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { openStore } from '../../src/backends/index.js';
+import { openSlotLedger, openStore } from '../../src/backends/index.js';
 import type { LeaseStore } from '../../src/backends/store.js';
-import { openSlotLedger } from '../../src/cli/cron.js';
 import { escapeControls, jsonSafe } from '../../src/cli/escape.js';
 import { Sandbox, assertNoLeftovers, until, type Done } from './helpers.js';
 

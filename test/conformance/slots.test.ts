@@ -4,7 +4,7 @@
  * namespace (schema, file or key prefix).
  */
 import { runSlotLedgerConformance, type SlotLedgerConformanceOptions } from '../../src/conformance/index.js';
-import { openSlotLedger } from '../../src/cli/cron.js';
+import { openSlotLedger } from '../../src/backends/index.js';
 import { makeTestStore, selectedStores, type StoreKind } from '../helpers/stores.js';
 
 const LEDGERS: StoreKind[] = ['postgres', 'sqlite', 'redis', 'etcd'];

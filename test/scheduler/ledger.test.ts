@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { SlotLedgerPort } from '../../src/scheduler/ledger.js';
-import { openSlotLedger } from '../../src/cli/cron.js';
+import { openSlotLedger } from '../../src/backends/index.js';
 import { TEST_PG_URL, makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
 import { PostgresSlotLedger } from '../../src/backends/postgres/slots.js';
 import type { PgPoolLike } from '../../src/backends/postgres/store.js';

@@ -3,6 +3,7 @@ import { MAX_DURATION_MS } from '../../core/config.js';
 import { ClosedError, ConfigError, LeaseholdError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import { checkQueryParameters, readTlsFiles, tlsFilePaths, type TlsFilePaths } from '../url.js';
 import { ETCD_SUBSPACES, nestingSegment } from './keys.js';
+import { isTransient } from './errors.js';
 import { MemberPool } from './members.js';
 
 /**
@@ -127,11 +128,6 @@ export interface EtcdKeepAliveStream {
   cancel?(): unknown;
 }
 
-/** A keepalive that got no answer in its attempt's time, or whose stream failed: nothing is known, try another member. */
-export class EtcdKeepAliveError extends Error {
-  override name = 'EtcdKeepAliveError';
-}
-
 /** The subset of an `etcd3` `Etcd3` client leasehold uses. Pass your own to share its connection. */
 export interface Etcd3Like {
   readonly kv: {
@@ -209,28 +205,7 @@ async function loadEtcd3(): Promise<Etcd3Module> {
 
 const neverAborted = new AbortController().signal;
 
-/** The gRPC errors (by etcd3 class name) after which the outcome of a call is unknown, or nothing was sent. */
-const TRANSIENT = new Set([
-  'GRPCUnavailableError',
-  'GRPCDeadlineExceededError',
-  'GRPCCancelledError',
-  'GRPCInternalError',
-  'GRPCAbortedError',
-  'GRPCResourceExhastedError',
-  'GRPCUnknownError',
-  'GRPCConnectFailedError',
-  'EtcdWatchStreamEnded',
-  'BrokenCircuitError',
-  'EtcdKeepAliveError',
-]);
-
 const TLS_FAILURE = /SSL routines|alert (?:bad|unknown|certificate)|certificate (?:verify|required|unknown|has expired)|verify the first certificate|self[- ]signed certificate|altnames|wrong version number|handshake/i;
-
-export function isTransient(err: unknown): boolean {
-  if (typeof err !== 'object' || err === null) return false;
-  if (TRANSIENT.has(err.constructor.name)) return true;
-  return Object.getOwnPropertySymbols(err).some((s) => s.description === 'RecoverableError');
-}
 
 /**
  * etcd3's defaults are a 3-attempt global retry and a per-host circuit breaker that stays open

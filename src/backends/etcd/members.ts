@@ -1,6 +1,6 @@
 import { StoreUnavailableError } from '../../core/errors.js';
 import type { Etcd3Like, EtcdCallOptions, EtcdKeepAliveStream, EtcdRangeRequest, EtcdRangeResponse, EtcdStatusResponse, EtcdTxnRequest, EtcdTxnResponse, EtcdWatchBuilderLike } from './client.js';
-import { EtcdKeepAliveError, isTransient } from './client.js';
+import { EtcdKeepAliveError, isTransient } from './errors.js';
 
 /**
  * What the store asks of a call: the overall deadline, the caller's abandonment, and how long

@@ -1,11 +1,11 @@
 /**
  * The lease-row half of a same-database fenced write on SQLite (src/fence/sqlite.ts with
- * `term`). The same rule as ../postgres/term-fence.ts: the write's last statement sets the
+ * `term`). The same rule as ../postgres/term-fence.ts (shared in ../term-fence.ts): the write's last statement sets the
  * row's fence nonce to fresh randomness only if it holds one the writing process set. SQLite
  * has one writer at a time (BEGIN IMMEDIATE), so of two clones' transactions the second runs
  * after the first committed, finds a nonce it never issued, and is rolled back.
  */
-import { judge, type TermFenceFailure, type TermFenceRequest } from '../postgres/term-fence.js';
+import { judge, type TermFenceFailure, type TermFenceRequest } from '../term-fence.js';
 import { immediate, type SqliteDatabaseLike } from './store.js';
 
 // The store's table names (./store.ts).
