@@ -18,7 +18,7 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import { ConfigError, LeaseLostError } from '../../src/core/errors.js';
 import type { Term } from '../../src/core/lease.js';
 import { fencedTransaction, fencedWriteSync } from '../../src/fence/index.js';
-import { parseSqliteUrl } from '../../src/backends/sqlite/store.js';
+import { parseSqliteUrl } from '../../src/backends/sqlite/url.js';
 import { openStore } from '../../src/backends/index.js';
 import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { prepareResource } from '../fixtures/fenced-resource.js';

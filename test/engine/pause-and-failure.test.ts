@@ -13,7 +13,7 @@ import pg from 'pg';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { LeaseLostError, NotLeaderError } from '../../src/core/errors.js';
 import { openStore } from '../../src/backends/index.js';
-import { parseSqliteUrl } from '../../src/backends/sqlite/store.js';
+import { parseSqliteUrl } from '../../src/backends/sqlite/url.js';
 import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { TcpProxy } from '../helpers/proxy.js';
 import { fencedWrite as fencedInsert, prepareResource } from '../fixtures/fenced-resource.js';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createEtcdStore, type EtcdStore, type Etcd3Like } from '../../src/backends/etcd/index.js';
-import type { SessionBook } from '../../src/backends/etcd/session.js';
+import type { SessionBook } from '../../src/backends/etcd/session-book.js';
 import type { EtcdKeys } from '../../src/backends/etcd/keys.js';
 import type { ClaimRequest, ClaimResult } from '../../src/backends/store.js';
 import { deleteEtcdKeys, etcdAdmin, freshEtcdPrefix, TEST_ETCD_URL } from '../helpers/etcd-store.js';

@@ -11,7 +11,7 @@ import { openStore } from '../../src/backends/index.js';
 import { parseEtcdUrl } from '../../src/backends/etcd/client.js';
 import { parsePostgresUrl } from '../../src/backends/postgres/store.js';
 import { parseRedisUrl } from '../../src/backends/redis/connect.js';
-import { parseSqliteUrl } from '../../src/backends/sqlite/store.js';
+import { parseSqliteUrl } from '../../src/backends/sqlite/url.js';
 import { freshRedisPrefix, deleteRedisKeys } from '../helpers/redis-store.js';
 import { selectedStores } from '../helpers/stores.js';
 

@@ -19,7 +19,8 @@ import {
   type StateValue,
 } from './keys.js';
 import { guarded, rangeOf, schemaOk } from './txn.js';
-import { SessionBook, renewOnSessions, settleInSession, ttlSecOf, type SessionContext } from './session.js';
+import type { SessionBook } from './session-book.js';
+import { renewOnSessions, sessionKeyOf, settleInSession, ttlSecOf, type SessionContext } from './session.js';
 
 /**
  * Acquire-or-renew for a batch, in as few round trips as etcd allows:
@@ -169,7 +170,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
   const pass = sessionCtx === undefined ? undefined : await renewOnSessions(sessionCtx, requests, deadline);
   for (const [i, r] of pass?.answered ?? []) results[i] = r;
   const sessionGrant = (req: ClaimRequest): Grant | undefined =>
-    req.expect === null || req.expect.length === 0 ? undefined : pass?.grants.get(SessionBook.keyOf(req.holder, ttlSecOf(req.ttlMs)));
+    req.expect === null || req.expect.length === 0 ? undefined : pass?.grants.get(sessionKeyOf(req.holder, ttlSecOf(req.ttlMs)));
   const grantOf = (req: ClaimRequest): Grant | undefined => sessionGrant(req) ?? grants.get(req.ttlMs);
   try {
     return await rounds();

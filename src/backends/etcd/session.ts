@@ -8,6 +8,7 @@ import type { Grant } from './claim.js';
 import type { MemberPool } from './members.js';
 import { json, parseSession, sessionTermValue, type EtcdKeys, type HistoryValue, type SessionValue, type StateValue } from './keys.js';
 import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
+import type { SessionBook } from './session-book.js';
 
 /**
  * Sessions: renewal work per tick independent of the number of leases a process holds.
@@ -59,7 +60,7 @@ import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
  */
 
 /** What one session knows of one of its terms. */
-interface SessionTerm {
+export interface SessionTerm {
   /**
    * The term key's create revision (its token, less the floor); undefined while the renewal
    * that moves it here has not been answered (it may have landed: then `moved` is its value).
@@ -77,7 +78,7 @@ interface SessionTerm {
   seq: number;
 }
 
-class Session {
+export class Session {
   readonly terms = new Map<string, SessionTerm>();
   /** The TTL in whole seconds as asked for (etcd may grant more): the session's key in its book. */
   readonly askedSec: number;
@@ -182,91 +183,13 @@ class Session {
   }
 }
 
-export function ttlSecOf(ttlMs: number): number {
-  return Math.max(1, Math.ceil(ttlMs / 1000));
+/** The one session of (holder, TTL) in a store instance, by this key. */
+export function sessionKeyOf(holder: string, ttlSec: number): string {
+  return `${ttlSec}/${holder}`;
 }
 
-/** Every session of one store instance, by holder and TTL. */
-export class SessionBook {
-  private readonly byKey = new Map<string, Session>();
-  private readonly opening = new Map<string, Promise<Session>>();
-
-  static keyOf(holder: string, ttlSec: number): string {
-    return `${ttlSec}/${holder}`;
-  }
-  get(holder: string, ttlSec: number): Session | undefined {
-    return this.byKey.get(SessionBook.keyOf(holder, ttlSec));
-  }
-  drop(s: Session): void {
-    s.dead ??= { kind: 'gone' };
-    const key = SessionBook.keyOf(s.holder, s.askedSec);
-    if (this.byKey.get(key) === s) this.byKey.delete(key);
-  }
-  /**
-   * Forgets sessions unused for much longer than their TTL (a holder id replaced, a TTL no
-   * longer used): their leases have run out. Monotonic time: a wall-clock step must not drop a
-   * live session (its terms would then be read as a clone's at their next renewal).
-   */
-  prune(): void {
-    const now = performance.now();
-    for (const s of this.byKey.values()) {
-      if (s.moving.size === 0 && s.usedAt + s.ttlSec * 1000 + 60_000 < now) this.drop(s);
-    }
-  }
-  /** The live session of (holder, TTL), opening one (once, for every concurrent caller) if there is none. */
-  ensure(holder: string, ttlSec: number, open: () => Promise<Session>): Promise<Session> {
-    this.prune();
-    const key = SessionBook.keyOf(holder, ttlSec);
-    const live = this.byKey.get(key);
-    if (live !== undefined && live.dead === undefined) return Promise.resolve(live);
-    let opening = this.opening.get(key);
-    if (opening === undefined) {
-      opening = open().then(
-        (s) => {
-          this.opening.delete(key);
-          this.byKey.set(key, s);
-          return s;
-        },
-        (err: unknown) => {
-          this.opening.delete(key);
-          throw err;
-        },
-      );
-      this.opening.set(key, opening);
-    }
-    return opening;
-  }
-  /** This store ended the term itself (release, revoke): no session renews it any more. */
-  forget(name: string): void {
-    for (const s of this.byKey.values()) s.terms.delete(name);
-  }
-  /** The term `name` as a session of `holder` holds it, if one does. */
-  find(holder: string, name: string): SessionTerm | undefined {
-    for (const s of this.byKey.values()) {
-      const t = s.holder === holder ? s.terms.get(name) : undefined;
-      if (t !== undefined) return t;
-    }
-    return undefined;
-  }
-  /**
-   * Copies every session into `into`, as restoring one process snapshot in two places copies
-   * them: the way tests make a clone whose store is a copy of ours.
-   */
-  copyInto(into: SessionBook, keys: EtcdKeys): void {
-    for (const [key, s] of this.byKey) {
-      const c = new Session(s.holder, s.askedSec, s.ttlSec, s.leaseId, keys, Buffer.from(s.value), s.expiresAtMs);
-      c.pending = s.pending.map((p) => Buffer.from(p));
-      c.seenMarkers = new Map(s.seenMarkers);
-      for (const [name, t] of s.terms) c.terms.set(name, { ...t });
-      into.byKey.set(key, c);
-    }
-  }
-  clear(): void {
-    this.byKey.clear();
-  }
-  get size(): number {
-    return this.byKey.size;
-  }
+export function ttlSecOf(ttlMs: number): number {
+  return Math.max(1, Math.ceil(ttlMs / 1000));
 }
 
 export interface SessionContext {
@@ -508,7 +431,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
       lastHolder = req.holder;
       lastTtlMs = req.ttlMs;
       const ttlSec = ttlSecOf(req.ttlMs);
-      needed.set(SessionBook.keyOf(req.holder, ttlSec), { holder: req.holder, ttlSec });
+      needed.set(sessionKeyOf(req.holder, ttlSec), { holder: req.holder, ttlSec });
       s = ctx.book.get(req.holder, ttlSec);
     }
     const t = s?.terms.get(req.name);
@@ -575,7 +498,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
     const req = requests[index]!;
     if (req.expect === null || req.expect.length === 0) continue;
     const s = ctx.book.get(req.holder, ttlSecOf(req.ttlMs));
-    if (s === undefined || grants.get(SessionBook.keyOf(req.holder, ttlSecOf(req.ttlMs)))?.id !== s.leaseId) continue;
+    if (s === undefined || grants.get(sessionKeyOf(req.holder, ttlSecOf(req.ttlMs)))?.id !== s.leaseId) continue;
     const seq = ++s.seq;
     seqs.set(index, seq);
     s.moving.set(req.name, (s.moving.get(req.name) ?? 0) + 1);

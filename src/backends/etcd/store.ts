@@ -34,7 +34,7 @@ import {
 } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 import { watchTermDeletes } from './watch.js';
-import { SessionBook } from './session.js';
+import { SessionBook } from './session-book.js';
 import { RestoreGuard } from './restore.js';
 
 export interface EtcdStoreOptions {
@@ -594,13 +594,4 @@ export class EtcdStore implements LeaseStore {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
-}
-
-/**
- * Opens an etcd store: `createEtcdStore({ url: 'etcd://127.0.0.1:2379' })` or
- * `createEtcdStore({ client: new Etcd3(...) })`. Run `migrate()` once before the first claim.
- * @throws {ConfigError} for a malformed URL or when `etcd3` is not installed.
- */
-export function createEtcdStore(options: EtcdStoreOptions): Promise<EtcdStore> {
-  return EtcdStore.create(options);
 }

@@ -3,7 +3,7 @@ import { ConfigError, errorMessage } from '../../core/errors.js';
 import type { BackendPreflight, PreflightCheck } from '../descriptor.js';
 import { SQLITE_DRIVER_ENV, resolveSqliteDriver } from './driver.js';
 import { quickCheck, storeFileModes } from './files.js';
-import { parseSqliteUrl } from './store.js';
+import { parseSqliteUrl } from './url.js';
 
 /**
  * What `leasehold doctor` checks on a SQLite store before opening it: opening migrates, which

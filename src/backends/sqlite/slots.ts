@@ -17,7 +17,8 @@ import {
   type SlotStatus,
   type SlotTerm,
 } from '../../scheduler/ledger.js';
-import { immediate, mapSqliteError, type SqliteDatabaseLike } from './store.js';
+import { mapSqliteError } from './errors.js';
+import { immediate, type SqliteDatabaseLike } from './store.js';
 
 const SLOTS = 'leasehold_slots';
 const LEASES = 'leasehold_leases';

@@ -1,7 +1,7 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -20,12 +20,11 @@ import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { canEndTerm, CONFLICT_DETAIL, decideClaim, leaseState, type LeaseRowState } from '../../core/claim-rule.js';
 import { asSqliteDatabase, driverOf, resolveSqliteDriver, type SqliteDriverName } from './driver.js';
+import { isBusy, mapSqliteError, pause } from './errors.js';
 import { createPrivately } from './files.js';
+import { parseSqliteUrl } from './url.js';
 import type { DatabaseSyncLike } from './node-sqlite.js';
-import { SQLITE_SLOTS_MIGRATION } from './slots-schema.js';
-import { SQLITE_FLEET_MIGRATION } from './fleet-schema.js';
-
-export const SQLITE_SCHEMA_VERSION = 4;
+import { SQLITE_SCHEMA_VERSION, MIGRATIONS, T } from './schema.js';
 
 /**
  * The subset of a better-sqlite3 `Database` leasehold needs. node:sqlite's DatabaseSync is
@@ -74,54 +73,6 @@ export interface SqliteStoreOptions {
   /** Create or upgrade the tables on open. Default true: the embedded store needs no setup step. */
   migrate?: boolean;
 }
-
-const T = {
-  leases: 'leasehold_leases',
-  history: 'leasehold_history',
-  fences: 'leasehold_fences',
-  version: 'leasehold_schema_version',
-};
-
-const MIGRATIONS = [
-  `
-CREATE TABLE ${T.leases} (
-  name            TEXT PRIMARY KEY,
-  holder          TEXT,
-  nonce           TEXT,
-  -- The last token issued for this name; rows are never deleted, so tokens never repeat.
-  token           INTEGER NOT NULL DEFAULT 0,
-  expires_at      INTEGER,
-  term_started_at INTEGER,
-  renewed_at      INTEGER,
-  ended_by        TEXT CHECK (ended_by IN ('released', 'revoked', 'conflict'))
-);
-CREATE TABLE ${T.history} (
-  id              INTEGER PRIMARY KEY AUTOINCREMENT,
-  name            TEXT NOT NULL,
-  event           TEXT NOT NULL CHECK (event IN ('acquired', 'takeover', 'released', 'revoked', 'conflict')),
-  holder          TEXT,
-  previous_holder TEXT,
-  token           INTEGER NOT NULL,
-  at              INTEGER NOT NULL,
-  detail          TEXT
-);
-CREATE INDEX ${T.history}_name_id ON ${T.history} (name, id);
-CREATE TABLE ${T.fences} (
-  resource   TEXT PRIMARY KEY,
-  token      INTEGER NOT NULL,
-  updated_at INTEGER NOT NULL
-);
-`,
-  // Same-database fenced writes (src/fence with `term`, see ./term-fence.ts): the token of the
-  // term that last committed one and the fence nonce it set, apart from the renewal nonce.
-  `
-ALTER TABLE ${T.leases} ADD COLUMN fence_token INTEGER;
-ALTER TABLE ${T.leases} ADD COLUMN fence_nonce TEXT;
-`,
-  SQLITE_SLOTS_MIGRATION,
-  // The fleet registry (src/fleet): agents, ownership, the generation counter.
-  SQLITE_FLEET_MIGRATION,
-];
 
 /**
  * The token floor (`migrate({ minToken })`) lives in the leases table as the row named '': no
@@ -591,89 +542,4 @@ function rowState(row: LeaseRow): LeaseRowState {
     expiresAtMs: row.expires_at === null ? null : Number(row.expires_at),
     endedBy: row.ended_by,
   };
-}
-
-/**
- * `sqlite:PATH` (relative to the working directory, or absolute), `sqlite:///abs/path` or
- * `sqlite::memory:`. The rest is the file name as written: no %-decoding, and no parameters,
- * so `?` and `#` are refused rather than becoming part of a file name nobody meant.
- * @throws {ConfigError}
- */
-export function parseSqliteUrl(url: string): string {
-  const m = /^sqlite:(?:\/\/)?(.+)$/i.exec(url);
-  if (m === null || m[1]!.trim() === '') {
-    throw new ConfigError(`store URL ${JSON.stringify(url)} is not a SQLite URL; write sqlite:/path/to/leases.db`);
-  }
-  const path = m[1]!;
-  if (/[?#]/.test(path)) {
-    throw new ConfigError(
-      `store URL ${JSON.stringify(url)} has a "${/[?#]/.exec(path)![0]}" in it; the SQLite store takes no URL parameters, only sqlite:/path/to/leases.db ` +
-        '(for a file whose name has one, pass { path } to new SqliteStore)',
-    );
-  }
-  // sqlite://host/file reads as a host and a path; sqlite:// followed by anything but "/" is
-  // not the relative path it would silently have been.
-  if (/^sqlite:\/\/[^/]/i.test(url)) {
-    throw new ConfigError(`store URL ${JSON.stringify(url)} names a host; write sqlite:/absolute/path.db, sqlite:///absolute/path.db or sqlite:relative/path.db`);
-  }
-  return path;
-}
-
-function isBusy(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'));
-}
-
-/** Sleeps `ms`, or rejects (retryable) when `signal` aborts first. */
-function pause(ms: number, signal: AbortSignal | undefined, lastError: unknown): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(new StoreUnavailableError('gave up waiting for the SQLite write lock (the call was aborted); this is retryable', { cause: lastError }));
-    };
-    // Not unref'd: a CLI command waiting for the lock must not exit as if it had finished.
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    if (signal?.aborted === true) onAbort();
-    else signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
-/**
- * Lock contention, I/O errors, a full disk and a read-only file are retryable: each clears
- * without changing leasehold's configuration (the lock is released, space is freed, the
- * filesystem is remounted read-write or the file made writable again), and an I/O error leaves
- * the outcome unknown. A waiting contender outlasts them; a holder that meets one cannot renew
- * and stands down by its deadline, as in any outage. A path that cannot be opened at all, a
- * file that is not a database, and anything else (an SQL error, a corrupt file) are not.
- */
-export function mapSqliteError(err: unknown): Error {
-  if (err instanceof LeaseholdError) return err;
-  const e = err as { code?: string; message?: string };
-  const code = e.code ?? '';
-  const msg = e.message ?? String(err);
-  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED') || code.startsWith('SQLITE_IOERR') || code === 'SQLITE_PROTOCOL') {
-    return new StoreUnavailableError(`SQLite database is busy or unreadable (${msg}); this is retryable`, { cause: err });
-  }
-  if (/no such table|no such column/.test(msg)) {
-    return new SchemaError(`leasehold's tables are missing or out of date (${msg}); run \`leasehold migrate --store sqlite:PATH\``, { cause: err });
-  }
-  if (code.startsWith('SQLITE_FULL')) {
-    return new StoreUnavailableError(`SQLite database cannot grow (${msg}); this is retryable: free disk space on its filesystem`, { cause: err });
-  }
-  if (code.startsWith('SQLITE_READONLY')) {
-    return new StoreUnavailableError(
-      `SQLite database is read-only (${msg}); this is retryable: make the file, its directory and its -wal and -shm files writable ` +
-        'by this user, or remount the filesystem read-write',
-      { cause: err },
-    );
-  }
-  if (code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_NOTADB' || code === 'SQLITE_PERM' || code === 'SQLITE_AUTH') {
-    return new ConfigError(`SQLite database cannot be used (${msg}); check the path and its permissions`, { cause: err });
-  }
-  return new StoreError(`SQLite refused leasehold's statement (${code === '' ? '' : `${code}: `}${msg}); this is not retried: report it if it persists`, {
-    cause: err,
-  });
 }
