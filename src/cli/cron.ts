@@ -29,7 +29,9 @@ import {
   usageError,
 } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
-import { RUN_SPEC, Reporter, Supervisor, checkCommand, childStoreUrl } from './run.js';
+import { Reporter } from './reporter.js';
+import { RUN_SPEC } from './run-args.js';
+import { FORWARDED, Supervisor, checkCommand, childStoreUrl } from './supervisor.js';
 
 export const CRON_SPEC = defineCommand({
   name: 'cron',
@@ -85,8 +87,6 @@ for), then 128+N; 2 usage (bad expression, unknown zone, conflicting flags); 3 s
 schema missing.
 Exit (cron history): 0 with the slots; 2 usage; 3 store unreachable or schema missing.`,
 });
-
-const FORWARDED = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
 
 interface CronSettings {
   name: string;

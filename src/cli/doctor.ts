@@ -5,7 +5,7 @@ import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 import { EXIT, canCreate, cliMessage, findSetpriv, formatMs, logFormatOption, openStoreFromFlags, out, setLogContext, storeUrl, toJson, usageError } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { escapeControls } from './escape.js';
-import { parseRunArgs } from './run.js';
+import { parseRunArgs } from './run-args.js';
 
 export const DOCTOR_SPEC = defineCommand({
   name: 'doctor',

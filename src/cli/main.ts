@@ -37,7 +37,7 @@ interface Entry {
  * and its README line is checked against the same spec by test/cli/flags-readme.test.ts.
  */
 const COMMANDS: Record<string, Entry> = {
-  run: { load: async () => (await import('./run.js')).runCommand, spec: async () => (await import('./run.js')).RUN_SPEC },
+  run: { load: async () => (await import('./run.js')).runCommand, spec: async () => (await import('./run-args.js')).RUN_SPEC },
   status: { load: async () => (await import('./status.js')).statusCommand, spec: async () => (await import('./status.js')).STATUS_SPEC },
   history: { load: async () => (await import('./history.js')).historyCommand, spec: async () => (await import('./history.js')).HISTORY_SPEC },
   release: { load: async () => (await import('./release.js')).releaseCommand, spec: async () => (await import('./release.js')).RELEASE_SPEC },
