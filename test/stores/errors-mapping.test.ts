@@ -14,7 +14,7 @@ import pg from 'pg';
 import { Redis } from 'ioredis';
 import { SchemaError, StoreError, StoreUnavailableError, isRetryableError } from '../../src/core/errors.js';
 import { openStore } from '../../src/backends/index.js';
-import { mapPgError } from '../../src/backends/postgres/store.js';
+import { mapPgError } from '../../src/backends/postgres/errors.js';
 import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { mapSqliteError } from '../../src/backends/sqlite/errors.js';
 import { mapRedisError } from '../../src/backends/redis/errors.js';

@@ -8,7 +8,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ConfigError, StoreUnavailableError } from '../../src/core/errors.js';
-import { parsePostgresUrl, PostgresStore } from '../../src/backends/postgres/store.js';
+import { PostgresStore } from '../../src/backends/postgres/store.js';
+import { parsePostgresUrl } from '../../src/backends/postgres/url.js';
 import { leavesHost } from '../../src/backends/postgres/multi-host.js';
 import { selectedStores } from '../helpers/stores.js';
 

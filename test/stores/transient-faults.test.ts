@@ -16,7 +16,7 @@ import { ReplyError } from 'ioredis';
 import { GRPCResourceExhastedError, GRPCUnavailableError } from 'etcd3';
 import { ConfigError, StoreUnavailableError, isRetryableError } from '../../src/core/errors.js';
 import { Leasehold } from '../../src/core/leasehold.js';
-import { mapPgError } from '../../src/backends/postgres/store.js';
+import { mapPgError } from '../../src/backends/postgres/errors.js';
 import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { mapSqliteError } from '../../src/backends/sqlite/errors.js';
 import { mapRedisError } from '../../src/backends/redis/errors.js';

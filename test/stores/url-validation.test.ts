@@ -9,7 +9,7 @@ import { Redis } from 'ioredis';
 import { ConfigError } from '../../src/core/errors.js';
 import { openStore } from '../../src/backends/index.js';
 import { parseEtcdUrl } from '../../src/backends/etcd/client.js';
-import { parsePostgresUrl } from '../../src/backends/postgres/store.js';
+import { parsePostgresUrl } from '../../src/backends/postgres/url.js';
 import { parseRedisUrl } from '../../src/backends/redis/connect.js';
 import { parseSqliteUrl } from '../../src/backends/sqlite/url.js';
 import { freshRedisPrefix, deleteRedisKeys } from '../helpers/redis-store.js';

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseEtcdUrl } from '../../src/backends/etcd/client.js';
-import { parsePostgresUrl } from '../../src/backends/postgres/store.js';
+import { parsePostgresUrl } from '../../src/backends/postgres/url.js';
 import { parseRedisUrl } from '../../src/backends/redis/connect.js';
 import { ConfigError } from '../../src/core/errors.js';
 

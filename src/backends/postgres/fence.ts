@@ -1,7 +1,8 @@
 import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term } from '../../core/lease.js';
 import { parseDuration, type Duration } from '../../core/config.js';
-import { PostgresStore, mapPgError, type PgPoolLike, type PgQueryableLike, type PgResultLike } from './store.js';
+import { mapPgError } from './errors.js';
+import { PostgresStore, type PgPoolLike, type PgQueryableLike, type PgResultLike } from './store.js';
 import { classifyFenceFailure, rotateFenceNonceAndCommit, sqlLiteral } from './term-fence.js';
 
 export type PgFenceOptions = {

@@ -19,7 +19,10 @@ import {
   type SlotTerm,
 } from '../../scheduler/ledger.js';
 import { validateSchemaName } from './schema.js';
-import { createPool, mapPgError, parsePostgresUrl, type PgPoolLike, type PgQueryableLike } from './store.js';
+import { createPool } from './driver.js';
+import { mapPgError } from './errors.js';
+import type { PgPoolLike, PgQueryableLike } from './store.js';
+import { parsePostgresUrl } from './url.js';
 import type { PgDriver } from './multi-host.js';
 
 export interface PostgresSlotLedgerOptions {

@@ -1,7 +1,4 @@
-import { createRequire } from 'node:module';
-import { userInfo } from 'node:os';
-import { checkQueryParameters, checkUrlParts, readTlsFiles, redactUrl } from '../url.js';
-import { ClosedError, ConfigError, LeaseholdError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, SchemaError } from '../../core/errors.js';
 import type {
   CallOptions,
   ClaimRequest,
@@ -23,7 +20,10 @@ import { checkClaimBatch, historyLimit } from '../checks.js';
 import { leaseState } from '../../core/claim-rule.js';
 import { renewalStatement } from './renew.js';
 import { releaseStatement } from './release.js';
-import { FailoverPool, connectFirst, describeHosts, parseHostEntry, parseTargetSessionAttrs, type PgDriver, type PgTarget } from './multi-host.js';
+import { closeListenClient, createPool, cutConnecting, loadPg } from './driver.js';
+import { mapPgError } from './errors.js';
+import { parseNotifyUrl, parsePostgresUrl } from './url.js';
+import { connectFirst, type PgTarget } from './multi-host.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -81,16 +81,6 @@ export interface PostgresStoreOptions {
 
 /** What the store listens on: its own connection, another URL (one host or several), or nothing. */
 type NotifyVia = { target: PgTarget } | 'own' | 'none';
-
-// Connection-level failures: the outcome of the call is unknown, try again later.
-// 53: insufficient resources (53100 disk full, 53200 out of memory, 53300 too many connections);
-// 58030: an I/O error writing (a full WAL disk): both clear without a change of configuration.
-const UNAVAILABLE_SQLSTATE = /^(08|53|57P0|57014|58030|40001|40P01|55P03)/;
-const NODE_NET_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ECONNABORTED']);
-const SQLSTATE = /^[0-9A-Z]{5}$/;
-// What the pg driver (and pg-pool) say when the connection failed, dropped or timed out.
-const PG_CLIENT_UNAVAILABLE =
-  /Connection terminated|connection timeout|timeout exceeded when trying to connect|Query read timeout|not queryable|Client was closed|ECONN|EPIPE|ETIMEDOUT|socket hang up|read ECONNRESET/i;
 
 export class PostgresStore implements LeaseStore {
   readonly kind = 'postgres';
@@ -544,33 +534,6 @@ export class PostgresStore implements LeaseStore {
 }
 
 /**
- * pg-pool's end() waits for every client, including one still connecting: to a listener that
- * accepts and never answers, that is the whole connection timeout (seconds), during which the
- * process cannot exit. A client that never connected has no session to end, so its socket is
- * destroyed; its connect fails and the pool lets it go. Duck-typed (pg-pool's own fields): a
- * pool without them is simply ended as before.
- */
-function cutConnecting(pool: unknown): void {
-  const clients = (pool as { _clients?: unknown })._clients;
-  if (!Array.isArray(clients)) return;
-  for (const c of clients as { _connected?: boolean; connection?: { stream?: { destroy?: () => void } } }[]) {
-    if (c._connected === false) c.connection?.stream?.destroy?.();
-  }
-}
-
-async function closeListenClient(c: PgListenClientLike, graceful: boolean): Promise<void> {
-  c.removeAllListeners?.('notification');
-  // The socket was unref'd while idle; closing it must keep the process alive until it is done.
-  (c as unknown as { connection?: { stream?: { ref?: () => void } } }).connection?.stream?.ref?.();
-  try {
-    if (c.release !== undefined) c.release(graceful ? undefined : true);
-    else await c.end?.();
-  } catch {
-    // already closed
-  }
-}
-
-/**
  * One row of the claim function's answer. The SQL reports a clone conflict (our holder id, a nonce
  * we do not hold, a live term: the function has just ended it) with the row's holder and expiry as
  * they were before; the claim rule answers with the term as it is now: no holder, ended at the
@@ -598,312 +561,8 @@ function toClaimResult(row: Record<string, unknown>): ClaimResult {
   return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs };
 }
 
-type PgModule = PgDriver;
-
-/**
- * The pool for a parsed URL: pg's own for one host with no target_session_attrs (as before),
- * else a {@link FailoverPool} that tries the hosts in order (./multi-host.ts).
- * @param config pg.Pool settings; connectionTimeoutMillis is also each host's connect timeout
- */
-export function createPool(pg: PgDriver, target: PgTarget, config: Record<string, unknown>, schema: string): PgPoolLike {
-  if (target.urls.length === 1 && target.attrs === 'any') {
-    const pool = new pg.Pool({ ...config, connectionString: target.urls[0] });
-    // An idle client's socket error is emitted on the pool; unhandled, it would crash the process.
-    pool.on('error', () => {});
-    return pool;
-  }
-  return new FailoverPool(pg, target, config, Number(config['connectionTimeoutMillis'] ?? 5000), (err) => mapPgError(err, schema));
-}
-
-async function loadPg(): Promise<PgModule> {
-  let pg: PgModule;
-  try {
-    pg = requirePg();
-  } catch (err) {
-    throw new ConfigError('the PostgreSQL store needs the "pg" package: npm install pg', { cause: err });
-  }
-  defaultUserFromOs(pg);
-  return pg;
-}
-
-/**
- * A URL with no user name connects as the operating system's user, as libpq (psql) does. pg
- * takes its default from $USER alone, which containers often leave unset (Docker does), so a
- * URL that works in psql failed with "no PostgreSQL user name specified". $PGUSER and a user
- * in the URL still win; a uid with no passwd entry leaves pg's own behaviour.
- */
-function defaultUserFromOs(pg: PgModule): void {
-  const defaults = (pg as { defaults?: { user?: string | undefined } }).defaults;
-  if (defaults === undefined || (defaults.user ?? '') !== '' || (process.env['PGUSER'] ?? '') !== '') return;
-  try {
-    defaults.user = userInfo().username;
-  } catch {
-    // No passwd entry for this uid: nothing to default to.
-  }
-}
-
-/**
- * pg decides when it loads whether it runs on Cloudflare Workers: by `navigator.userAgent`, or,
- * where there is no `navigator` (Node 20), by constructing a `Response`, which loads Node's fetch
- * (undici): some 30 ms, a third of a CLI start-up, for nothing. On Node 20 a `navigator` that
- * says Node is present for that one synchronous require, so nothing else can see it.
- */
-function requirePg(): PgModule {
-  const require = createRequire(import.meta.url);
-  if ('navigator' in globalThis) return require('pg') as PgModule;
-  Object.defineProperty(globalThis, 'navigator', { value: { userAgent: `Node.js/${process.versions.node}` }, configurable: true, writable: true });
-  try {
-    return require('pg') as PgModule;
-  } finally {
-    delete (globalThis as { navigator?: unknown }).navigator;
-  }
-}
-
-/**
- * What a postgres:// URL may carry: leasehold's `schema`, the parameters the pg driver acts
- * on, and libpq's target_session_attrs (./multi-host.ts implements it). libpq options pg does
- * not implement (connect_timeout, keepalives)
- * are refused rather than ignored, and so are pg's own settings that would override
- * leasehold's (query_timeout) or make a connection that cannot run queries (replication).
- */
-const POSTGRES_URL_PARAMETERS = [
-  'schema',
-  'host',
-  'port',
-  'user',
-  'password',
-  'sslmode',
-  'ssl',
-  'sslcert',
-  'sslkey',
-  'sslrootcert',
-  'sslnegotiation',
-  'uselibpqcompat',
-  'application_name',
-  'fallback_application_name',
-  'options',
-  'client_encoding',
-  'statement_timeout',
-  'lock_timeout',
-  'idle_in_transaction_session_timeout',
-  'target_session_attrs',
-  'notify_url',
-] as const;
-
 /** How long a NOTIFY probe may take to come back before notifications count as not arriving. */
 const NOTIFY_PROBE_MS = 3000;
 /** How long a failed probe's verdict stands before watchFreed probes again. */
 const NOTIFY_REPROBE_MS = 60_000;
 
-/**
- * notify_url=: a postgres:// URL of its own (the LISTEN connection, straight to the primary
- * when the store's URL goes through PgBouncer; several hosts as in the store URL), or `none`.
- * @throws {ConfigError}
- */
-function parseNotifyUrl(value: string): { connectionString: string; target: PgTarget } | 'none' {
-  if (value === 'none') return value;
-  if (!/^postgres(?:ql)?:\/\//i.test(value)) {
-    throw new ConfigError(
-      `notify_url=${JSON.stringify(redactUrl(value))} is not a postgres:// URL; give a direct URL of the same primary (%-encode its & as %26), or notify_url=none`,
-    );
-  }
-  const inner = parsePostgresUrl(value, true);
-  return { connectionString: inner.connectionString, target: inner.target };
-}
-
-/**
- * libpq's host list in the authority (`u@h1:5432,h2:5433/db`), which is not a WHATWG URL: the
- * URL of the first host, to check as any other, and every host of the list. Undefined for one host.
- */
-function splitAuthorityHosts(url: string): { first: string; hosts: { host: string; port: string }[] } | undefined {
-  const m = /^(postgres(?:ql)?:\/\/)([^@/?#]*@)?([^/?#]*)(.*)$/is.exec(url);
-  if (m === null || !m[3]!.includes(',')) return undefined;
-  const hosts = m[3]!.split(',').map((e) => parseHostEntry(e, m[3]!));
-  const h = hosts[0]!;
-  return { first: `${m[1]}${m[2] ?? ''}${h.host}${h.port === '' ? '' : `:${h.port}`}${m[4]}`, hosts };
-}
-
-/**
- * Checks a postgres:// URL and splits it into what pg connects to (one connection string per
- * host: several for libpq's `h1:5432,h2:5433` or `?host=h1,h2&port=5432,5433`), leasehold's
- * own parameters, and a description without the password.
- * @param inner a notify_url= value: no schema= or notify_url= of its own
- * @throws {ConfigError}
- */
-export function parsePostgresUrl(
-  url: string,
-  inner = false,
-): { connectionString: string; schema: string | undefined; description: string; notifyUrl?: string; target: PgTarget; notifyTarget?: { target: PgTarget } | 'none' } {
-  const authority = splitAuthorityHosts(url);
-  let u: URL;
-  try {
-    u = new URL(authority?.first ?? url);
-  } catch (err) {
-    throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} is not a URL; write postgres://user@host:5432/database`, { cause: err });
-  }
-  if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') {
-    throw new ConfigError(`store URL scheme "${u.protocol}" is not PostgreSQL; write postgres://user@host:5432/database`);
-  }
-  if (u.hostname === '' && !u.searchParams.has('host')) {
-    throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} has no host; write postgres://user@host:5432/database`);
-  }
-  checkUrlParts(u, redactUrl(url));
-  checkQueryParameters(u.searchParams, POSTGRES_URL_PARAMETERS, 'the PostgreSQL store');
-  if (inner && (u.searchParams.has('notify_url') || u.searchParams.has('schema'))) {
-    throw new ConfigError('notify_url= takes a plain connection URL: no schema= or notify_url= of its own (the store URL sets the schema)');
-  }
-  const schema = u.searchParams.get('schema') ?? undefined;
-  if (schema !== undefined) validateSchemaName(schema);
-  u.searchParams.delete('schema');
-  checkSslFiles(u.searchParams);
-  const notifyParam = u.searchParams.get('notify_url') ?? undefined;
-  const notify = notifyParam === undefined ? undefined : parseNotifyUrl(notifyParam);
-  u.searchParams.delete('notify_url');
-  const hostParam = u.searchParams.get('host');
-  if (authority !== undefined && hostParam !== null) {
-    throw new ConfigError(`store URL ${JSON.stringify(redactUrl(url))} names hosts twice (in the URL and in host=); give the list in one place`);
-  }
-  const listed = hostParam !== null && hostParam.includes(',') ? queryHosts(hostParam, u.searchParams.get('port')) : authority?.hosts;
-  const attrs = parseTargetSessionAttrs(u.searchParams.get('target_session_attrs'), listed !== undefined);
-  u.searchParams.delete('target_session_attrs');
-  const connectionString = u.toString();
-  let urls = [connectionString];
-  if (listed !== undefined) {
-    urls = listed.map(({ host, port }) => {
-      const one = new URL(connectionString);
-      if (authority !== undefined) {
-        one.hostname = host;
-        one.port = port;
-      } else {
-        one.searchParams.set('host', host);
-        if (port === '') one.searchParams.delete('port');
-        else one.searchParams.set('port', port);
-      }
-      return one.toString();
-    });
-  }
-  const target: PgTarget = { urls, attrs };
-  // With several hosts the string keeps the list as written (it is for messages; pg gets `urls`).
-  const whole = authority === undefined ? connectionString : withHostList(connectionString, u.host, authority.hosts.map((h) => (h.port === '' ? h.host : `${h.host}:${h.port}`)).join(','));
-  const via = notify === undefined ? '' : notify === 'none' ? ', no LISTEN' : `, LISTEN at ${redactUrl(notify.connectionString)}`;
-  const hosts = listed === undefined && attrs === 'any' ? '' : `, hosts in order ${describeHosts(target)}, target_session_attrs=${attrs}`;
-  return {
-    connectionString: whole,
-    schema,
-    description: `postgres ${redactUrl(whole)} (schema ${schema ?? 'leasehold'}${hosts}${via})`,
-    target,
-    ...(notify === undefined ? {} : { notifyUrl: notify === 'none' ? 'none' : notify.connectionString, notifyTarget: notify === 'none' ? 'none' : { target: notify.target } }),
-  };
-}
-
-/** `s` (a URL whose host is `host`) with the host list in its place. */
-function withHostList(s: string, host: string, list: string): string {
-  const start = s.indexOf('//') + 2;
-  const pathAt = s.indexOf('/', start);
-  const end = pathAt === -1 ? s.length : pathAt;
-  const at = s.lastIndexOf('@', end);
-  const hostAt = at >= start ? at + 1 : start;
-  return s.slice(0, hostAt) + list + s.slice(hostAt + host.length);
-}
-
-/** libpq's `?host=h1,h2&port=5432,5433`: one port for all, or one per host. @throws {ConfigError} */
-function queryHosts(hostParam: string, portParam: string | null): { host: string; port: string }[] {
-  const hosts = hostParam.split(',');
-  if (hosts.some((h) => h.trim() === '')) throw new ConfigError(`the host list host=${JSON.stringify(hostParam)} has an empty entry; write host=h1,h2`);
-  const ports = portParam === null ? [] : portParam.split(',');
-  if (ports.length > 1 && ports.length !== hosts.length) {
-    throw new ConfigError(`host= lists ${hosts.length} hosts and port= ${ports.length} ports; give one port for all, or one per host`);
-  }
-  return hosts.map((host, i) => {
-    const port = ports.length === 0 ? '' : ports.length === 1 ? ports[0]! : ports[i]!;
-    if (port !== '' && !(/^\d+$/.test(port) && Number(port) >= 1 && Number(port) <= 65535)) {
-      throw new ConfigError(`port= ${JSON.stringify(port)} for host ${JSON.stringify(host)} is not a port; give the port the server listens on (1-65535)`);
-    }
-    return { host, port };
-  });
-}
-
-/**
- * pg reads sslrootcert=, sslcert= and sslkey= itself, at each connection: a missing file would
- * surface as a bare ENOENT from the first query. Read them once now, so a wrong path or a key
- * that does not match its certificate is a ConfigError naming the parameter and the file.
- * @throws {ConfigError}
- */
-function checkSslFiles(params: URLSearchParams): void {
-  const cacert = params.get('sslrootcert') ?? undefined;
-  const cert = params.get('sslcert') ?? undefined;
-  const key = params.get('sslkey') ?? undefined;
-  if ((cert === undefined) !== (key === undefined)) {
-    throw new ConfigError(`PostgreSQL store URL has ${cert === undefined ? 'sslkey= without sslcert=' : 'sslcert= without sslkey='}; a client certificate needs both, as PEM files`);
-  }
-  // libpq's sslrootcert=system (the system's roots) names no file.
-  const paths = { ...(cacert === undefined || cacert === 'system' ? {} : { cacert }), ...(cert === undefined ? {} : { cert, key }) };
-  readTlsFiles(paths, 'PostgreSQL store', { cacert: 'sslrootcert', cert: 'sslcert', key: 'sslkey' });
-}
-
-/** Node's TLS verification failures (err.code): the server's certificate is not the one the URL trusts. */
-const TLS_CODES = /^(?:SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(?:_LOCALLY)?|CERT_HAS_EXPIRED|CERT_NOT_YET_VALID|CERT_UNTRUSTED|ERR_TLS_CERT_ALTNAME_INVALID|ERR_SSL_\w+)$/;
-
-/**
- * Maps a `pg` error to leasehold's taxonomy. Only what is known to be a connection problem, a
- * timeout, a shutdown or lock contention is retryable (`StoreUnavailableError`): anything else
- * (an SQL error, a constraint, an error nobody anticipated) is a `StoreError`, which the engine
- * reports instead of retrying in silence for ever.
- */
-export function mapPgError(err: unknown, schema: string): Error {
-  if (err instanceof LeaseholdError) return err;
-  const e = err as { code?: string; message?: string };
-  const code = typeof e.code === 'string' ? e.code : '';
-  const msg = e.message ?? String(err);
-  // 42703: a column this leasehold expects is missing (tables from an older or foreign layout).
-  if (code === '3F000' || code === '42P01' || code === '42883' || code === '42703') {
-    return new SchemaError(`leasehold's tables are missing or out of date in schema "${schema}" (${msg}); run \`leasehold migrate --store <url>\``, {
-      cause: err,
-    });
-  }
-  if (code === '3D000') return new ConfigError(`database does not exist (${msg}); check the store URL`, { cause: err });
-  if (code.startsWith('28')) return new ConfigError(`PostgreSQL refused the login (${msg}); check the user and password in the store URL`, { cause: err });
-  if (code === '42501') {
-    return new ConfigError(`PostgreSQL refused a statement (${msg}); grant the store's user access to schema "${schema}"`, { cause: err });
-  }
-  // PgBouncer refuses startup parameters it does not track (statement_timeout=, options=, ...)
-  // with a protocol-violation SQLSTATE that would otherwise read as an outage, retried for ever.
-  const startup = /unsupported startup parameter: (\S+)/.exec(msg);
-  if (startup !== null) {
-    return new ConfigError(
-      `the server (a pooler such as PgBouncer) refused the store URL's ${startup[1]}= (${msg}); remove it from the URL, ` +
-        "or list it in PgBouncer's ignore_startup_parameters (or set it on the server or the database instead)",
-      { cause: err },
-    );
-  }
-  // Retried like an outage (the server's certificate may be mid-rotation), but says what to check.
-  if (TLS_CODES.test(code) || /does not support SSL/.test(msg)) {
-    return new StoreUnavailableError(
-      `the TLS connection to PostgreSQL failed (${code === '' ? '' : `${code}: `}${msg}); check the store URL's sslmode= and sslrootcert= ` +
-        "(the CA that signed the server's certificate, whose names must include the URL's host) and the server's ssl settings",
-      { cause: err },
-    );
-  }
-  // A standby, or a primary demoted under us: the write did not land. Retryable, as a failover
-  // in progress is; a multi-host URL moves to the primary on the next call (./multi-host.ts).
-  if (code === '25006') {
-    return new StoreUnavailableError(
-      `PostgreSQL is read-only here (${msg}): the server is a standby or was demoted; this is retryable: ` +
-        'list the servers in the store URL with target_session_attrs=read-write (postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write), or point it at the primary',
-      { cause: err },
-    );
-  }
-  if (UNAVAILABLE_SQLSTATE.test(code) || NODE_NET_ERRORS.has(code)) {
-    return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });
-  }
-  // A server error always carries a five-character SQLSTATE: one not matched above is an answer,
-  // not an outage. Without one, only the driver's own connection and timeout messages count.
-  if (!SQLSTATE.test(code) && PG_CLIENT_UNAVAILABLE.test(msg)) {
-    return new StoreUnavailableError(`PostgreSQL is unavailable (${msg}); this is retryable, check the server`, { cause: err });
-  }
-  return new StoreError(
-    `PostgreSQL refused leasehold's statement (${code === '' ? '' : `SQLSTATE ${code}: `}${msg}); this is not retried: ` +
-      'check the schema with `leasehold doctor`, and report it if it persists',
-    { cause: err },
-  );
-}
