@@ -18,13 +18,11 @@ const root = at === -1 ? repo : resolve(process.argv[at + 1] ?? '.');
 const MAX_LINES = 600;
 
 /**
- * The files that were over the limit when the check came in, each with the length it may not
- * grow past: a ratchet, so they only shrink. Splitting them is the rest of issue 24; a file that
- * drops under the limit is taken off this list (the check says so).
+ * Files allowed over the limit for now, each with the length it may not grow past: a ratchet
+ * that only shrinks (empty since issue 24 split the last of them). A file that drops under the
+ * limit is taken off (the check says so).
  */
-const CEILINGS = new Map([
-  ['src/core/lease.ts', 856],
-]);
+const CEILINGS = new Map([]);
 
 const problems = [];
 const notes = [];

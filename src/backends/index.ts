@@ -65,10 +65,10 @@ export function embeddedDriver(): EmbeddedDriver {
   return b.embedded;
 }
 
-/** The backends that have `what`, for people: "PostgreSQL, SQLite, Redis or etcd". */
-export function backendsWith(what: (b: BackendDescriptor) => boolean): string {
+/** The backends that have `what`, for people: "PostgreSQL, SQLite, Redis and etcd" (or "... or etcd"). */
+function backendsWith(what: (b: BackendDescriptor) => boolean, joiner: 'and' | 'or'): string {
   const names = BACKENDS.filter(what).map((b) => b.label);
-  return names.length <= 1 ? names.join('') : `${names.slice(0, -1).join(', ')} or ${names[names.length - 1]!}`;
+  return names.length <= 1 ? names.join('') : `${names.slice(0, -1).join(', ')} ${joiner} ${names[names.length - 1]!}`;
 }
 
 /**
@@ -105,7 +105,7 @@ export async function openFleetPort(store: LeaseStore): Promise<FleetPort> {
   const port = await backendOfKind(store.kind)?.openFleet?.(store);
   if (port === undefined) {
     throw new ConfigError(
-      `the fleet registry runs on ${backendsWith((b) => b.openFleet !== undefined)}; ${redactUrl(store.description)} is a ${store.kind} store`,
+      `the fleet registry runs on ${backendsWith((b) => b.openFleet !== undefined, 'and')}; ${redactUrl(store.description)} is a ${store.kind} store`,
     );
   }
   return port;
@@ -119,7 +119,7 @@ export async function openSlotLedger(store: LeaseStore, url: string): Promise<Sl
   const ledger = await backendOfKind(store.kind)?.openSlotLedger?.(store, url);
   if (ledger === undefined) {
     throw new ConfigError(
-      `the slot ledger (cron, run --once-per) needs a ${backendsWith((b) => b.openSlotLedger !== undefined)} store; ${store.description} is ${store.kind}`,
+      `the slot ledger (cron, run --once-per) needs a ${backendsWith((b) => b.openSlotLedger !== undefined, 'or')} store; ${store.description} is ${store.kind}`,
     );
   }
   return ledger;

@@ -32,10 +32,6 @@ export const realClock: Clock = {
   },
 };
 
-export function jitter(maxMs: number): number {
-  return Math.random() * Math.max(0, maxMs);
-}
-
 /**
  * The longest delay a timer holds. Node fires a longer one after 1 ms (with a
  * TimeoutOverflowWarning), so a caller that re-arms until a far deadline busy-loops: a monthly

@@ -1,140 +1,32 @@
 import { EventEmitter } from 'node:events';
-import { jitter, type Clock, type ClockTimer } from './clock.js';
-import { resolveTiming, validateLeaseName, parseDuration, type Duration, type Timing, type TimingOptions } from './config.js';
+import type { Clock, ClockTimer } from './clock.js';
+import { resolveTiming, validateLeaseName, parseDuration, type Timing } from './config.js';
 import {
   AbortedError,
   ClosedError,
   ConfigError,
   LeaseLostError,
   LeaseholdError,
-  NotAcquiredError,
   NotLeaderError,
   StoreUnavailableError,
   errorMessage,
-  isRetryableError,
   type LeaseLostReason,
 } from './errors.js';
+import { ContentionMachine } from './contention.js';
+import { claimWithinWait, ranOutOfWait, sleepOrFreed, withSignal } from './waits.js';
+import type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseState } from './lease-types.js';
+import { snapshotOfTerm, termFromSnapshot } from './snapshot.js';
 import { newNonce } from './identity.js';
-import type { HeldTerm } from './leasehold-host.js';
+import type { HeldTerm, LeaseHost } from './leasehold-host.js';
 import { TermMachine, issueFenceWrite, type Term, type TermFenceWrite, type TermOutcome } from './term.js';
 import { revokeMarker, writeMarker } from './marker.js';
-import type { LoggerLike } from './logger.js';
-import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore, LostReason } from './port.js';
+import type { ClaimResult, LeasePort, LostReason } from './port.js';
 
 export type { Term, TermFenceWrite } from './term.js';
-
-/** While the store is unreachable, contention says so at most this often. */
-const OUTAGE_LINE_EVERY_MS = 5000;
-
-/**
- * Handoff nonces one contender presents (see contend): the latest registration's, and the claims
- * before it whose answers were lost. Within the port's MAX_EXPECTED_NONCES.
- */
-const MAX_HANDOFF_NONCES = 4;
+export type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseState } from './lease-types.js';
 
 const noop = (): void => {};
 
-/** The errors of claims given up on because the wait ended while they were in flight (outcome unknown). */
-const waitRanOut = new WeakSet<object>();
-
-/**
- * How long a follower waits between checks while a freed channel that also reports expiry is up
- * (LeasePort.freedCoversExpiry): every release, revocation and expiry wakes it at once, and a
- * reconnect or a drop of the channel wakes it too, so this only bounds what a channel could miss
- * silently (a half-open connection, a watch on an etcd member cut off from its cluster). Ten TTLs
- * keep an idle follower's cost at a tenth of one request per TTL; the minute keeps short-TTL
- * followers from checking every few seconds.
- */
-export function followerRecheckMs(ttlMs: number): number {
-  return Math.max(10 * ttlMs, 60_000);
-}
-
-export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
-
-export interface LeaseOptions extends TimingOptions {
-  /**
-   * A file leasehold writes while this process leads (name, holder, token) and deletes when it
-   * stands down. Deleted on creation of the Lease, before contending: a marker already on disk
-   * was inherited from a fork, a snapshot or a crash, and is never believed.
-   */
-  marker?: string;
-  /**
-   * Require the work to call `progress()` at least this often. With no progress within it,
-   * this process stands down and releases so another replica can lead (a liveness probe can
-   * say "healthy" while the work itself is wedged).
-   */
-  progressTimeout?: Duration;
-  /**
-   * On a store with one-write handover (PostgreSQL, schema 6): whether a waiting acquire may be
-   * registered as the waiter, so that the holder's release hands it the term in the same
-   * statement. Default true. false where holding the lease means "this process is alive" (a
-   * fleet agent's liveness): a handed term says so before the process has confirmed anything,
-   * and a waiter that has gone would read as alive for a TTL. It then takes the lease by its
-   * own claim, after the release.
-   */
-  handover?: boolean;
-}
-
-/**
- * What a process remembers about its term, as a snapshot of its memory would. For simulating
- * a snapshot restored twice (tests, chaos) through src/testing/; production code never needs it.
- */
-export interface LeaseSnapshot {
-  name: string;
-  holder: string;
-  token: string;
-  confirmed: string;
-  unconfirmed: string[];
-  acquiredAtMs: number;
-  lastStoreNowMs: number;
-  /** Same-database fenced writes (see TermFenceState); absent in snapshots taken before any. */
-  fenceNonces?: string[];
-  fenceFirst?: boolean;
-}
-
-export interface AcquireOptions {
-  /** true (default): wait for ever; false: one attempt; a duration: give up after it. */
-  wait?: boolean | Duration;
-  signal?: AbortSignal;
-}
-
-export interface LeaseEvents {
-  acquired: [term: Term];
-  /** expiresInMs by the store's clock; roundTripMs from the renewal's send to its answer (monotonic). */
-  renewed: [term: Term, expiresInMs: number, roundTripMs: number];
-  jeopardy: [term: Term, error: unknown];
-  recovered: [term: Term];
-  lost: [term: Term, error: LeaseLostError];
-  released: [term: Term, handedOver: boolean];
-  busy: [holder: string | null, expiresInMs: number | null];
-  'store-error': [error: unknown, during: 'acquire' | 'renew' | 'release'];
-}
-
-/** What a Lease needs from the client that created it (the scheduler, identity, notifications). */
-interface LeaseHost {
-  readonly store: LeaseStore;
-  readonly logger: LoggerLike;
-  readonly clock: Clock;
-  currentHolder(): string;
-  regenerateIdentity(why: string): void;
-  /** One acquisition attempt, through the client's scheduler (batched with whatever else is due). */
-  claim(req: ClaimRequest): Promise<ClaimResult>;
-  /** A term began: renew it, watch for its revocation, watch for suspensions. */
-  enroll(held: HeldTerm): void;
-  unenroll(held: HeldTerm): void;
-  /** The lease was closed: the client no longer needs to track it. */
-  forget(lease: Lease): void;
-  /** Someone waits for a round trip: tick the scheduler now. */
-  renewNow(): void;
-  waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void };
-  /** An id of the current up-period of a freed channel that also reports expiry; undefined when none is up. */
-  freedEpoch(): number | undefined;
-  checkSuspension(): void;
-  suspect(detector: 'deadline-passed', detail: string): void;
-  retainWhileContending(delta: 1 | -1): void;
-  /** Called after each renewal: how far the store's clock and the monotonic clock moved. */
-  noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, ttlMs: number): void;
-}
 
 /** Set by Lease's static block: the testing entry's way to its private snapshot and resume. */
 let testingHooks: { snapshot(lease: Lease): LeaseSnapshot | undefined; resume(lease: Lease, snap: LeaseSnapshot): Term } | undefined;
@@ -237,19 +129,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
 
   /** What this process remembers of its term (see LeaseSnapshot). Undefined when not leading. */
   private snapshot(): LeaseSnapshot | undefined {
-    const t = this.term;
-    if (t === undefined) return undefined;
-    return {
-      name: this.name,
-      holder: t.holder,
-      token: t.token.toString(),
-      confirmed: t.confirmed,
-      unconfirmed: [...t.unconfirmed],
-      acquiredAtMs: t.acquiredAtMs,
-      lastStoreNowMs: t.lastStoreNowMs,
-      fenceNonces: [...t.fence.known],
-      fenceFirst: t.fence.first,
-    };
+    return this.term === undefined ? undefined : snapshotOfTerm(this.name, this.term);
   }
 
   /**
@@ -260,20 +140,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private resume(snap: LeaseSnapshot): Term {
     if (this.term !== undefined || this.contention !== undefined) throw new ConfigError(`lease "${this.name}" is already active: acquire it once, or take a second handle with leasehold.lease()`);
     if (snap.name !== this.name) throw new ConfigError(`snapshot is of lease "${snap.name}", not "${this.name}"`);
-    const now = this.clock.monoNow();
-    const term = new TermMachine(this.timing, {
-      name: this.name,
-      token: BigInt(snap.token),
-      holder: snap.holder,
-      acquiredAtMs: snap.acquiredAtMs,
-      confirmed: snap.confirmed,
-      unconfirmed: [...snap.unconfirmed],
-      deadline: now + this.timing.ttlMs - this.timing.marginMs,
-      renewDueAt: now + this.timing.renewMs,
-      lastStoreNowMs: snap.lastStoreNowMs,
-      lastSentAt: now,
-      fence: { known: [...(snap.fenceNonces ?? [])], first: snap.fenceFirst ?? true, tail: Promise.resolve() },
-    });
+    const term = termFromSnapshot(this.timing, snap, this.clock.monoNow());
     this.beginTerm(term);
     return term;
   }
@@ -361,184 +228,77 @@ export class Lease extends EventEmitter<LeaseEvents> {
     }
   }
 
+  /** The I/O of contention; what each answer means is the ContentionMachine's (./contention.ts). */
   private async contend(options: AcquireOptions, internal: AbortSignal): Promise<Term> {
     const signal = options.signal === undefined ? internal : AbortSignal.any([internal, options.signal]);
     const wait = options.wait ?? true;
     const waitUntil = wait === true ? Infinity : wait === false ? 0 : this.clock.monoNow() + parseDuration(wait, 'wait');
+    const m = new ContentionMachine({ name: this.name, ttlMs: this.timing.ttlMs, renewMs: this.timing.renewMs, waitUntil, handsOver: this.handsOver });
     this._state = 'contending';
-    let errors = 0;
-    let lastError: unknown;
-    let lastWarnedMs = -Infinity;
-    let outageSinceMs = 0;
     let freed: { promise: Promise<void>; cancel(): void } | undefined;
-    // One-write handover (LeasePort.handover): the nonces of this contention's claims that may
-    // have left it a term. A 'busy' answer registered it as the waiter under that claim's nonce,
-    // and a release may hand it the term under it; an unanswered claim may have done either, or
-    // acquired. Each claim presents them, and the store confirms such a term by a read.
-    const handsOver = this.handsOver;
-    let handoff: string[] = [];
-    let handoffHolder: string | undefined;
-    /** A 'busy' answer came: the store registered us (an outage alone never sends a withdrawal). */
-    let registered = false;
-    let won = false;
-    /** The last 'busy' answer of this contention: a wait that ends on an unanswered claim after it is still contention, not an outage. */
-    let lastBusy: (ClaimResult & { outcome: 'busy' }) | undefined;
     this.host.retainWhileContending(1);
     try {
       for (;;) {
         if (signal.aborted) throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
         this.host.checkSuspension();
         const holder = this.host.currentHolder();
-        // Nonces are only ever the holder id's they were sent with: a new identity starts afresh
-        // (its first 'busy' claim replaces the old identity's registration).
-        if (holder !== handoffHolder) [handoff, handoffHolder, registered] = [[], holder, false];
         const nextNonce = newNonce();
         const sentAt = this.clock.monoNow();
-        // Only a contender that will wait registers: one that gives up at once never needs withdrawing.
-        const waits = handsOver && waitUntil > sentAt;
+        const plan = m.plan(holder, nextNonce, sentAt);
         // Listening from before the claim goes out: a release or expiry the store applies after
         // our read, but whose notification arrives before we would start to sleep, still wakes us.
-        // (An attempt with no wait left never sleeps: it need not start the channel.)
         freed?.cancel();
-        freed = waitUntil <= sentAt ? undefined : this.host.waitForFreed(this.name, signal);
+        freed = plan.listen ? this.host.waitForFreed(this.name, signal) : undefined;
         const epoch = this.host.freedEpoch();
         let result: ClaimResult | undefined;
         try {
-          const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(waits ? { handoff: [...handoff] } : {}) });
-          // The last look after a 'busy' answer, sent as the wait ends, keeps the store's own
-          // timeouts (as before): bounding it by a wait already spent would never let it answer.
-          result = lastBusy !== undefined && waitUntil <= sentAt ? await claim : await this.withinWait(claim, waitUntil, holder, nextNonce);
-          if (result.outcome === 'busy') lastBusy = result;
-          errors = 0;
+          const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(plan.waits ? { handoff: plan.handoff! } : {}) });
+          result = plan.lastLook ? await claim : await claimWithinWait(this.clock, claim, waitUntil, `the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`, (r) => {
+                  // Given up on, yet it landed: hand the term straight back, as one aborted in flight is.
+                  if (r.outcome === 'acquired') void this.host.store.release({ name: this.name, holder, expect: [r.nonce ?? nextNonce] }).catch(() => false);
+                });
+          m.answered(result);
         } catch (err) {
-          lastError = err;
           this.emit('store-error', err, 'acquire');
-          // Waiting cannot fix a missing schema or a bad configuration: say so now.
-          if (waitUntil === 0 || !isRetryableError(err)) throw err;
-          // An outage retried for minutes is one line every few seconds, not one per attempt.
-          const now = this.clock.monoNow();
-          // A claim given up on as the wait ended is not retried: nothing to warn about.
-          if (!waitRanOut.has(err as object) && (errors === 0 || now - lastWarnedMs >= OUTAGE_LINE_EVERY_MS)) {
-            lastWarnedMs = now;
-            if (errors === 0) outageSinceMs = now;
+          const verdict = m.failed(err, this.clock.monoNow(), ranOutOfWait(err));
+          if (verdict.kind === 'throw') throw err;
+          if (verdict.warn !== undefined) {
             this.host.logger.warn(
-              { lease: this.name, err: errorMessage(err), unreachableForMs: Math.round(now - outageSinceMs) },
+              { lease: this.name, err: errorMessage(err), unreachableForMs: verdict.warn.unreachableForMs },
               'leasehold: acquire attempt failed; the store is unreachable, retrying',
             );
           }
-          errors++;
         }
-        if (waits && (result === undefined || result.outcome === 'busy')) handoff = [...handoff, nextNonce].slice(-MAX_HANDOFF_NONCES);
-        if (waits && result?.outcome === 'busy') registered = true;
-        // A term handed over by a release is held under the nonce this contender registered.
-        const termNonce = result?.outcome === 'acquired' ? (result.nonce ?? nextNonce) : nextNonce;
-        if (result?.outcome === 'acquired' && (signal.aborted || (this._state as LeaseState) === 'closed')) {
-          // Aborted (released, closed, stopped) while the claim was in flight: the store gave us
-          // a term nobody wants any more. Hand it straight back rather than start it.
-          await this.host.store.release({ name: this.name, holder, expect: [termNonce] }).catch(() => false);
-          throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
-        }
-        if (result?.outcome === 'acquired') {
+        const step = m.next(result, epoch !== undefined && this.host.freedEpoch() === epoch, this.clock.monoNow());
+        if (step.kind === 'acquired') {
+          if (signal.aborted || (this._state as LeaseState) === 'closed') {
+            // Aborted (released, closed, stopped) while the claim was in flight: the store gave us
+            // a term nobody wants any more. Hand it straight back rather than start it.
+            await this.host.store.release({ name: this.name, holder, expect: [step.nonce] }).catch(() => false);
+            throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
+          }
           // The deadline as for any acquisition: from this claim's send time (never the release's).
-          const term = TermMachine.granted(this.timing, result, holder, termNonce, sentAt, this.clock.monoNow());
+          const term = TermMachine.granted(this.timing, result as ClaimResult & { outcome: 'acquired' }, holder, step.nonce, sentAt, this.clock.monoNow());
           if (term !== undefined) {
-            won = true;
+            m.wins();
             this.beginTerm(term);
             return term;
           }
           // The answer came back too late to use; the row expires on its own.
-          this.host.logger.warn({ lease: this.name, token: String(result.token) }, 'leasehold: acquire answer arrived too late to use');
+          this.host.logger.warn({ lease: this.name, token: String(result!.token) }, 'leasehold: acquire answer arrived too late to use');
           continue;
         }
-        let sleepMs: number;
-        if (result === undefined) {
-          // Store down: back off exponentially, never a tight loop, never longer than a TTL.
-          sleepMs = Math.min(this.timing.ttlMs, 100 * 2 ** Math.min(errors, 10)) * (0.5 + Math.random() / 2);
-        } else {
-          const remaining = result.expiresAtMs === null ? null : Math.max(0, result.expiresAtMs - result.storeNowMs);
-          this.emit('busy', result.holder, remaining);
-          if (epoch !== undefined && this.host.freedEpoch() === epoch) {
-            // The channel was up before the claim was sent and has stayed up: the release or
-            // expiry of this term will be notified, so wait on it (see followerRecheckMs).
-            sleepMs = followerRecheckMs(this.timing.ttlMs) + jitter(Math.min(5000, this.timing.ttlMs));
-          } else {
-            // Never longer than one TTL: a reported expiry far away (a holder with a much longer
-            // TTL, or a clock step on a one-host store) must not keep us asleep past a release we
-            // missed. Never a negative answer cached for longer than it can be true.
-            sleepMs = Math.min(remaining ?? this.timing.renewMs, this.timing.ttlMs) + jitter(Math.min(250, this.timing.ttlMs / 10)) + 1;
-          }
-        }
-        const left = waitUntil - this.clock.monoNow();
-        if (left <= 0) {
-          const busy = result !== undefined && result.outcome === 'busy' ? result : result === undefined && waitRanOut.has(lastError as object) ? lastBusy : undefined;
-          const err = new NotAcquiredError(
-            this.name,
-            busy?.holder ?? null,
-            busy?.expiresAtMs == null ? null : Math.max(0, Math.round(busy.expiresAtMs - busy.storeNowMs)),
-            waitUntil === 0 ? 'another process holds it' : 'the wait ran out',
-          );
-          if (result === undefined && busy === undefined) (err as { cause?: unknown }).cause = lastError;
-          throw err;
-        }
-        await this.sleepOrFreed(Math.min(sleepMs, left), freed ?? this.host.waitForFreed(this.name, signal));
+        if (step.busy !== undefined) this.emit('busy', step.busy.holder, step.busy.remainingMs);
+        if (step.kind === 'give-up') throw step.error;
+        await sleepOrFreed(this.clock, step.ms, freed ?? this.host.waitForFreed(this.name, signal));
       }
     } finally {
       freed?.cancel();
-      // Stopped without a term (aborted, closed, the wait ran out): withdraw as the registered
-      // waiter, so that no release hands the term to a process that is not waiting for it (it
-      // would sit unused until it expired). The same statement releases a term handed to us
-      // meanwhile. Best effort: if it fails, that costs at most one TTL, as a crash would.
-      if (!won && registered && handoffHolder !== undefined) {
-        await this.host.store.release({ name: this.name, holder: handoffHolder, expect: handoff }).catch(() => false);
-      }
+      // Best effort: if the withdrawal fails, that costs at most one TTL, as a crash would.
+      const w = m.withdrawal();
+      if (w !== undefined) await this.host.store.release({ name: this.name, ...w }).catch(() => false);
       this.host.retainWhileContending(-1);
       if (this._state === 'contending') this._state = 'idle';
-    }
-  }
-
-  /**
-   * The claim, or a StoreUnavailableError once the wait runs out: an attempt (its connect
-   * included) never outlasts `wait`, whatever the store's own timeouts are. A claim given up on
-   * that lands 'acquired' later is handed straight back, as one aborted in flight is.
-   */
-  private async withinWait(claim: Promise<ClaimResult>, waitUntil: number, holder: string, nonce: string): Promise<ClaimResult> {
-    if (waitUntil === Infinity || waitUntil === 0) return await claim;
-    let timer: ClockTimer | undefined;
-    let abandoned = false;
-    const late = new Promise<never>((_, reject) => {
-      timer = this.clock.setTimeout(() => {
-        abandoned = true;
-        const err = new StoreUnavailableError(`the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`);
-        waitRanOut.add(err);
-        reject(err);
-      }, Math.max(0, waitUntil - this.clock.monoNow()));
-    });
-    void claim.then(
-      (r) => {
-        if (abandoned && r.outcome === 'acquired') void this.host.store.release({ name: this.name, holder, expect: [r.nonce ?? nonce] }).catch(() => false);
-      },
-      () => {},
-    );
-    try {
-      return await Promise.race([claim, late]);
-    } finally {
-      this.clock.clearTimeout(timer);
-    }
-  }
-
-  /** Sleeps for `ms`, or until a "freed" notification (or the signal) since the claim was sent. */
-  private async sleepOrFreed(ms: number, freed: { promise: Promise<void>; cancel(): void }): Promise<void> {
-    let timer: ClockTimer | undefined;
-    try {
-      await Promise.race([
-        freed.promise,
-        new Promise<void>((resolve) => {
-          timer = this.clock.setTimeout(resolve, ms);
-        }),
-      ]);
-    } finally {
-      this.clock.clearTimeout(timer);
-      freed.cancel();
     }
   }
 
@@ -733,7 +493,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   // ---- same-database fenced writes (src/fence with `term`) --------------------------------------
 
   /** @internal fence: the store this lease lives in, so a fence can tell whether it shares the database. */
-  get fenceStore(): LeaseStore {
+  get fenceStore(): LeasePort {
     return this.host.store;
   }
 
@@ -835,22 +595,4 @@ export function resumeLease(lease: Lease, snap: LeaseSnapshot): Term {
 /** @internal fence: the Lease (of this process) a term belongs to. */
 export function leaseOf(term: Term): Lease | undefined {
   return leaseOfTerm.get(term);
-}
-
-/** Races a promise against a caller's signal without leaving listeners behind. */
-async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (signal === undefined) return p;
-  signal.throwIfAborted();
-  let onAbort: (() => void) | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<never>((_, reject) => {
-        onAbort = () => reject(new AbortedError('aborted by the caller', { cause: signal.reason }));
-        signal.addEventListener('abort', onAbort, { once: true });
-      }),
-    ]);
-  } finally {
-    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
-  }
 }

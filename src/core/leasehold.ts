@@ -7,7 +7,7 @@ import type { HeldTerm } from './leasehold-host.js';
 import { Scheduler } from './scheduler.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
-import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore } from './port.js';
+import type { ClaimRequest, ClaimResult, LeasePort } from './port.js';
 import { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX } from './reserved.js';
 
 export type SuspicionDetector = 'wall-clock-jump' | 'store-clock-advance' | 'deadline-passed' | 'manual';
@@ -25,7 +25,7 @@ export interface SuspensionOptions {
 }
 
 export interface LeaseholdOptions {
-  store: LeaseStore;
+  store: LeasePort;
   /** pino-compatible; default silent. */
   logger?: LoggerLike;
   /** A readable prefix for the holder id (default `host:pid`). 128 kernel-random bits are always appended. */
@@ -66,7 +66,7 @@ export interface LeaseholdEvents {
 // Not `implements LeaseHost`: that interface is the engine's plumbing, stripped from the public
 // types; Lease checks the shape where it is handed a Leasehold.
 export class Leasehold extends EventEmitter<LeaseholdEvents> {
-  readonly store: LeaseStore;
+  readonly store: LeasePort;
   readonly logger: LoggerLike;
   readonly clock: Clock;
   private holderId: string;

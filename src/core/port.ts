@@ -138,7 +138,7 @@ export interface LeasePort {
    * misses nothing that happened after it came up. "Up" is from `watchFreed` resolving (unless
    * `onDown` fired first) or from `onReconnect`, until `onDown`. A port that sets this must call
    * `onDown`. Followers then wait on the channel alone, with only a rare safety re-check
-   * (core/lease.ts, followerRecheckMs), instead of polling at each expiry: idle followers cost no
+   * (core/contention.ts, followerRecheckMs), instead of polling at each expiry: idle followers cost no
    * requests. Without it (LISTEN/NOTIFY and pub/sub only hear releases) followers re-check
    * within one TTL.
    */

@@ -1,7 +1,7 @@
 import type { Clock, ClockTimer } from './clock.js';
 import { ClosedError, StoreUnavailableError } from './errors.js';
 import { newNonces } from './identity.js';
-import type { ClaimRequest, ClaimResult, LeasePort as LeaseStore } from './port.js';
+import type { ClaimRequest, ClaimResult, LeasePort } from './port.js';
 
 /** How many leases one claim round trip carries at most, unless the store says otherwise (maxClaimBatch). */
 export const MAX_BATCH = 5000;
@@ -48,7 +48,7 @@ export class Scheduler {
   private closed = false;
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly store: LeasePort,
     private readonly clock: Clock,
     /** Runs before each tick (the suspension check: a woken process must not renew first). */
     private readonly beforeTick: () => void,

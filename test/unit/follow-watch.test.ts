@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Leasehold } from '../../src/core/leasehold.js';
-import { followerRecheckMs } from '../../src/core/lease.js';
+import { followerRecheckMs } from '../../src/core/contention.js';
 import type { FreedListener } from '../../src/backends/store.js';
 import { FakeClock } from './fake-clock.js';
 import { MemoryStore } from './memory-store.js';

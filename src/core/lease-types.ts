@@ -1,0 +1,65 @@
+/** The public shapes of a Lease: its options, states, events, and the snapshot the testing entry takes. */
+import type { Duration, TimingOptions } from './config.js';
+import type { LeaseLostError } from './errors.js';
+import type { Term } from './term.js';
+
+export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
+
+export interface LeaseOptions extends TimingOptions {
+  /**
+   * A file leasehold writes while this process leads (name, holder, token) and deletes when it
+   * stands down. Deleted on creation of the Lease, before contending: a marker already on disk
+   * was inherited from a fork, a snapshot or a crash, and is never believed.
+   */
+  marker?: string;
+  /**
+   * Require the work to call `progress()` at least this often. With no progress within it,
+   * this process stands down and releases so another replica can lead (a liveness probe can
+   * say "healthy" while the work itself is wedged).
+   */
+  progressTimeout?: Duration;
+  /**
+   * On a store with one-write handover (PostgreSQL, schema 6): whether a waiting acquire may be
+   * registered as the waiter, so that the holder's release hands it the term in the same
+   * statement. Default true. false where holding the lease means "this process is alive" (a
+   * fleet agent's liveness): a handed term says so before the process has confirmed anything,
+   * and a waiter that has gone would read as alive for a TTL. It then takes the lease by its
+   * own claim, after the release.
+   */
+  handover?: boolean;
+}
+
+/**
+ * What a process remembers about its term, as a snapshot of its memory would. For simulating
+ * a snapshot restored twice (tests, chaos) through src/testing/; production code never needs it.
+ */
+export interface LeaseSnapshot {
+  name: string;
+  holder: string;
+  token: string;
+  confirmed: string;
+  unconfirmed: string[];
+  acquiredAtMs: number;
+  lastStoreNowMs: number;
+  /** Same-database fenced writes (see TermFenceState); absent in snapshots taken before any. */
+  fenceNonces?: string[];
+  fenceFirst?: boolean;
+}
+
+export interface AcquireOptions {
+  /** true (default): wait for ever; false: one attempt; a duration: give up after it. */
+  wait?: boolean | Duration;
+  signal?: AbortSignal;
+}
+
+export interface LeaseEvents {
+  acquired: [term: Term];
+  /** expiresInMs by the store's clock; roundTripMs from the renewal's send to its answer (monotonic). */
+  renewed: [term: Term, expiresInMs: number, roundTripMs: number];
+  jeopardy: [term: Term, error: unknown];
+  recovered: [term: Term];
+  lost: [term: Term, error: LeaseLostError];
+  released: [term: Term, handedOver: boolean];
+  busy: [holder: string | null, expiresInMs: number | null];
+  'store-error': [error: unknown, during: 'acquire' | 'renew' | 'release'];
+}

@@ -1,0 +1,83 @@
+/**
+ * Waiting inside contention, bounded: a claim that may not outlast the caller's `wait`, a sleep
+ * that a "freed" notification ends early, a promise raced against a caller's signal. Each takes
+ * the injected clock and leaves no timer or listener behind.
+ */
+import type { Clock, ClockTimer } from './clock.js';
+import { AbortedError, StoreUnavailableError } from './errors.js';
+
+/** The errors of claims given up on because the wait ended while they were in flight (outcome unknown). */
+const waitRanOut = new WeakSet<object>();
+
+/** True for the error claimWithinWait rejects with when the wait ran out first. */
+export function ranOutOfWait(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && waitRanOut.has(err);
+}
+
+/**
+ * The claim, or a StoreUnavailableError (`message`) once `waitUntil` (monotonic) passes: an
+ * attempt, its connect included, never outlasts the wait, whatever the store's own timeouts
+ * are. A claim given up on still settles later: `lateAnswer` gets its answer then (an
+ * 'acquired' one must be handed straight back). No bound for `waitUntil` 0 or Infinity.
+ */
+export async function claimWithinWait<T>(clock: Clock, claim: Promise<T>, waitUntil: number, message: string, lateAnswer: (r: T) => void): Promise<T> {
+  if (waitUntil === Infinity || waitUntil === 0) return await claim;
+  let timer: ClockTimer | undefined;
+  let abandoned = false;
+  const late = new Promise<never>((_, reject) => {
+    timer = clock.setTimeout(
+      () => {
+        abandoned = true;
+        const err = new StoreUnavailableError(message);
+        waitRanOut.add(err);
+        reject(err);
+      },
+      Math.max(0, waitUntil - clock.monoNow()),
+    );
+  });
+  void claim.then(
+    (r) => {
+      if (abandoned) lateAnswer(r);
+    },
+    () => {},
+  );
+  try {
+    return await Promise.race([claim, late]);
+  } finally {
+    clock.clearTimeout(timer);
+  }
+}
+
+/** Sleeps for `ms`, or until a "freed" notification (or the signal) since the claim was sent. */
+export async function sleepOrFreed(clock: Clock, ms: number, freed: { promise: Promise<void>; cancel(): void }): Promise<void> {
+  let timer: ClockTimer | undefined;
+  try {
+    await Promise.race([
+      freed.promise,
+      new Promise<void>((resolve) => {
+        timer = clock.setTimeout(resolve, ms);
+      }),
+    ]);
+  } finally {
+    clock.clearTimeout(timer);
+    freed.cancel();
+  }
+}
+
+/** Races a promise against a caller's signal without leaving listeners behind. */
+export async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return p;
+  signal.throwIfAborted();
+  let onAbort: (() => void) | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        onAbort = () => reject(new AbortedError('aborted by the caller', { cause: signal.reason }));
+        signal.addEventListener('abort', onAbort, { once: true });
+      }),
+    ]);
+  } finally {
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  }
+}
