@@ -1,11 +1,11 @@
 /**
  * Renewal at N leases: one process holds N leases and renews them all, as the renewal scheduler
- * does on each tick (src/core/scheduler.ts: batches of the store's maxClaimBatch, else MAX_BATCH, sent at once). Figure: the wall
+ * does on each tick (src/core/renewal-batcher.ts: batches of the store's maxClaimBatch, else MAX_BATCH, sent at once). Figure: the wall
  * time of one tick and the store calls it makes; baseline: the raw driver renewing the same N
  * rows or keys in one call (etcd: one lease keepalive, which keeps any number of keys).
  */
 import { newNonce } from '../src/core/identity.js';
-import { MAX_BATCH } from '../src/core/scheduler.js';
+import { MAX_BATCH } from '../src/core/renewal-batcher.js';
 import type { ClaimRequest, LeaseStore } from '../src/backends/store.js';
 import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
 import { interleave, stat, timed, type Recorder } from './lib.js';

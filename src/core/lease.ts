@@ -346,7 +346,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /**
-   * The term as the client's scheduler and detectors see it. Every input reaches the machine of
+   * The term as the client's renewal batcher and detectors see it. Every input reaches the machine of
    * the term it was made for: an answer that comes back after its term ended finds it ended.
    */
   private heldTerm(t: TermMachine): HeldTerm {

@@ -1,10 +1,10 @@
 import type { LoggerLike } from './logger.js';
 import type { Clock } from './clock.js';
 import type { ClaimRequest, ClaimResult, LeasePort } from './port.js';
-import type { Renewal } from './scheduler.js';
+import type { Renewal } from './renewal-batcher.js';
 import type { Lease } from './lease.js';
 
-/** A held term as the client sees it: the scheduler renews it; the detectors and "freed" notifications reach it. */
+/** A held term as the client sees it: the renewal batcher renews it; the detectors and "freed" notifications reach it. */
 export interface HeldTerm extends Renewal {
   /** The store says the lease may have been freed: renew at once; the store's answer decides. */
   checkNow(): void;
@@ -29,14 +29,14 @@ interface HostBasics {
   retainWhileContending(delta: 1 | -1): void;
 }
 
-/** Claims and renewals, batched by the client's one renewal loop (core/scheduler.ts). */
+/** Claims and renewals, batched by the client's one renewal loop (core/renewal-batcher.ts). */
 interface RenewalHost {
-  /** One acquisition attempt, through the client's scheduler (batched with whatever else is due). */
+  /** One acquisition attempt, through the client's renewal batcher (batched with whatever else is due). */
   claim(req: ClaimRequest): Promise<ClaimResult>;
   /** A term began: renew it, watch for its revocation, watch for suspensions. */
   enroll(held: HeldTerm): void;
   unenroll(held: HeldTerm): void;
-  /** Someone waits for a round trip: tick the scheduler now. */
+  /** Someone waits for a round trip: tick the renewal batcher now. */
   renewNow(): void;
   /** Called after each renewal: how far the store's clock and the monotonic clock moved. */
   noteStoreAdvance?(storeAdvanceMs: number, localAdvanceMs: number, ttlMs: number): void;

@@ -4,7 +4,7 @@ import { ClosedError, ConfigError, LeaseLostError, errorMessage } from './errors
 import { newHolderId } from './identity.js';
 import { Lease, type AcquireOptions, type LeaseOptions, type Term } from './lease.js';
 import type { HeldTerm } from './leasehold-host.js';
-import { Scheduler } from './scheduler.js';
+import { RenewalBatcher } from './renewal-batcher.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
 import type { ClaimRequest, ClaimResult, LeasePort } from './port.js';
@@ -59,7 +59,7 @@ export interface LeaseholdEvents {
 }
 
 /**
- * A process's connection to one store: it owns the holder identity, one scheduler through
+ * A process's connection to one store: it owns the holder identity, one renewal batcher through
  * which every acquisition and renewal goes (in as few round trips as possible), one "freed"
  * listener, and the suspension detectors. Create one per store per process.
  */
@@ -76,7 +76,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
   private closed = false;
   private readonly leases = new Set<Lease>();
   private readonly enrolled = new Set<HeldTerm>();
-  private readonly scheduler: Scheduler;
+  private readonly batcher: RenewalBatcher;
   private wallTimer: ClockTimer | undefined;
   private lastWall: number;
   private lastMono: number;
@@ -95,7 +95,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     this.clock = options.clock ?? realClock;
     this.lastWall = this.clock.wallNow();
     this.lastMono = this.clock.monoNow();
-    this.scheduler = new Scheduler(this.store, this.clock, () => this.checkSuspension());
+    this.batcher = new RenewalBatcher(this.store, this.clock, () => this.checkSuspension());
     this.holderLabel = options.holderLabel;
     this.holderId = newHolderId(options.holderLabel);
     this.closeStore = options.closeStore ?? false;
@@ -113,12 +113,12 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     return this.holderId;
   }
 
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   currentHolder(): string {
     return this.holderId;
   }
 
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   regenerateIdentity(why: string): void {
     this.holderId = newHolderId(this.holderLabel);
     this.logger.warn({ holder: this.holderId, why }, 'leasehold: new holder identity');
@@ -169,12 +169,12 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     return elector;
   }
 
-  // ---- the scheduler's terms ---------------------------------------------------------------
+  // ---- the renewal batcher's terms ---------------------------------------------------------------
 
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   claim(req: ClaimRequest): Promise<ClaimResult> {
     this.checkStoreSettings();
-    return this.scheduler.acquire(req);
+    return this.batcher.acquire(req);
   }
 
   private settingsChecked = false;
@@ -196,7 +196,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     );
   }
 
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   enroll(held: HeldTerm): void {
     this.enrolled.add(held);
     // A holder listens for its own lease being freed: an operator's revocation then reaches it
@@ -204,13 +204,13 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     this.ensureFreedWatch();
     this.startWallWatchdog();
     this.updateKeepAlive();
-    this.scheduler.add(held);
+    this.batcher.add(held);
   }
 
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   unenroll(held: HeldTerm): void {
     this.enrolled.delete(held);
-    this.scheduler.delete(held);
+    this.batcher.delete(held);
     if (this.enrolled.size === 0) this.stopWallWatchdog();
     this.updateKeepAlive();
   }
@@ -222,7 +222,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
    */
   private contending = 0;
   private keepAlive: NodeJS.Timeout | undefined;
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   retainWhileContending(delta: 1 | -1): void {
     this.contending += delta;
     this.updateKeepAlive();
@@ -237,14 +237,14 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     }
   }
 
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   forget(lease: Lease): void {
     this.leases.delete(lease);
   }
 
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   renewNow(): void {
-    this.scheduler.wake();
+    this.batcher.wake();
   }
 
   // ---- suspension detectors ------------------------------------------------------------------
@@ -275,7 +275,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
    * Detector 1: the wall clock moved much more (or less) than the monotonic clock since the
    * last check. That is what a restored or woken guest looks like once its clock is re-synced:
    * the suspension shows on the wall clock, never on the monotonic one.
-   * @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API
+   * @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API
    */
   checkSuspension(): void {
     const wall = this.clock.wallNow();
@@ -292,7 +292,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
   /**
    * Detector 2: the store's clock advanced much more than our monotonic clock between two
    * renewals. Works when the guest's wall clock was never re-synced after a restore.
-   * @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API
+   * @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API
    */
   noteStoreAdvance(storeAdvanceMs: number, localAdvanceMs: number, ttlMs: number): void {
     if (this.suspension === undefined) return;
@@ -338,7 +338,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
 
   // ---- freed notifications -----------------------------------------------------------------
 
-  /** @internal the engine's own plumbing (Lease, the scheduler, the detectors), not public API */
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
   waitForFreed(name: string, signal: AbortSignal): { promise: Promise<void>; cancel(): void } {
     let wake: () => void = () => {};
     const promise = new Promise<void>((resolve) => {
@@ -433,7 +433,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     await Promise.allSettled(leases.map((l) => l.close()));
     this.closed = true;
     this.updateKeepAlive();
-    this.scheduler.close();
+    this.batcher.close();
     this.stopWallWatchdog();
     const stop = await this.freedStop;
     this.setFreedUp(false);

@@ -107,8 +107,8 @@ export interface LeasePort {
   readonly description: string;
 
   /**
-   * Optional: the most leases one `claim` should carry (the scheduler splits a tick into calls of
-   * at most this many). Default 5000 (the scheduler's MAX_BATCH).
+   * Optional: the most leases one `claim` should carry (the renewal batcher splits a tick into calls of
+   * at most this many). Default 5000 (the renewal batcher's MAX_BATCH).
    */
   readonly maxClaimBatch?: number;
 

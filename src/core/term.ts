@@ -167,7 +167,7 @@ export class TermMachine implements Term {
     return this.validate !== undefined ? this.validate() : this.token;
   }
 
-  /** When the scheduler should send this term's next renewal: -Infinity when someone waits for one; undefined for none. */
+  /** When the renewal batcher should send this term's next renewal: -Infinity when someone waits for one; undefined for none. */
   dueAt(): number | undefined {
     if (this.ended || this.inFlight) return undefined;
     return this.waiters.length > 0 ? -Infinity : this.renewDueAt;

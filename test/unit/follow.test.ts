@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SchemaError } from '../../src/core/errors.js';
-import { MAX_BATCH } from '../../src/core/scheduler.js';
+import { MAX_BATCH } from '../../src/core/renewal-batcher.js';
 import { lossOf, world, RENEW, TIMING, TTL } from './harness.js';
 
 void test('a follower of a holder with a far-off expiry re-checks within one TTL of its own, never in a tight loop', async () => {

@@ -7,7 +7,7 @@ import type { ClaimRequest, ClaimResult, LeasePort } from './port.js';
 export const MAX_BATCH = 5000;
 
 /**
- * The scheduler's view of one held term. Answers go back to the object the request came from,
+ * The renewal batcher's view of one held term. Answers go back to the object the request came from,
  * which belongs to that term alone: an answer for a term that has since ended finds it ended.
  */
 export interface Renewal {
@@ -39,7 +39,7 @@ type Item =
  * half an interval merge, so a process holding 10,000 leases settles into one or two round
  * trips per renew interval.
  */
-export class Scheduler {
+export class RenewalBatcher {
   private readonly renewals = new Set<Renewal>();
   private acquisitions: Array<Extract<Item, { kind: 'acquire' }>> = [];
   private timer: ClockTimer | undefined;
