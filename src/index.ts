@@ -31,6 +31,7 @@ export { parseDuration, validateLeaseName, resolveTiming, type Duration, type Ti
 export { newHolderId } from './core/identity.js';
 export type { LoggerLike } from './core/logger.js';
 export * from './core/errors.js';
+export { AlreadyOwnedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from './fleet/errors.js';
 export type * from './backends/store.js';
 export { openStore, resolveStoreUrl, defaultStoreUrl, type OpenStoreOptions } from './backends/index.js';
 export { PostgresStore, type PostgresStoreOptions, type PgPoolLike, type PgQueryableLike } from './backends/postgres/store.js';

@@ -6,19 +6,8 @@
 import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { parseDuration } from '../core/config.js';
-import {
-  AlreadyOwnedError,
-  ConfigError,
-  NoLiveAgentError,
-  NoOwnerError,
-  NotAcquiredError,
-  OwnerChangedError,
-  OwnerDeadError,
-  SchemaError,
-  StoreError,
-  StoreUnavailableError,
-  errorMessage,
-} from '../core/errors.js';
+import { ConfigError, NotAcquiredError, SchemaError, StoreError, StoreUnavailableError, errorMessage } from '../core/errors.js';
+import { AlreadyOwnedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../fleet/errors.js';
 import { openStore, resolveStoreUrl } from '../backends/index.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 import { escapeControls, jsonSafe } from './escape.js';

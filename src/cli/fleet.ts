@@ -4,7 +4,7 @@
  */
 import { parseLabels } from '../fleet/labels.js';
 import { openFleet } from '../fleet/open.js';
-import { OwnerDeadError } from '../core/errors.js';
+import { OwnerDeadError } from '../fleet/errors.js';
 import { EXIT, formatMs, logFormatOption, openStoreFromFlags, out, reportError, requireCurrentSchema, setLogContext, table, toJson, usageError } from './common.js';
 import { escapeControls as esc } from './escape.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { newNonce } from '../core/identity.js';
-import { NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../core/errors.js';
+import { NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../fleet/errors.js';
 import type { LeaseStore } from '../backends/store.js';
 import { Fleet } from '../fleet/fleet.js';
 import { AGENT_LEASE_PREFIX, type FleetPort, type Labels } from '../fleet/port.js';

@@ -1,4 +1,5 @@
-import { AlreadyOwnedError, ConfigError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../core/errors.js';
+import { ConfigError } from '../core/errors.js';
+import { AlreadyOwnedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from './errors.js';
 import type { CallOptions } from '../core/port.js';
 import { validateAgentId, validateLabels, validateResource } from './labels.js';
 import type { AgentRow, FleetPort, Labels, OwnerRow } from './port.js';

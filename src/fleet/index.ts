@@ -27,5 +27,5 @@ export { PostgresFleet } from '../backends/postgres/fleet.js';
 export { SqliteFleet } from '../backends/sqlite/fleet.js';
 export { RedisFleet } from '../backends/redis/fleet.js';
 export { EtcdFleet } from '../backends/etcd/fleet.js';
-export { AlreadyOwnedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../core/errors.js';
+export { AlreadyOwnedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from './errors.js';
 export type { CallOptions } from '../core/port.js';

@@ -17,7 +17,8 @@ import { appendFileSync, copyFileSync, mkdirSync, renameSync, rmSync, writeFileS
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { errorMessage, NoOwnerError, OwnerDeadError } from '../../src/core/errors.js';
+import { errorMessage } from '../../src/core/errors.js';
+import { NoOwnerError, OwnerDeadError } from '../../src/fleet/errors.js';
 import { openStore } from '../../src/backends/index.js';
 import type { CallOptions } from '../../src/core/port.js';
 import { Fleet, type Owner } from '../../src/fleet/fleet.js';

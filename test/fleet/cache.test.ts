@@ -9,7 +9,8 @@ import { FakeClock } from '../unit/fake-clock.js';
 import { OwnerCache } from '../../src/fleet/cache.js';
 import type { Owner } from '../../src/fleet/fleet.js';
 import { openFleet } from '../../src/fleet/open.js';
-import { NoOwnerError, OwnerDeadError, StoreUnavailableError } from '../../src/core/errors.js';
+import { StoreUnavailableError } from '../../src/core/errors.js';
+import { NoOwnerError, OwnerDeadError } from '../../src/fleet/errors.js';
 import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
 import { reapAgents, startJitteryAgent, type AgentProcess } from './helpers.js';
 

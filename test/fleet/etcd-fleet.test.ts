@@ -8,7 +8,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { newNonce } from '../../src/core/identity.js';
-import { OwnerDeadError, StoreUnavailableError } from '../../src/core/errors.js';
+import { StoreUnavailableError } from '../../src/core/errors.js';
+import { OwnerDeadError } from '../../src/fleet/errors.js';
 import { openFleet } from '../../src/fleet/open.js';
 import type { Fleet } from '../../src/fleet/fleet.js';
 import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
