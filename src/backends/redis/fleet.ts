@@ -1,9 +1,8 @@
-import { createHash, randomInt } from 'node:crypto';
-import { SchemaError } from '../../core/errors.js';
+import { randomInt } from 'node:crypto';
 import type { CallOptions } from '../../core/port.js';
 import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import { keysFor } from './keys.js';
-import type { LuaScript } from './scripts.js';
+import { LUA_CLOCK, lua, toStrings, type LuaScript } from './scripts.js';
 import type { RedisStore } from './store.js';
 
 /*
@@ -29,16 +28,7 @@ import type { RedisStore } from './store.js';
  * the same clock assumption; `leasehold migrate --min-token` raises generations too.
  */
 
-function lua(name: string, source: string): LuaScript {
-  return { name: `fleet-${name}`, source, sha: createHash('sha1').update(source).digest('hex') };
-}
-
-const PRELUDE = `
-local function fmt(x) return string.format('%.0f', x) end
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.floor(now_us / 1000)
-local AP, LP = ARGV[1], ARGV[2]
+const PRELUDE = `${LUA_CLOCK}local AP, LP = ARGV[1], ARGV[2]
 -- An agent as the store sees it now; nil when never registered.
 local function agent(id)
   local a = redis.call('HMGET', AP .. id, 'labels', 'started', 'draining', 'dereg', 'owned')
@@ -97,7 +87,7 @@ const GEN_ERROR = "return redis.error_reply('ERR leasehold: the next fleet gener
 
 /** KEYS: [1] agents set, [2] the agent's hash. ARGV: AP, LP, id, labels JSON. */
 const REGISTER = lua(
-  'register',
+  'fleet-register',
   `${PRELUDE}
 redis.call('HSET', KEYS[2], 'labels', ARGV[4], 'started', fmt(now))
 redis.call('HDEL', KEYS[2], 'dereg')
@@ -110,7 +100,7 @@ return { '1' }
 
 /** KEYS: [1] the agent's hash. Reply: ['1'] if registered. */
 const DEREGISTER = lua(
-  'deregister',
+  'fleet-deregister',
   `${PRELUDE}
 if redis.call('EXISTS', KEYS[1]) == 0 then return { '0' } end
 redis.call('HSET', KEYS[1], 'dereg', fmt(now))
@@ -120,7 +110,7 @@ return { '1' }
 
 /** KEYS: [1] the agent's hash. ARGV: AP, LP, '1'/'0'. Reply: ['1'] if registered. */
 const SET_DRAINING = lua(
-  'set-draining',
+  'fleet-set-draining',
   `if redis.call('EXISTS', KEYS[1]) == 0 then return { '0' } end
 redis.call('HSET', KEYS[1], 'draining', ARGV[3])
 return { '1' }
@@ -144,7 +134,7 @@ end
 
 /** KEYS: [1] agents set. ARGV: AP, LP. Reply: [now, then 9 per agent (see AGENT_REPLY)]. */
 const AGENTS = lua(
-  'agents',
+  'fleet-agents',
   `${PRELUDE}${AGENT_REPLY}
 local out = { fmt(now) }
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -157,7 +147,7 @@ return out
 
 /** KEYS: [1] the ownership hash. ARGV: AP, LP. Reply: [now, agent, gen, placed, registered '1'/'0', then 9 as AGENT_REPLY] or [now]. */
 const OWNER = lua(
-  'owner',
+  'fleet-owner',
   `${PRELUDE}${AGENT_REPLY}
 local o = redis.call('HMGET', KEYS[1], 'agent', 'gen', 'placed')
 if not o[1] then return { fmt(now) } end
@@ -178,7 +168,7 @@ return out
  * ARGV: AP, LP, labels JSON, random integer. Reply: ['placed'|'owned', agent, gen] or ['no-agent'].
  */
 const PLACE = lua(
-  'place',
+  'fleet-place',
   `${PRELUDE}${PICK}
 local cur = redis.call('HMGET', KEYS[2], 'agent', 'gen')
 if cur[1] then return { 'owned', cur[1], cur[2] } end
@@ -197,7 +187,7 @@ return { 'placed', id, g }
  * Reply: ['moved', agent, gen] | ['owner-changed', owner or ''] | ['no-agent'].
  */
 const REASSIGN = lua(
-  'reassign',
+  'fleet-reassign',
   `${PRELUDE}${PICK}
 local cur = redis.call('HMGET', KEYS[2], 'agent', 'labels')
 if cur[1] ~= ARGV[3] then return { 'owner-changed', cur[1] or '' } end
@@ -214,7 +204,7 @@ return { 'moved', id, g }
 
 /** KEYS: [1] the ownership hash. ARGV: AP, LP, from. Reply: ['1'] removed, ['0'] not owned by `from`. */
 const REMOVE = lua(
-  'remove',
+  'fleet-remove',
   `local AP = ARGV[1]
 if redis.call('HGET', KEYS[1], 'agent') ~= ARGV[3] then return { '0' } end
 redis.call('DEL', KEYS[1])
@@ -222,11 +212,6 @@ if redis.call('EXISTS', AP .. ARGV[3]) == 1 then redis.call('HINCRBY', AP .. ARG
 return { '1' }
 `,
 );
-
-function toStrings(reply: unknown): string[] {
-  if (!Array.isArray(reply)) throw new SchemaError(`a leasehold fleet script answered ${typeof reply}, not a list; reinstall leasehold`);
-  return reply.map((x: unknown) => (x === null || x === undefined || x === false ? '' : Buffer.isBuffer(x) ? x.toString() : String(x)));
-}
 
 const num = (s: string | undefined): number | null => (s === undefined || s === '' ? null : Number(s));
 

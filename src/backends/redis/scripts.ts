@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { SchemaError } from '../../core/errors.js';
 
 /**
  * The Redis store's operations, one Lua script each. Every script reads the clock with `TIME`
@@ -21,7 +22,8 @@ export interface LuaScript {
   readonly sha: string;
 }
 
-function lua(name: string, source: string): LuaScript {
+/** The one way a script is made: its source as a named constant, and the SHA that EVALSHA sends. */
+export function lua(name: string, source: string): LuaScript {
   return { name, source, sha: createHash('sha1').update(source).digest('hex') };
 }
 
@@ -47,12 +49,25 @@ export const LAYOUT_VERSION = 1;
 /** Error prefix the claim script uses for "keys from a newer leasehold"; mapped to SchemaError. */
 export const LAYOUT_ERROR = 'LEASEHOLD_LAYOUT';
 
-const PRELUDE = `
+/**
+ * Lua: Redis's own clock at the start of a script (TIME: microseconds and milliseconds), and
+ * `fmt` for whole numbers as decimal strings. Every leasehold script that reads time starts
+ * with this: the store's clock, never the caller's.
+ */
+export const LUA_CLOCK = `
 local function fmt(x) return string.format('%.0f', x) end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 `;
+
+const PRELUDE = LUA_CLOCK;
+
+/** A script's list reply as strings (nil, false and missing fields as ''), once, for every caller. */
+export function toStrings(reply: unknown): string[] {
+  if (!Array.isArray(reply)) throw new SchemaError(`a leasehold script answered ${typeof reply}, not a list; reinstall leasehold`);
+  return reply.map((x: unknown) => (x === null || x === undefined || x === false ? '' : Buffer.isBuffer(x) ? x.toString() : String(x)));
+}
 
 /**
  * The token floor in force now: the floor an operator set, plus the microseconds since it was

@@ -16,7 +16,6 @@
  * The rows never expire: like the SQL ledgers' tables, they are the history. They are only as
  * durable as Redis: one that restarts empty (no AOF) has forgotten which slots ran.
  */
-import { createHash } from 'node:crypto';
 import { AbortedError, ConfigError, SchemaError } from '../../core/errors.js';
 import type {
   SlotClaimRequest,
@@ -28,18 +27,10 @@ import type {
   SlotStatus,
   SlotTerm,
 } from '../../scheduler/ledger.js';
-import { LUA_DECIMAL_LESS, type LuaScript } from './scripts.js';
+import { LUA_CLOCK, LUA_DECIMAL_LESS, lua, type LuaScript } from './scripts.js';
 import { RedisStore } from './store.js';
 
-function lua(name: string, source: string): LuaScript {
-  return { name, source, sha: createHash('sha1').update(source).digest('hex') };
-}
-
-const PRELUDE = `
-local function fmt(x) return string.format('%.0f', x) end
-local t = redis.call('TIME')
-local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
--- Decimal token strings, compared exactly (length, then byte by byte): no double rounding.
+const PRELUDE = `${LUA_CLOCK}-- Decimal token strings, compared exactly (length, then byte by byte): no double rounding.
 ${LUA_DECIMAL_LESS}-- KEYS[1] is the lease hash: is the term (holder ARGV[1], token ARGV[2]) live by Redis's clock?
 local function held()
   local l = redis.call('HMGET', KEYS[1], 'holder', 'token', 'exp')

@@ -36,6 +36,7 @@ import {
   READ_LEASES,
   RELEASE,
   REVOKE,
+  toStrings,
 } from './scripts.js';
 
 export interface RedisStoreOptions {
@@ -510,11 +511,6 @@ class FreedWatch {
     this.handle = undefined;
     await handle?.close();
   }
-}
-
-function toStrings(reply: unknown): string[] {
-  if (!Array.isArray(reply)) throw new SchemaError(`a leasehold script answered ${typeof reply}, not a list; reinstall leasehold`);
-  return reply.map((x: unknown) => (x === null || x === undefined || x === false ? '' : Buffer.isBuffer(x) ? x.toString() : String(x)));
 }
 
 function orNull(s: string | undefined): string | null {
