@@ -33,7 +33,7 @@ export class PostgresFleet implements FleetPort {
 
   /**
    * A new generation: the sequence's next value above this timeline's token floor (see
-   * ./timeline-tokens.ts). A standby promoted after an asynchronous failover has a copy of the
+   * sql/005-timeline-tokens.ts). A standby promoted after an asynchronous failover has a copy of the
    * sequence that can be behind the old primary's (it logs 32 values ahead, and the last WAL may
    * be lost), so the sequence alone could issue a generation again; on the new timeline every
    * generation is above every one the old timeline can have issued.

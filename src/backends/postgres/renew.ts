@@ -11,7 +11,7 @@ import { CONFLICT_DETAIL } from '../../core/claim-rule.js';
  *  - live, our holder, another nonce     -> lost/cloned: the term ends for both clones
  *    (holder cleared, ended_by 'conflict', a 'conflict' history row; the trigger notifies);
  *  - anything else                       -> lost, with the reason read off the row, no write.
- * Tokens do not change on renewal, so the timeline floor (./timeline-tokens.ts) and the
+ * Tokens do not change on renewal, so the timeline floor (sql/005-timeline-tokens.ts) and the
  * `migrate --min-token` floor have nothing to do here.
  *
  * The rows are locked in name order first (`cur`), as the claim function does, so that this

@@ -89,7 +89,7 @@ export class PostgresStore implements LeaseStore {
    * process holding 20,000 renews them in one round trip per tick.
    */
   readonly maxClaimBatch = 20_000;
-  /** A release hands the term to the registered waiter in its one statement (./handover.ts). */
+  /** A release hands the term to the registered waiter in its one statement (sql/006-handover.ts). */
   readonly handover = true as const;
   readonly description: string;
   readonly schema: string;
@@ -236,7 +236,7 @@ export class PostgresStore implements LeaseStore {
     } catch (err) {
       throw mapPgError(err, this.schema);
     }
-    // After a promotion the claim function's timeline floor is above both (./timeline-tokens.ts).
+    // After a promotion the claim function's timeline floor is above both (sql/005-timeline-tokens.ts).
     const tl = await this.q(`SELECT ${this.s}.timeline_token_floor() AS f`, [], options).catch(() => undefined);
     const tlFloor = tl?.rows[0] === undefined ? 0n : BigInt(tl.rows[0]['f'] as string);
     if (tlFloor > floor) floor = tlFloor;
@@ -301,7 +301,7 @@ export class PostgresStore implements LeaseStore {
         requests.map((q) => q.nextNonce),
         requests.map((q) => q.ttlMs),
         requests.map((q) => q.expect === null),
-        // A waiting contender: it may be registered as the waiter and handed the term (./handover.ts).
+        // A waiting contender: it may be registered as the waiter and handed the term (sql/006-handover.ts).
         requests.map((q) => (q.expect === null && q.handoff !== undefined ? q.handoff.join(',') : null)),
       ],
       options,
@@ -547,7 +547,7 @@ function toClaimResult(row: Record<string, unknown>): ClaimResult {
   const expiresAtMs = (row['expires_at_ms'] as number | null) ?? null;
   const storeNowMs = row['now_ms'] as number;
   if (outcome === 'acquired' || outcome === 'renewed') {
-    // A term a release handed to this contender (./handover.ts) carries the nonce it was handed under.
+    // A term a release handed to this contender (sql/006-handover.ts) carries the nonce it was handed under.
     const nonce = (row['nonce'] as string | null | undefined) ?? undefined;
     return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs, ...(nonce === undefined ? {} : { nonce }) };
   }

@@ -1,5 +1,11 @@
-/** The slot ledger's table (src/scheduler/ledger.ts), one migration entry in ./schema.ts. */
-export function slotsMigration(s: string): string {
+/**
+ * Migration 3: the slot ledger's table (src/scheduler/ledger.ts).
+ *
+ * Frozen: this is the SQL that databases at this version ran. A change to the schema is a new,
+ * numbered migration; src/backends/postgres/schema.sql (test/stores/schema-dump.test.ts) shows the result.
+ */
+/** @param s the quoted schema name */
+export function migration003(s: string): string {
   return `
 -- One row per (lease name, slot key): a schedule's slot (key = its ISO 8601 UTC time, slot_at
 -- set) or a \`run --once-per\` key (slot_at null). Claimed with the fencing token of the term

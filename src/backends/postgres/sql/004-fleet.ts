@@ -1,9 +1,13 @@
 /**
- * The fleet registry's tables (src/fleet): agents and ownership. Agents' liveness is not here:
+ * Migration 4: the fleet registry's tables (src/fleet): agents and ownership. Agents' liveness is not here:
  * it is the lease `agent/<id>` in the leases table, so staleness is judged by this database's
  * clock, by the lease rules. Written with IF NOT EXISTS so the migration can be renumbered.
+ *
+ * Frozen: this is the SQL that databases at this version ran. A change to the schema is a new,
+ * numbered migration; src/backends/postgres/schema.sql (test/stores/schema-dump.test.ts) shows the result.
  */
-export function fleetMigration(s: string): string {
+/** @param s the quoted schema name */
+export function migration004(s: string): string {
   return `
 CREATE TABLE IF NOT EXISTS ${s}.fleet_agents (
   id              text PRIMARY KEY,

@@ -1,0 +1,361 @@
+-- tables and columns
+fences.resource text NOT NULL
+fences.token bigint NOT NULL
+fences.updated_at timestamp with time zone NOT NULL DEFAULT now()
+fleet_agents.deregistered_at timestamp with time zone
+fleet_agents.draining boolean NOT NULL DEFAULT false
+fleet_agents.id text NOT NULL
+fleet_agents.labels jsonb NOT NULL DEFAULT '{}'::jsonb
+fleet_agents.owned bigint NOT NULL DEFAULT 0
+fleet_agents.started_at timestamp with time zone NOT NULL
+fleet_ownership.agent text NOT NULL
+fleet_ownership.generation bigint NOT NULL
+fleet_ownership.labels jsonb NOT NULL DEFAULT '{}'::jsonb
+fleet_ownership.placed_at timestamp with time zone NOT NULL
+fleet_ownership.resource text NOT NULL
+history.at timestamp with time zone NOT NULL
+history.detail text
+history.event text NOT NULL
+history.holder text
+history.id bigint NOT NULL DEFAULT nextval('SCHEMA.history_id_seq'::regclass)
+history.name text NOT NULL
+history.previous_holder text
+history.token bigint NOT NULL
+leases.ended_by text
+leases.expires_at timestamp with time zone
+leases.fence_nonce text
+leases.fence_token bigint
+leases.holder text
+leases.name text NOT NULL
+leases.nonce text
+leases.renewed_at timestamp with time zone
+leases.term_started_at timestamp with time zone
+leases.token bigint NOT NULL DEFAULT 0
+leases.waiter text
+leases.waiter_nonce text
+leases.waiter_ttl_ms double precision
+leases.waiter_until timestamp with time zone
+schema_version.version integer NOT NULL
+slots.ended_at timestamp with time zone
+slots.exit_code integer
+slots.holder text
+slots.name text NOT NULL
+slots.reason text
+slots.slot text NOT NULL
+slots.slot_at timestamp with time zone
+slots.started_at timestamp with time zone
+slots.status text NOT NULL
+slots.token bigint NOT NULL
+-- constraints
+fences fences_pkey PRIMARY KEY (resource)
+fleet_agents fleet_agents_pkey PRIMARY KEY (id)
+fleet_ownership fleet_ownership_pkey PRIMARY KEY (resource)
+history history_event_check CHECK ((event = ANY (ARRAY['acquired'::text, 'takeover'::text, 'released'::text, 'revoked'::text, 'conflict'::text])))
+history history_pkey PRIMARY KEY (id)
+leases leases_ended_by_check CHECK ((ended_by = ANY (ARRAY['released'::text, 'revoked'::text, 'conflict'::text])))
+leases leases_pkey PRIMARY KEY (name)
+slots slots_pkey PRIMARY KEY (name, slot)
+slots slots_status_check CHECK ((status = ANY (ARRAY['claimed'::text, 'succeeded'::text, 'failed'::text, 'interrupted'::text, 'skipped'::text])))
+-- indexes
+CREATE UNIQUE INDEX fences_pkey ON SCHEMA.fences USING btree (resource)
+CREATE UNIQUE INDEX fleet_agents_pkey ON SCHEMA.fleet_agents USING btree (id)
+CREATE INDEX fleet_ownership_agent ON SCHEMA.fleet_ownership USING btree (agent)
+CREATE UNIQUE INDEX fleet_ownership_pkey ON SCHEMA.fleet_ownership USING btree (resource)
+CREATE INDEX history_name_id ON SCHEMA.history USING btree (name, id)
+CREATE UNIQUE INDEX history_pkey ON SCHEMA.history USING btree (id)
+CREATE UNIQUE INDEX leases_pkey ON SCHEMA.leases USING btree (name)
+CREATE INDEX slots_name_slot_at ON SCHEMA.slots USING btree (name, slot_at)
+CREATE UNIQUE INDEX slots_pkey ON SCHEMA.slots USING btree (name, slot)
+-- triggers
+CREATE TRIGGER leases_freed AFTER UPDATE OF holder ON SCHEMA.leases FOR EACH ROW WHEN (((old.holder IS NOT NULL) AND (new.holder IS NULL))) EXECUTE FUNCTION SCHEMA.notify_freed()
+-- functions
+CREATE OR REPLACE FUNCTION SCHEMA.claim(p_names text[], p_holders text[], p_expect text[], p_next text[], p_ttl_ms double precision[], p_contend boolean[])
+ RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := now();
+  v_floor bigint := SCHEMA.timeline_token_floor();
+BEGIN
+  INSERT INTO SCHEMA.leases AS l (name) SELECT DISTINCT u FROM unnest(p_names) AS u
+    ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+  PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+  RETURN QUERY
+  WITH req AS (
+    SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.nxt, r.ttl_ms, r.contend, r.ord
+      FROM unnest(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend)
+      WITH ORDINALITY AS r(name, holder, expect, nxt, ttl_ms, contend, ord)
+  ), cur AS (
+    SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
+           l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
+           CASE
+             WHEN NOT r.contend THEN
+               CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > v_now
+                    THEN 'renewed' ELSE 'lost' END
+             WHEN l.holder IS NULL OR l.expires_at <= v_now THEN 'acquired'
+             ELSE 'busy'
+           END AS outcome
+      FROM req r JOIN SCHEMA.leases l ON l.name = r.name
+  ), upd AS (
+    UPDATE SCHEMA.leases AS l
+       SET holder = c.holder,
+           nonce = c.nxt,
+           token = CASE WHEN c.outcome = 'acquired' THEN GREATEST(l.token + 1, v_floor + 1) ELSE l.token END,
+           expires_at = v_now + c.ttl_ms * interval '1 millisecond',
+           term_started_at = CASE WHEN c.outcome = 'acquired' THEN v_now ELSE l.term_started_at END,
+           renewed_at = v_now,
+           ended_by = NULL
+      FROM cur c
+     WHERE l.name = c.name AND c.outcome IN ('acquired', 'renewed')
+    RETURNING l.name, l.token, l.expires_at
+  ), conflict AS (
+    -- Our holder id with a nonce we do not hold, on a live term: two processes are renewing
+    -- one term (a snapshot restored twice). Neither can be told apart from the other, so the
+    -- term ends for both; the next acquisition gets a larger token and fences them both.
+    UPDATE SCHEMA.leases AS l
+       SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'conflict'
+      FROM cur c
+     WHERE l.name = c.name AND c.outcome = 'lost' AND c.cur_holder = c.holder
+       AND NOT (c.cur_nonce = ANY (c.expect)) AND c.cur_expires > v_now
+    RETURNING l.name, l.token
+  ), hist AS (
+    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+    SELECT c.name, CASE WHEN c.cur_holder IS NULL OR c.cur_ended_by IS NOT NULL THEN 'acquired' ELSE 'takeover' END,
+           c.holder, c.cur_holder, u.token, v_now, NULL
+      FROM cur c JOIN upd u ON u.name = c.name
+     WHERE c.outcome = 'acquired'
+    UNION ALL
+    SELECT x.name, 'conflict', NULL, c.holder, x.token, v_now, 'two processes renewed one term (a restored snapshot or a clone)'
+      FROM conflict x JOIN cur c ON c.name = x.name
+  )
+  SELECT c.name, c.outcome,
+         CASE WHEN c.outcome <> 'lost' THEN NULL
+              WHEN c.cur_holder = c.holder AND c.cur_nonce = ANY (c.expect) THEN 'expired'
+              WHEN c.cur_holder = c.holder THEN 'cloned'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'revoked' THEN 'revoked'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'released' THEN 'released'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'conflict' THEN 'cloned'
+              WHEN c.cur_holder IS NULL THEN 'expired'
+              ELSE 'superseded' END,
+         COALESCE(u.token, c.cur_token),
+         CASE WHEN u.name IS NOT NULL THEN c.holder ELSE c.cur_holder END,
+         (extract(epoch FROM COALESCE(u.expires_at, c.cur_expires)) * 1000)::float8,
+         (extract(epoch FROM v_now) * 1000)::float8
+    FROM cur c LEFT JOIN upd u ON u.name = c.name
+   ORDER BY c.ord;
+END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.claim(p_names text[], p_holders text[], p_expect text[], p_next text[], p_ttl_ms double precision[], p_contend boolean[], p_handoff text[])
+ RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision, nonce text)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := now();
+  v_handed text[];
+  v_rest text[];
+BEGIN
+  -- Terms handed to their contender: confirmed by this read alone, and kept out of the INSERT
+  -- and the row locks below, so a confirmation that is the whole batch writes nothing.
+  SELECT coalesce(array_agg(l.name), '{}') INTO v_handed
+    FROM unnest(p_names, p_holders, p_contend, p_handoff) AS r(name, holder, contend, handoff)
+    JOIN SCHEMA.leases AS l ON l.name = r.name
+   WHERE r.contend AND l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
+     AND l.expires_at > v_now;
+  v_rest := ARRAY(SELECT u FROM unnest(p_names) AS u WHERE u <> ALL (v_handed));
+  IF cardinality(v_rest) = 0 THEN
+    -- Every request confirms a handed term (a woken follower, alone in its batch): answer from
+    -- a plain read, without claim_write. Read again, as claim_write does: 'busy' (no
+    -- write) if an operator or a clone ended the term since the read above.
+    RETURN QUERY
+    SELECT l.name, CASE WHEN x.ok THEN 'acquired' ELSE 'busy' END, NULL::text, l.token, l.holder,
+           (extract(epoch FROM l.expires_at) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8,
+           CASE WHEN x.ok THEN l.nonce END
+      FROM unnest(p_names, p_holders, p_handoff) WITH ORDINALITY AS r(name, holder, handoff, ord)
+      JOIN SCHEMA.leases AS l ON l.name = r.name
+     CROSS JOIN LATERAL (SELECT coalesce(l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
+                                         AND l.expires_at > v_now, false) AS ok) AS x
+     ORDER BY r.ord;
+    RETURN;
+  END IF;
+  RETURN QUERY
+  SELECT * FROM SCHEMA.claim_write(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff, v_handed, v_rest);
+END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.claim_write(p_names text[], p_holders text[], p_expect text[], p_next text[], p_ttl_ms double precision[], p_contend boolean[], p_handoff text[], p_handed text[], p_rest text[])
+ RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision, nonce text)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := now();
+  v_floor bigint;
+  v_handed text[] := p_handed;
+  v_rest text[] := p_rest;
+BEGIN
+  IF cardinality(v_rest) > 0 THEN
+    v_floor := SCHEMA.timeline_token_floor();
+    INSERT INTO SCHEMA.leases AS l (name) SELECT DISTINCT u FROM unnest(v_rest) AS u
+      ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+    PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (v_rest) ORDER BY l.name FOR UPDATE;
+  END IF;
+  RETURN QUERY
+  WITH req AS (
+    SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.nxt, r.ttl_ms, r.contend,
+           string_to_array(r.handoff, ',') AS handoff, r.handoff IS NOT NULL AS waits, r.ord
+      FROM unnest(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff)
+      WITH ORDINALITY AS r(name, holder, expect, nxt, ttl_ms, contend, handoff, ord)
+  ), cur AS (
+    SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
+           l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
+           CASE
+             -- Not locked: read again, and answered 'busy' (no write) in the rare case that an
+             -- operator or a clone ended the handed term since the read above.
+             WHEN r.name = ANY (v_handed) THEN
+               CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
+                    THEN 'handed' ELSE 'busy' END
+             WHEN NOT r.contend THEN
+               CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > v_now
+                    THEN 'renewed' ELSE 'lost' END
+             WHEN l.holder IS NULL OR l.expires_at <= v_now THEN 'acquired'
+             ELSE 'busy'
+           END AS outcome
+      FROM req r JOIN SCHEMA.leases l ON l.name = r.name
+  ), upd AS (
+    UPDATE SCHEMA.leases AS l
+       SET holder = c.holder,
+           nonce = c.nxt,
+           token = CASE WHEN c.outcome = 'acquired' THEN GREATEST(l.token + 1, v_floor + 1) ELSE l.token END,
+           expires_at = v_now + c.ttl_ms * interval '1 millisecond',
+           term_started_at = CASE WHEN c.outcome = 'acquired' THEN v_now ELSE l.term_started_at END,
+           renewed_at = v_now,
+           ended_by = NULL,
+           -- A waiter that took the lease itself is waiting no more.
+           waiter = CASE WHEN l.waiter = c.holder THEN NULL ELSE l.waiter END,
+           waiter_nonce = CASE WHEN l.waiter = c.holder THEN NULL ELSE l.waiter_nonce END,
+           waiter_ttl_ms = CASE WHEN l.waiter = c.holder THEN NULL ELSE l.waiter_ttl_ms END,
+           waiter_until = CASE WHEN l.waiter = c.holder THEN NULL ELSE l.waiter_until END
+      FROM cur c
+     WHERE l.name = c.name AND c.outcome IN ('acquired', 'renewed')
+    RETURNING l.name, l.token, l.expires_at
+  ), reg AS (
+    -- A contender that will wait registers as the waiter a release hands the term to.
+    UPDATE SCHEMA.leases AS l
+       SET waiter = c.holder, waiter_nonce = c.nxt, waiter_ttl_ms = c.ttl_ms,
+           waiter_until = v_now + 2 * c.ttl_ms * interval '1 millisecond'
+      FROM cur c
+     WHERE l.name = c.name AND c.outcome = 'busy' AND c.waits AND c.name <> ALL (v_handed)
+       AND c.cur_holder <> c.holder
+  ), conflict AS (
+    UPDATE SCHEMA.leases AS l
+       SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'conflict'
+      FROM cur c
+     WHERE l.name = c.name AND c.outcome = 'lost' AND c.cur_holder = c.holder
+       AND NOT (c.cur_nonce = ANY (c.expect)) AND c.cur_expires > v_now
+    RETURNING l.name, l.token
+  ), hist AS (
+    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+    SELECT c.name, CASE WHEN c.cur_holder IS NULL OR c.cur_ended_by IS NOT NULL THEN 'acquired' ELSE 'takeover' END,
+           c.holder, c.cur_holder, u.token, v_now, NULL
+      FROM cur c JOIN upd u ON u.name = c.name
+     WHERE c.outcome = 'acquired'
+    UNION ALL
+    SELECT x.name, 'conflict', NULL, c.holder, x.token, v_now, 'two processes renewed one term (a restored snapshot or a clone)'
+      FROM conflict x JOIN cur c ON c.name = x.name
+  )
+  SELECT c.name, CASE WHEN c.outcome = 'handed' THEN 'acquired' ELSE c.outcome END,
+         CASE WHEN c.outcome <> 'lost' THEN NULL
+              WHEN c.cur_holder = c.holder AND c.cur_nonce = ANY (c.expect) THEN 'expired'
+              WHEN c.cur_holder = c.holder THEN 'cloned'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'revoked' THEN 'revoked'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'released' THEN 'released'
+              WHEN c.cur_holder IS NULL AND c.cur_ended_by = 'conflict' THEN 'cloned'
+              WHEN c.cur_holder IS NULL THEN 'expired'
+              ELSE 'superseded' END,
+         COALESCE(u.token, c.cur_token),
+         CASE WHEN u.name IS NOT NULL THEN c.holder ELSE c.cur_holder END,
+         (extract(epoch FROM COALESCE(u.expires_at, c.cur_expires)) * 1000)::float8,
+         (extract(epoch FROM v_now) * 1000)::float8,
+         CASE WHEN c.outcome = 'handed' THEN c.cur_nonce END
+    FROM cur c LEFT JOIN upd u ON u.name = c.name
+   ORDER BY c.ord;
+END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.notify_freed()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  PERFORM pg_notify('leasehold_freed_SCHEMA', NEW.name);
+  RETURN NEW;
+END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.release(p_name text, p_holder text, p_expect text[])
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_now timestamptz := now();
+  v_row record;
+  v_token bigint;
+BEGIN
+  SELECT l.token,
+         coalesce(l.holder = p_holder AND l.nonce = ANY (p_expect), false) AS ours,
+         coalesce(l.waiter IS NOT NULL AND l.waiter <> p_holder AND l.waiter_until > v_now, false) AS hand,
+         l.waiter, l.waiter_nonce, l.waiter_ttl_ms
+    INTO v_row
+    FROM SCHEMA.leases AS l
+   WHERE l.name = p_name
+     AND ((l.holder = p_holder AND l.nonce = ANY (p_expect)) OR (l.waiter = p_holder AND l.waiter_nonce = ANY (p_expect)))
+     FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  IF NOT v_row.ours THEN
+    -- The caller is the registered waiter, stopping: withdraw it.
+    UPDATE SCHEMA.leases AS l SET waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+     WHERE l.name = p_name;
+    RETURN false;
+  END IF;
+  IF v_row.hand THEN
+    UPDATE SCHEMA.leases AS l
+       SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
+           token = GREATEST(l.token + 1, SCHEMA.timeline_token_floor() + 1),
+           expires_at = v_now + v_row.waiter_ttl_ms * interval '1 millisecond',
+           term_started_at = v_now, renewed_at = v_now, ended_by = NULL,
+           waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+     WHERE l.name = p_name
+    RETURNING l.token INTO v_token;
+    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+    VALUES (p_name, 'released', NULL, p_holder, v_row.token, v_now, NULL),
+           (p_name, 'acquired', v_row.waiter, NULL, v_token, v_now, 'handed over by the release');
+    -- The row keeps a holder, so the leases_freed trigger does not fire: notify here.
+    PERFORM pg_notify('leasehold_freed_SCHEMA', p_name);
+  ELSE
+    UPDATE SCHEMA.leases AS l
+       SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'released',
+           waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+     WHERE l.name = p_name;
+    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+    VALUES (p_name, 'released', NULL, p_holder, v_row.token, v_now, NULL);
+    -- This transaction only (is_local): see above.
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+  RETURN true;
+END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.timeline_token_floor()
+ RETURNS bigint
+ LANGUAGE sql
+AS $function$
+  SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 40
+$function$
+
