@@ -14,7 +14,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import { SCHEMA_VERSION, channelFor, migrations } from '../../src/backends/postgres/schema.js';
@@ -101,6 +101,9 @@ if (selectedStores().includes('postgres')) {
       schemas.push(s);
       return s;
     };
+    before(async () => {
+      await c.connect();
+    });
     after(async () => {
       for (const s of schemas) await c.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
       await c.end();
@@ -116,11 +119,18 @@ if (selectedStores().includes('postgres')) {
       }
     }
 
-    void it('an empty schema migrated is src/backends/postgres/schema.sql', async () => {
-      await c.connect();
+    void it('an empty schema migrated is src/backends/postgres/schema.sql', async (t) => {
       const s = fresh();
       await migrateStore(s);
-      matchesFile('src/backends/postgres/schema.sql', await pgDump(c, s));
+      // pg_get_functiondef's layout is the server's: the file is dumped from one major version.
+      const major = (await c.query<{ v: string }>(`SELECT current_setting('server_version_num') AS v`)).rows[0]!.v.slice(0, -4);
+      const header = `-- PostgreSQL ${major}\n`;
+      const file = readFileSync(join(repo, 'src/backends/postgres/schema.sql'), 'utf8');
+      if (!WRITE && !file.startsWith(header)) {
+        t.skip(`schema.sql was dumped from ${file.split('\n')[0]!.slice(3)}, this server is PostgreSQL ${major}: the upgrade test below still runs`);
+        return;
+      }
+      matchesFile('src/backends/postgres/schema.sql', header + (await pgDump(c, s)));
     });
 
     void it('a schema created by every earlier version upgrades to the same schema', async () => {

@@ -1,3 +1,4 @@
+-- PostgreSQL 15
 -- tables and columns
 fences.resource text NOT NULL
 fences.token bigint NOT NULL
