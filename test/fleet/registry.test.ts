@@ -62,8 +62,8 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
     let ts: TestStore;
     let fleet: Fleet;
     const agents: AgentProcess[] = [];
-    const start = async (id: string, labels?: string): Promise<AgentProcess> => {
-      const a = startCliAgent(ts.url, id, [...timingFor(kind), ...(labels === undefined ? [] : ['--labels', labels])]);
+    const start = async (id: string, labels?: string, timing: string[] = timingFor(kind)): Promise<AgentProcess> => {
+      const a = startCliAgent(ts.url, id, [...timing, ...(labels === undefined ? [] : ['--labels', labels])]);
       agents.push(a);
       await a.live();
       return a;
@@ -128,7 +128,11 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
     });
 
     void it('drain keeps an agent alive and owning but out of placement; SIGTERM deregisters it', async () => {
-      const d = await start('d1', 'pool=drain');
+      // Nothing here waits for staleness (SIGTERM deregisters at once), so the agent gets a long
+      // stale-after: 20 heartbeats. With 3s, a CI run whose CLI calls took seconds each (the test
+      // ran 8.5s instead of 1s) starved d1 past it; it lost its lease, exited 76, and the third of
+      // three identical asks truly said "dead". What is asserted is the answer while d1 lives.
+      const d = await start('d1', 'pool=drain', ['--heartbeat', kind === 'etcd' ? '750ms' : HEARTBEAT, '--stale-after', kind === 'etcd' ? '15s' : '10s']);
       const first = await fleet.place('d-job', { labels: { pool: 'drain' } });
       assert.equal(first.agent, 'd1');
       await fleet.drain('d1');
