@@ -4,11 +4,11 @@
  * does that and more (a schema check, a claim, the command, a release), so the ratio to this
  * says what leasehold itself adds; the ratio to `node -e 0` includes the driver's own cost.
  *
- *   node dist/bench/driver-floor.js postgres|sqlite|redis|etcd STORE_URL
+ *   node dist/bench/driver-floor.js postgres|sqlite|redis|etcd|mysql STORE_URL
  */
 const [kind, url] = process.argv.slice(2);
 if (kind === undefined || url === undefined) {
-  process.stderr.write('usage: driver-floor.js postgres|sqlite|redis|etcd STORE_URL\n');
+  process.stderr.write('usage: driver-floor.js postgres|sqlite|redis|etcd|mysql STORE_URL\n');
   process.exit(2);
 }
 // The store URLs carry leasehold's own parameters (?schema=, ?prefix=): the drivers get none.
@@ -43,6 +43,13 @@ switch (kind) {
     const client = new Etcd3({ hosts: bare.replace(/^etcds?:\/\//, 'http://').split(',').map((h, i) => (i === 0 ? h : `http://${h}`)) });
     await client.get('leasehold-bench-floor').string();
     client.close();
+    break;
+  }
+  case 'mysql': {
+    const { createConnection } = await import('mysql2/promise');
+    const c = await createConnection(bare.replace(/^mariadb:/, 'mysql:'));
+    await c.query('SELECT 1');
+    await c.end();
     break;
   }
   default:

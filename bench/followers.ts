@@ -3,15 +3,15 @@
  * The server's own counter (servers.ts) over two runs, a short one (start-up only) and a long
  * one (start-up and W TTLs), less the leader's steady traffic (its rate measured alone first):
  * (long - short) / (F * W) is what one idle follower costs the server per TTL, start-up excluded.
- * Baseline: the polling elector with Kubernetes' timings (k8s-elector.ts) on PostgreSQL and
- * Redis, etcd3's Election on etcd, on the same server in the same run.
+ * Baseline: the polling elector with Kubernetes' timings (k8s-elector.ts) on PostgreSQL, MySQL
+ * and Redis, etcd3's Election on etcd, on the same server in the same run.
  */
 import { openStore } from '../src/backends/index.js';
 import { Leasehold } from '../src/core/leasehold.js';
 import type { StoreKind } from '../test/helpers/stores.js';
 import { sleep, uniq, type Recorder } from './lib.js';
-import { etcdCounted, pgCounted, redisCounted, type CountedServer } from './servers.js';
-import { K8sElector, pgRecords, redisRecords } from './k8s-elector.js';
+import { etcdCounted, mysqlCounted, pgCounted, redisCounted, type CountedServer } from './servers.js';
+import { K8sElector, mysqlRecords, pgRecords, redisRecords } from './k8s-elector.js';
 
 interface System {
   name: string;
@@ -22,7 +22,8 @@ interface System {
 }
 
 function leaseholdSystem(server: CountedServer, ttl: number, prefix: string): System {
-  const url = server.url.startsWith('postgres') ? server.url : `${server.url}${server.url.includes('?') ? '&' : '?'}prefix=${prefix}`;
+  // PostgreSQL and MySQL count on a database of their own: no prefix needed.
+  const url = /^(postgres|mysql)/.test(server.url) ? server.url : `${server.url}${server.url.includes('?') ? '&' : '?'}prefix=${prefix}`;
   return {
     name: 'leasehold',
     async lead(name) {
@@ -50,8 +51,9 @@ function leaseholdSystem(server: CountedServer, ttl: number, prefix: string): Sy
   };
 }
 
-function k8sSystem(server: CountedServer, ttl: number, kind: 'postgres' | 'redis'): System {
-  const records = (): ReturnType<typeof pgRecords> => (kind === 'postgres' ? pgRecords(server.address) : redisRecords(server.address));
+function k8sSystem(server: CountedServer, ttl: number, kind: 'postgres' | 'mysql' | 'redis'): System {
+  const records = (): ReturnType<typeof pgRecords> =>
+    kind === 'postgres' ? pgRecords(server.address) : kind === 'mysql' ? mysqlRecords(server.address) : redisRecords(server.address);
   return {
     name: 'polling elector (k8s timings)',
     async lead(name) {
@@ -136,12 +138,12 @@ async function measure(server: CountedServer, system: System, ttl: number, follo
 export async function followerLoad(rec: Recorder, kind: StoreKind, followers: number, ttls: number, baseTtl: number): Promise<void> {
   if (kind === 'sqlite') return rec.skip('followers', kind, 'no server to count at (a file); followers sleep to the reported expiry');
   const ttl = kind === 'etcd' ? Math.max(1000, baseTtl * 2) : baseTtl;
-  const server = kind === 'postgres' ? await pgCounted() : kind === 'redis' ? await redisCounted() : await etcdCounted();
+  const server = kind === 'postgres' ? await pgCounted() : kind === 'mysql' ? await mysqlCounted() : kind === 'redis' ? await redisCounted() : await etcdCounted();
   try {
     const lh = await measure(server, leaseholdSystem(server, ttl, uniq('lhb')), ttl, followers, ttls);
     const peer = kind === 'etcd' ? await electionSystem(server, ttl) : k8sSystem(server, ttl, kind);
     const base = await measure(server, peer, ttl, followers, ttls);
-    const unit = kind === 'postgres' ? 'xact/follower/TTL' : kind === 'redis' ? 'requests/follower/TTL' : 'grpc msgs/follower/TTL';
+    const unit = kind === 'postgres' ? 'xact/follower/TTL' : kind === 'mysql' ? 'statements/follower/TTL' : kind === 'redis' ? 'requests/follower/TTL' : 'grpc msgs/follower/TTL';
     rec.add({
       figure: 'followers',
       store: kind,

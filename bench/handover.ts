@@ -1,7 +1,8 @@
 /**
  * Clean handover: a holder releases while a follower waits on another connection; the time from
  * the release call to the follower holding it. Baselines, in the same run, interleaved: the
- * peer's waiter on that store (PostgreSQL: a backend blocked in pg_advisory_lock; Redis:
+ * peer's waiter on that store (PostgreSQL: a backend blocked in pg_advisory_lock; MySQL: a
+ * session blocked in GET_LOCK; Redis:
  * redis-semaphore's Mutex, which polls; etcd: etcd3's Election, which watches; SQLite, which has
  * no waiter to wake: one raw conditional UPDATE taking a free row, the least a handover costs).
  */
@@ -9,7 +10,7 @@ import { Leasehold } from '../src/core/leasehold.js';
 import type { Lease } from '../src/core/lease.js';
 import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
 import { interleave, sleep, stat, uniq, type Recorder } from './lib.js';
-import { advisoryClient, etcdClient, randomKey, redisClient, semaphoreMutex } from './peers.js';
+import { advisoryClient, etcdClient, namedLockClient, randomKey, redisClient, semaphoreMutex } from './peers.js';
 
 const TTL = 30_000;
 // The waiter is asleep (on its expiry timer or a notification) before the release is timed.
@@ -130,6 +131,33 @@ async function peerHandover(kind: StoreKind): Promise<{ name: string; run: Hando
           await ca.delete().prefix(prefix);
           ca.close();
           cb.close();
+        },
+      };
+    }
+    case 'mysql': {
+      const [a, b] = [await namedLockClient(), await namedLockClient()];
+      const key = randomKey('getlock');
+      const take = async (c: typeof a): Promise<void> => {
+        const [rows] = (await c.query('SELECT GET_LOCK(?, 60) AS got', [key])) as unknown as [{ got: number | null }[]];
+        // 0 is a timeout, NULL an error: either way the waiter never held it, so the sample is void.
+        if (rows[0]?.got !== 1) throw new Error(`GET_LOCK returned ${String(rows[0]?.got)}`);
+      };
+      await take(a);
+      let [holder, waiter] = [a, b];
+      return {
+        name: 'GET_LOCK waiter',
+        async run() {
+          const acquired = take(waiter);
+          await sleep(SETTLE_MS);
+          const t0 = performance.now();
+          await holder.query('SELECT RELEASE_LOCK(?)', [key]);
+          await acquired;
+          const ms = performance.now() - t0;
+          [holder, waiter] = [waiter, holder];
+          return ms;
+        },
+        async close() {
+          await Promise.all([a.end(), b.end()]);
         },
       };
     }

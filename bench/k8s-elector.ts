@@ -34,20 +34,54 @@ export async function pgRecords(url: string, table = 'k8s_leader'): Promise<Reco
     last = next.catch(() => undefined);
     return next;
   };
+  // Every name this client read or wrote, deleted on close: the bench leaves nothing behind.
+  const touched = new Set<string>();
   return {
     async get(name) {
+      touched.add(name);
       const r = await query<{ holder: string; version: string }>(`SELECT holder, version FROM ${table} WHERE name = $1`, [name]);
       const row = r.rows[0];
       return row === undefined ? null : { holder: row.holder, version: Number(row.version) };
     },
     async put(name, holder, expected) {
+      touched.add(name);
       const r =
         expected === 0
           ? await query(`INSERT INTO ${table} VALUES ($1, $2, 1) ON CONFLICT DO NOTHING`, [name, holder])
           : await query(`UPDATE ${table} SET holder = $2, version = version + 1 WHERE name = $1 AND version = $3`, [name, holder, expected]);
       return r.rowCount === 1;
     },
-    close: () => c.end(),
+    close: async () => {
+      if (touched.size > 0) await query(`DELETE FROM ${table} WHERE name = ANY ($1::text[])`, [[...touched]]).catch(() => undefined);
+      await c.end();
+    },
+  };
+}
+
+export async function mysqlRecords(url: string, table = 'k8s_leader'): Promise<RecordStore> {
+  const { createConnection } = await import('mysql2/promise');
+  // One connection for every elector of a run, as pgRecords: mysql2 queues its queries itself.
+  const c = await createConnection(url);
+  await c.query(`CREATE TABLE IF NOT EXISTS ${table} (name VARCHAR(255) PRIMARY KEY, holder VARCHAR(255) NOT NULL, version BIGINT NOT NULL)`);
+  const touched = new Set<string>();
+  return {
+    async get(name) {
+      touched.add(name);
+      const [rows] = (await c.query(`SELECT holder, version FROM ${table} WHERE name = ?`, [name])) as unknown as [{ holder: string; version: string | number }[]];
+      const row = rows[0];
+      return row === undefined ? null : { holder: row.holder, version: Number(row.version) };
+    },
+    async put(name, holder, expected) {
+      touched.add(name);
+      const [r] = (expected === 0
+        ? await c.query(`INSERT IGNORE INTO ${table} VALUES (?, ?, 1)`, [name, holder])
+        : await c.query(`UPDATE ${table} SET holder = ?, version = version + 1 WHERE name = ? AND version = ?`, [holder, name, expected])) as unknown as [{ affectedRows: number }];
+      return r.affectedRows === 1;
+    },
+    close: async () => {
+      if (touched.size > 0) await c.query(`DELETE FROM ${table} WHERE name IN (?)`, [[...touched]]).catch(() => undefined);
+      await c.end();
+    },
   };
 }
 
@@ -61,15 +95,20 @@ export function redisRecords(url: string): Promise<RecordStore> {
   const r = new Redis(url, { maxRetriesPerRequest: 1 });
   r.defineCommand('k8sput', { numberOfKeys: 1, lua: PUT_LUA });
   const put = (r as unknown as { k8sput(k: string, h: string, v: number): Promise<number> }).k8sput.bind(r);
+  const touched = new Set<string>();
   return Promise.resolve({
     async get(name) {
+      touched.add(name);
       const [holder, version] = await r.hmget(`k8s:${name}`, 'holder', 'version');
       return holder == null || version == null ? null : { holder, version: Number(version) };
     },
     async put(name, holder, expected) {
+      touched.add(name);
       return (await put(`k8s:${name}`, holder, expected)) === 1;
     },
     close: async () => {
+      // The records have no TTL (client-go's have none either): delete what this run used.
+      if (touched.size > 0) await r.del(...[...touched].map((n) => `k8s:${n}`)).catch(() => undefined);
       await r.quit();
     },
   });

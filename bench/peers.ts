@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
-import { TEST_PG_URL } from '../test/helpers/stores.js';
+import { TEST_MYSQL_URL, TEST_PG_URL } from '../test/helpers/stores.js';
 import { TEST_REDIS_URL } from '../test/helpers/redis-store.js';
 import { TEST_ETCD_URL } from '../test/helpers/etcd-store.js';
 import { parseEtcdUrl } from '../src/backends/etcd/index.js';
@@ -58,4 +58,10 @@ export async function advisoryClient(): Promise<pg.Client> {
 export async function etcdClient(): Promise<import('etcd3').Etcd3> {
   const { Etcd3 } = await import('etcd3');
   return new Etcd3({ hosts: parseEtcdUrl(TEST_ETCD_URL).hosts });
+}
+
+/** A named lock held by the session (GET_LOCK): the server frees it when the session ends. */
+export async function namedLockClient(): Promise<import('mysql2/promise').Connection> {
+  const { createConnection } = await import('mysql2/promise');
+  return createConnection(TEST_MYSQL_URL.replace(/^mariadb:/, 'mysql:'));
 }

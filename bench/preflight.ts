@@ -8,6 +8,7 @@ const URL_ENV: Record<StoreKind, string | undefined> = {
   sqlite: undefined,
   redis: 'LEASEHOLD_TEST_REDIS_URL',
   etcd: 'LEASEHOLD_TEST_ETCD_URL',
+  mysql: 'LEASEHOLD_TEST_MYSQL_URL',
 };
 
 /** A store that does not answer this long is as good as missing for a benchmark (a refused port fails at once). */

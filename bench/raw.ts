@@ -10,7 +10,7 @@ import { TEST_PG_URL } from '../test/helpers/stores.js';
 import { TEST_REDIS_URL } from '../test/helpers/redis-store.js';
 import { TEST_ETCD_URL } from '../test/helpers/etcd-store.js';
 import { parseEtcdUrl } from '../src/backends/etcd/index.js';
-import type { StoreKind } from '../test/helpers/stores.js';
+import { TEST_MYSQL_URL, type StoreKind } from '../test/helpers/stores.js';
 
 const nonce = (): string => randomBytes(12).toString('base64url');
 
@@ -31,6 +31,8 @@ export async function rawRenewer(kind: StoreKind, n: number, ttlMs: number): Pro
       return etcdKeepalive(ttlMs);
     case 'sqlite':
       return sqliteRenewer(n, ttlMs);
+    case 'mysql':
+      return mysqlRenewer(n, ttlMs);
   }
 }
 
@@ -59,6 +61,39 @@ async function pgRenewer(n: number, ttlMs: number): Promise<RawRenewer> {
         n === 1 ? [names[0], nonces[0], next[0], ttlMs] : [names, nonces, next, ttlMs],
       );
       if (r.rowCount !== n) throw new Error(`raw PG renewal renewed ${r.rowCount} of ${n}`);
+      nonces = next;
+    },
+    async close() {
+      await pool.query(`DROP TABLE IF EXISTS ${table}`);
+      await pool.end();
+    },
+  };
+}
+
+/** One conditional UPDATE joined to JSON_TABLE for the whole batch (n = 1: a plain UPDATE), as the store's renewal is shaped. */
+async function mysqlRenewer(n: number, ttlMs: number): Promise<RawRenewer> {
+  const { createPool } = await import('mysql2/promise');
+  const pool = createPool({ uri: TEST_MYSQL_URL.replace(/^mariadb:/, 'mysql:'), connectionLimit: 2 });
+  const table = `lh_bench_raw_${randomBytes(4).toString('hex')}`;
+  await pool.query(`CREATE TABLE ${table} (name VARCHAR(255) PRIMARY KEY, holder VARCHAR(255), nonce VARCHAR(64), token BIGINT, expires_at DATETIME(6))`);
+  const names = Array.from({ length: n }, (_, i) => `raw-${i}`);
+  let nonces = names.map(() => nonce());
+  await pool.query(`INSERT INTO ${table} VALUES ?`, [names.map((name, i) => [name, 'bench', nonces[i], 1, new Date(Date.now() + ttlMs)])]);
+  return {
+    name: n === 1 ? 'raw UPDATE' : 'raw UPDATE JOIN JSON_TABLE',
+    async renew() {
+      const next = names.map(() => nonce());
+      const [r] = (await pool.query(
+        n === 1
+          ? `UPDATE ${table} SET nonce = ?, expires_at = NOW(6) + INTERVAL ? * 1000 MICROSECOND
+              WHERE name = ? AND holder = 'bench' AND nonce = ? AND expires_at > NOW(6)`
+          : `UPDATE ${table} t JOIN JSON_TABLE(?, '$[*]' COLUMNS (name VARCHAR(255) PATH '$[0]', cur VARCHAR(64) PATH '$[1]', nxt VARCHAR(64) PATH '$[2]')) u
+                ON t.name = u.name
+               SET t.nonce = u.nxt, t.expires_at = NOW(6) + INTERVAL ? * 1000 MICROSECOND
+             WHERE t.holder = 'bench' AND t.nonce = u.cur AND t.expires_at > NOW(6)`,
+        n === 1 ? [next[0], ttlMs, names[0], nonces[0]] : [JSON.stringify(names.map((name, i) => [name, nonces[i], next[i]])), ttlMs],
+      )) as unknown as [{ affectedRows: number }];
+      if (r.affectedRows !== n) throw new Error(`raw MySQL renewal renewed ${r.affectedRows} of ${n}`);
       nonces = next;
     },
     async close() {

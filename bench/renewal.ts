@@ -6,7 +6,8 @@
  */
 import { newNonce } from '../src/core/identity.js';
 import { MAX_BATCH } from '../src/core/renewal-batcher.js';
-import type { ClaimRequest, LeaseStore } from '../src/backends/store.js';
+import { ReleaseBatcher } from '../src/core/release-batcher.js';
+import type { ClaimRequest, LeaseStore, ReleaseRequest } from '../src/backends/store.js';
 import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
 import { interleave, stat, timed, type Recorder } from './lib.js';
 import { rawRenewer } from './raw.js';
@@ -65,6 +66,7 @@ export async function renewal(rec: Recorder, kind: StoreKind, counts: number[], 
         extra: { 'store calls/tick': calls, 'baseline calls/tick': 1, ...(slow === undefined ? {} : await slow.longest()) },
       });
       if (kind === 'redis' && n === 1) await redlockRenewal(rec, tick, reps);
+      if (n >= 100) await closeMany(rec, kind, t.store, n, reps);
     } finally {
       await raw?.close();
       await t.cleanup();
@@ -122,4 +124,48 @@ async function redlockRenewal(rec: Recorder, tick: () => Promise<number>, reps: 
   } finally {
     r.disconnect();
   }
+}
+
+/**
+ * Closing a process that holds N leases: the engine's releases, sent together as Leasehold.close
+ * sends them (core/release-batcher.ts: one releaseMany per batch where the store has it), against
+ * the same N releases sent one by one, as every store was sent them before batching.
+ */
+async function closeMany(rec: Recorder, kind: StoreKind, store: LeaseStore, n: number, reps: number): Promise<void> {
+  const cap = store.maxClaimBatch ?? MAX_BATCH;
+  const holdAll = async (): Promise<ReleaseRequest[]> => {
+    const holder = `close-${newNonce().slice(0, 8)}`;
+    const names = Array.from({ length: n }, (_, i) => `close-${i}`);
+    const nonces = names.map(() => newNonce());
+    for (let i = 0; i < n; i += cap) {
+      const got = await store.claim(names.slice(i, i + cap).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! })));
+      if (got.some((g) => g.outcome !== 'acquired')) throw new Error('bench could not acquire its leases');
+    }
+    return names.map((name, i) => ({ name, holder, expect: [nonces[i]!] }));
+  };
+  const check = (answers: boolean[]): void => {
+    if (answers.some((a) => !a)) throw new Error(`${answers.filter((a) => !a).length} of ${n} releases were refused`);
+  };
+  const [a, b] = await interleave(
+    reps,
+    async () => {
+      const reqs = await holdAll();
+      const batcher = new ReleaseBatcher(store);
+      return timed(async () => check(await Promise.all(reqs.map((r) => batcher.release(r)))));
+    },
+    async () => {
+      const reqs = await holdAll();
+      return timed(async () => check(await Promise.all(reqs.map((r) => store.release(r)))));
+    },
+  );
+  rec.add({
+    figure: 'release',
+    store: kind,
+    label: `close ${n} leases`,
+    unit: 'ms',
+    leasehold: stat(a),
+    baselineName: 'one release per lease (before batching)',
+    baseline: stat(b),
+    extra: { 'store calls': store.releaseMany === undefined ? n : Math.ceil(n / cap), 'baseline calls': n },
+  });
 }

@@ -4,9 +4,9 @@
  * where the absolute numbers do not. Timings are reported, never asserted.
  *
  *   npm run bench [-- --quick | --smoke] [--only renewal,handover,failover,followers,fence,startup]
- *                 [--stores postgres,sqlite,redis,etcd] [--json FILE] [--svg FILE]
+ *                 [--stores postgres,sqlite,redis,etcd,mysql] [--json FILE] [--svg FILE]
  *
- * Against the real local stores (LEASEHOLD_TEST_PG_URL / _REDIS_URL / _ETCD_URL, as the tests).
+ * Against the real local stores (LEASEHOLD_TEST_PG_URL / _REDIS_URL / _ETCD_URL / _MYSQL_URL, as the tests).
  * Idle follower load is counted at a server of its own (see servers.ts), on ports from
  * LEASEHOLD_BENCH_PORT_BASE (default 26000): +1 Redis, +10/+11 etcd.
  */
@@ -23,10 +23,11 @@ import { failover } from './failover.js';
 import { followerLoad } from './followers.js';
 import { fenceOverhead } from './fence.js';
 import { startup } from './startup.js';
+import { cronFailover } from './cron-failover.js';
 import { chartSvg } from './chart.js';
 import { preflight } from './preflight.js';
 
-const FIGURES = ['renewal', 'handover', 'failover', 'followers', 'fence', 'startup'] as const;
+const FIGURES = ['renewal', 'handover', 'failover', 'followers', 'fence', 'startup', 'cron-failover'] as const;
 type Figure = (typeof FIGURES)[number];
 
 const { values } = parseArgs({
@@ -43,9 +44,9 @@ const { values } = parseArgs({
 
 if (values.help) {
   process.stdout.write(
-    'npm run bench [-- --quick | --smoke] [--only ' + FIGURES.join(',') + '] [--stores postgres,sqlite,redis,etcd] [--json FILE] [--svg FILE]\n' +
-      '  --quick under 2 minutes, --smoke seconds (proves the suite runs; its numbers mean nothing)\n' +
-      '  stores from LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL (as the tests)\n',
+    'npm run bench [-- --quick | --smoke] [--only ' + FIGURES.join(',') + '] [--stores postgres,sqlite,redis,etcd,mysql] [--json FILE] [--svg FILE]\n' +
+      '  --quick about 2-2.5 minutes, --smoke seconds (proves the suite runs; its numbers mean nothing)\n' +
+      '  stores from LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL, LEASEHOLD_TEST_MYSQL_URL (as the tests);\n  each is checked before the first figure, and etcd is started when none is running (as npm test does)\n',
   );
   process.exit(0);
 }
@@ -99,6 +100,10 @@ await run('followers', 'idle follower load, counted at the server, per follower 
 });
 await run('fence', 'fence overhead: fenced vs unfenced PostgreSQL transaction', async () => {
   if (stores.includes('postgres')) await fenceOverhead(rec, sizes.samples);
+});
+await run('cron-failover', 'cron through replica deaths: per-slot mode vs leader mode, the latest slot\'s replica SIGKILLed between slots', async () => {
+  // Smoke: one store only (the figure takes ~20 s a store even so).
+  for (const kind of mode === 'smoke' ? stores.slice(0, 1) : stores) await cronFailover(rec, kind, Math.max(2, sizes.failovers), sizes.ttlMs, mode === 'smoke');
 });
 await run('startup', 'CLI start-up: leasehold run --store URL -- true vs node -e 0', async () => {
   for (const kind of stores) await startup(rec, kind, sizes.startups);

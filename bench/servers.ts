@@ -2,7 +2,9 @@
  * Where idle-follower load is counted at the server. The shared servers also serve three other
  * workers' tests, so their global counters would count those too: the bench counts on a
  * namespace of its own. PostgreSQL: a database of its own on the shared server
- * (pg_stat_database.xact_commit). Redis and etcd: a private server of the same binary on a
+ * (pg_stat_database.xact_commit). MySQL/MariaDB: a user and database of their own on the shared
+ * server, counted in MariaDB's USER_STATISTICS (SHOW GLOBAL STATUS counts every client's
+ * statements, the other workers' too). Redis and etcd: a private server of the same binary on a
  * bench port (Redis: the requests clients sent, seen through MONITOR; etcd's
  * grpc_server_msg_received_total), stopped afterwards.
  */
@@ -13,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { Redis } from 'ioredis';
-import { TEST_PG_URL } from '../test/helpers/stores.js';
+import { TEST_MYSQL_URL, TEST_PG_URL } from '../test/helpers/stores.js';
 import { sleep } from './lib.js';
 
 export interface CountedServer {
@@ -48,6 +50,47 @@ export async function pgCounted(): Promise<CountedServer> {
     settleMs: 1200,
     async stop() {
       await admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
+      await admin.end();
+    },
+  };
+}
+
+/**
+ * Statements the bench's own user sent (SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS),
+ * each statement of a multi-statement batch counted. userstat is switched on for the figure and
+ * put back after; the counting queries run as root, so they are not in the count.
+ */
+export async function mysqlCounted(): Promise<CountedServer> {
+  const { createConnection } = await import('mysql2/promise');
+  const tag = randomBytes(4).toString('hex');
+  const [db, user, password] = [`lh_bench_${tag}`, `lh_bench_${tag}`, randomBytes(12).toString('hex')];
+  const root = TEST_MYSQL_URL.replace(/^mariadb:/, 'mysql:');
+  const admin = await createConnection(root);
+  const [vars] = (await admin.query("SHOW GLOBAL VARIABLES LIKE 'userstat'")) as unknown as [{ Value: string }[]];
+  const before = vars[0]?.Value ?? 'OFF';
+  await admin.query(`CREATE DATABASE ${db}`);
+  await admin.query(`CREATE USER ?@'%' IDENTIFIED BY ?`, [user, password]);
+  await admin.query(`GRANT ALL ON ${db}.* TO ?@'%'`, [user]);
+  await admin.query('SET GLOBAL userstat = 1');
+  const base = new URL(root);
+  base.username = user;
+  base.password = password;
+  base.pathname = `/${db}`;
+  return {
+    url: base.href,
+    address: base.href,
+    async units() {
+      const [rows] = (await admin.query(
+        'SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS AS n FROM information_schema.USER_STATISTICS WHERE USER = ?',
+        [user],
+      )) as unknown as [{ n: string | number }[]];
+      return Number(rows[0]?.n ?? 0);
+    },
+    settleMs: 100,
+    async stop() {
+      await admin.query(`SET GLOBAL userstat = ${before === 'ON' ? 1 : 0}`).catch(() => undefined);
+      await admin.query(`DROP USER IF EXISTS ?@'%'`, [user]).catch(() => undefined);
+      await admin.query(`DROP DATABASE IF EXISTS ${db}`).catch(() => undefined);
       await admin.end();
     },
   };

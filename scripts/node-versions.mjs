@@ -12,13 +12,17 @@
 // plain ESM that every version runs. node_modules is shared, and its better-sqlite3 is built for
 // the installing Node's ABI, so on 22 and 24 the SQLite store runs on node:sqlite (the default
 // there); forcing better-sqlite3 on them is the one-line error that test/stores/sqlite-driver
-// checks. The subset, per version:
-//   1. conformance, engine, CLI, store, fleet and scheduler tests on every store (PostgreSQL,
-//      SQLite, Redis, etcd): on 22 and 24 the fleet and the slot ledger run on node:sqlite;
-//   2. the chaos short profile on PostgreSQL and SQLite, with its negative control.
-// Left to the machine's Node: test/serial (an npm install that builds better-sqlite3, and
-// server restarts) and test/stores/etcd.test.ts (it restarts etcd, which would cut the etcd
-// conformance running beside it): they exercise npm and the servers, not the Node version.
+// checks. The subset, per version, is what can differ by Node version (everything else is
+// the same JavaScript on the same stores, and runs once, on the machine's Node, in npm test):
+//   1. the SQLite driver: on 22 and 24 the store, the conformance, the clone fences, the fleet
+//      and the slot ledger run on node:sqlite, not better-sqlite3;
+//   2. process handling: the runner's supervisor, signals, markers and the progress watchdog,
+//      a frozen or forked process, the CLI's startup (on SQLite, a store in the same process tree);
+//   3. the chaos short profile on SQLite, with its negative control (real processes, SIGSTOP,
+//      libfaketime, on node:sqlite).
+// Left to the machine's Node: the other stores' drivers (pg, redis, mysql2, etcd3 are
+// JavaScript, not Node's own), test/serial (an npm install that builds better-sqlite3, and
+// server restarts) and the topologies.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -84,11 +88,23 @@ const runs =
     ? [{ what: 'chosen files', files: fileArgs, stores: process.env.LEASEHOLD_TEST_STORES }]
     : [
         {
-          what: 'conformance, engine, CLI, stores, fleet, scheduler',
-          files: under('conformance', 'engine', 'cli', 'stores', 'fleet', 'scheduler').filter((f) => !f.endsWith(join('stores', 'etcd.test.js'))),
-          stores: undefined,
+          what: 'SQLite on node:sqlite: store, conformance, clone fences, fleet, slot ledger',
+          files: [
+            ...under('stores').filter((f) => /[/\\]sqlite-[^/\\]+\.test\.js$/.test(f)),
+            ...under('conformance', 'fleet', 'scheduler'),
+            ...under('engine').filter((f) => /clone-fence-/.test(f)),
+          ],
+          stores: 'sqlite',
         },
-        { what: 'chaos short profile', files: under('chaos'), stores: 'postgres,sqlite' },
+        {
+          what: 'process handling: runner, supervisor, signals, markers, pause and fork',
+          files: [
+            ...under('cli').filter((f) => /[/\\](run[^/\\]*|signals|marker-progress|input-marker|startup-modules)\.test\.js$/.test(f)),
+            ...under('engine').filter((f) => /[/\\](clone-fork-pause|freeze-signal|pause-and-failure)\.test\.js$/.test(f)),
+          ],
+          stores: 'sqlite',
+        },
+        { what: 'chaos short profile', files: under('chaos'), stores: 'sqlite' },
       ];
 
 function test(bin, files, stores) {

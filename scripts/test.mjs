@@ -16,21 +16,23 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
 
 Runs the compiled tests (dist/test/**/*.test.js, or the files named) with node's test runner:
 files that restart shared servers or load the machine (chaos, serial, topologies) run last, one at
-a time. npm test builds first, then runs this. Starts etcd when it is selected and not running, and
+a time. npm test builds first, then runs this. Starts etcd when it is selected and not running (and
+the machine's MariaDB, installing mariadb-server when it is missing), and
 installs Debian's faketime, etcd-client (etcdctl, for the etcd restore tests) and chromium (for the
 dashboard browser test) with apt-get when missing, which needs root. Prints each phase's slowest
 files at the end.
 
 environment:
-  LEASEHOLD_TEST_STORES=postgres,sqlite,redis,etcd   the stores to cover (default: all four)
-  LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL   where the stores are
+  LEASEHOLD_TEST_STORES=postgres,sqlite,redis,etcd,mysql   the stores to cover (default: all five);
+                                 a file named after a store left out (stores/etcd-*, topologies/pg-*) is left out too
+  LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL, LEASEHOLD_TEST_MYSQL_URL   where the stores are
   LEASEHOLD_TEST_CONCURRENCY=2   files at once in the parallel phase
   LEASEHOLD_TEST_NODE=/path/to/node   run the tests with another Node binary
   LEASEHOLD_TEST_TIMES=path   where the per-file wall-time table goes (default: os.tmpdir())
 `);
   process.exit(0);
 }
-const stores = (process.env.LEASEHOLD_TEST_STORES ?? 'postgres,sqlite,redis,etcd').split(',').map((s) => s.trim());
+const stores = (process.env.LEASEHOLD_TEST_STORES ?? 'postgres,sqlite,redis,etcd,mysql').split(',').map((s) => s.trim());
 const log = (m) => process.stdout.write(`[test] ${m}\n`);
 const node = process.env.LEASEHOLD_TEST_NODE || process.execPath;
 
@@ -43,7 +45,22 @@ function find(dir) {
   }
   return out.sort();
 }
-const all = process.argv.slice(2).length > 0 ? process.argv.slice(2) : find(join(root, 'dist', 'test'));
+const named = process.argv.slice(2).length > 0 ? process.argv.slice(2) : find(join(root, 'dist', 'test'));
+// A file about one store is named after it (stores/etcd-sessions, topologies/pg-ssl,
+// serial/mysql-failover): with that store left out of LEASEHOLD_TEST_STORES it is left out too,
+// and said so, rather than failing to connect to a server nobody started.
+const storeOfFile = (f) => {
+  const m = /^(postgres|pg|sqlite|redis|etcd|mysql)(?=[-.])/.exec(f.split(/[/\\]/).pop());
+  return m === null ? null : m[1] === 'pg' ? 'postgres' : m[1];
+};
+const all = named.filter((f) => {
+  const s = storeOfFile(f);
+  return s === null || stores.includes(s);
+});
+if (all.length < named.length) {
+  const left = named.filter((f) => !all.includes(f)).map((f) => relative(root, f));
+  log(`leaving out ${left.length} file(s) about stores not in LEASEHOLD_TEST_STORES (${stores.join(',')}): ${left.join(', ')}`);
+}
 // Debian's Chromium for the dashboard's browser test (never a browser download); the test skips,
 // saying why, when it cannot be installed.
 if (all.some((f) => /dashboard-browser/.test(f))) {
@@ -67,6 +84,13 @@ if (stores.includes('etcd') && all.some((f) => /restore-tokens/.test(f)) && spaw
   log('etcdctl is missing: installing the Debian package etcd-client');
   const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-client'], { stdio: 'inherit' });
   if (apt.status !== 0) log('could not install etcd-client; the etcd restore tests will say so and skip');
+}
+
+if (needsServices && stores.includes('mysql') && process.env.LEASEHOLD_TEST_MYSQL_URL === undefined) {
+  const { ensureMariadb } = await import('./services/mariadb.mjs');
+  const m = await ensureMariadb({ log });
+  if (!m.ok) log(`MariaDB: ${m.reason}; the MySQL tests will fail to connect`);
+  else if (m.started) log('MariaDB at 127.0.0.1:3306 (started for this run; left running)');
 }
 
 let etcd;

@@ -39,4 +39,5 @@ export { SqliteStore, type SqliteStoreOptions, type SqliteDatabaseLike } from '.
 export type { SqliteDriverName } from './backends/sqlite/driver.js';
 export { RedisStore, createRedisStore, type RedisStoreOptions, type IoredisLike, type NodeRedisLike } from './backends/redis/index.js';
 export { EtcdStore, createEtcdStore, type EtcdStoreOptions } from './backends/etcd/index.js';
+export { MysqlStore, type MysqlStoreOptions } from './backends/mysql/store.js';
 export { observe, LeaseObserver, LeaseWatcher, type LeaseView, type LeaseChange, type ChangeKind, type WatchOptions } from './observe/index.js';

@@ -7,6 +7,7 @@ import type { BackendDescriptor, EmbeddedDriver } from './descriptor.js';
 import type { LeaseStore } from './store.js';
 import { redactUrl } from './url.js';
 import { etcd } from './etcd/descriptor.js';
+import { mysql } from './mysql/descriptor.js';
 import { postgres } from './postgres/descriptor.js';
 import { redis } from './redis/descriptor.js';
 import { sqlite } from './sqlite/descriptor.js';
@@ -15,7 +16,7 @@ import { sqlite } from './sqlite/descriptor.js';
  * The registry: every backend, one line each. A descriptor loads its store's modules (and its
  * driver) only when a factory is called, so listing a backend here costs nothing at start-up.
  */
-export const BACKENDS: readonly BackendDescriptor[] = [postgres, sqlite, redis, etcd];
+export const BACKENDS: readonly BackendDescriptor[] = [postgres, sqlite, redis, etcd, mysql];
 
 export type { BackendDescriptor, BackendOpenOptions, BackendPreflight, EmbeddedDriver, PreflightCheck } from './descriptor.js';
 

@@ -3,6 +3,8 @@
  * ./sqlite/term-fence.ts): the request, and the rule that names why a fenced write's last
  * statement changed nothing. Each backend runs its own SQL; the verdict is the same.
  */
+import { ConfigError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
+import type { Lease, Term } from '../core/lease.js';
 import type { LostReason } from './store.js';
 
 export interface TermFenceRequest {
@@ -36,4 +38,67 @@ export function judge(
     return { kind: 'lost', reason: 'expired' };
   }
   return { kind: 'lost', reason: 'superseded' };
+}
+
+/**
+ * One statement in the caller's own transaction, whatever library opened it: `$1, $2 ...`
+ * placeholders, each used once and in order (an adapter whose library wants `?` rewrites them),
+ * every statement a SELECT (or a data-modifying CTE under one), so every library hands back rows.
+ */
+export type FenceExecute = (sql: string, params: readonly unknown[]) => Promise<readonly Record<string, unknown>[]>;
+
+/** A fenced write's validated options, as a dialect plans it. */
+export interface FencePlan {
+  resource: string;
+  token: bigint;
+  /** The lease name the mark is claimed for (the term's, or the `lease` option), if known. */
+  owner: string | undefined;
+  /** The idle-in-transaction bound in ms, undefined for none of ours. */
+  idleMs: number | undefined;
+  /** With `term`: the term and its lease (the resource is in the lease store's own database). */
+  term: Term | undefined;
+  lease: Lease | undefined;
+}
+
+/**
+ * What a dialect does inside a transaction someone else opened (src/fence/engine.ts runs the
+ * steps; each backend's fence.ts implements them in its SQL).
+ */
+export interface FenceDialect<O, P extends FencePlan = FencePlan> {
+  /** Validates the options at the edge. @throws {ConfigError} */
+  plan(options: O): P;
+  /** The idle bound and the mark's advance; locks the mark's row until the transaction ends. @throws {FencedError} @throws {FenceOwnedError} @throws {SchemaError} */
+  advance(exec: FenceExecute, plan: P): Promise<void>;
+  /** With `term`: moves the lease row's fence nonce to `req.next` if the row is this process's. */
+  rotate(exec: FenceExecute, plan: P, req: TermFenceRequest & { next: string }): Promise<boolean>;
+  /** With `term`, in a transaction of its own after the rollback: why the row was not ours (ending a clone's term). */
+  classify(exec: FenceExecute, plan: P, req: TermFenceRequest): Promise<TermFenceFailure>;
+  /** With `term`, inside the refused transaction (no other connection to use): why, without ending anything. */
+  judgeInside(exec: FenceExecute, plan: P, req: TermFenceRequest): Promise<TermFenceFailure>;
+  /** A statement's error, with the server's ending of an idle transaction made a typed error. */
+  mapError(err: unknown, plan: P): unknown;
+}
+
+/**
+ * The error for a refused term check (the lease row was not this process's), for every SQL
+ * fence: ends the term in this process when the store says it is over. `where` names the
+ * database the lease row was looked for in, `what` is what was rolled back.
+ */
+export function refusedTermFence(
+  why: TermFenceFailure,
+  lease: Lease,
+  term: Term,
+  say: { missing: string; what: 'write' | 'transaction'; subject?: string },
+): Error {
+  const name = lease.name;
+  if (why.kind === 'missing') return new ConfigError(`lease "${name}" has no row in ${say.missing}`);
+  if (why.kind === 'ours') {
+    return new StoreUnavailableError(`the fenced ${say.what} ${say.subject ?? ''}for lease "${name}" was rolled back because the lease row moved under it; retry it`);
+  }
+  const detail =
+    why.reason === 'cloned'
+      ? `another process holding this term (a restored snapshot or a fork) committed a fenced write with it; this ${say.what} was rolled back`
+      : `a fenced write found the term over in the store (${why.reason}); the ${say.what} was rolled back`;
+  lease.fenceLost(term, why.reason, detail);
+  return term.signal.aborted ? (term.signal.reason as Error) : new LeaseLostError(name, term.token, why.reason === 'released' ? 'superseded' : why.reason, detail);
 }

@@ -12,16 +12,18 @@ import {
   EXIT,
   cliLog,
   durationOption,
+  flagOrEnv,
   formatMs,
   logFormatOption,
   openStoreFromFlags,
   out,
+  portOption,
   requireCurrentSchema,
   setLogContext,
-  toJson,
+  toJsonLine,
   usageError,
 } from './common.js';
-import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+import { HTTP_HOST_FLAG, LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 
 export const AGENT_SPEC = defineCommand({
   name: 'agent',
@@ -51,8 +53,23 @@ exits 76; restart it to rejoin.`,
       default: '--stale-after + --heartbeat',
     },
     'no-wait': { type: 'boolean', help: 'exit 75 at once if another process is agent ID' },
+    'metrics-port': {
+      type: 'string',
+      value: 'P',
+      env: 'LEASEHOLD_METRICS_PORT',
+      help:
+        "serve Prometheus metrics at http://HOST:P/metrics: this agent's liveness lease (leasehold_leader{lease=\"agent/ID\"}) and the " +
+        'fleet as the store sees it (leasehold_fleet_agents{state}, per-agent owned count and heartbeat age); needs prom-client; 0: any free port',
+    },
+    'health-port': {
+      type: 'string',
+      value: 'P',
+      env: 'LEASEHOLD_HEALTH_PORT',
+      help: 'serve /healthz (503 only when the agent believes it is live but has not heartbeated within --stale-after) and /readyz (200 while live) at http://HOST:P (0: any free port)',
+    },
+    ...HTTP_HOST_FLAG,
     ...STORE_FLAGS,
-    json: { type: 'boolean', help: 'one JSON object per event on stdout: { event: live|lost|stopped, id, token, ... }' },
+    json: { type: 'boolean', help: 'one line of JSON per event on stdout: { event: live|serving|lost|stopped, id, token, ... }' },
     ...LOG_FLAGS,
   },
   footer: `Exit 0 after SIGTERM/SIGINT (deregistered); 2 usage (stale-after below 2x heartbeat, bad id
@@ -79,12 +96,17 @@ export async function agentCommand(argv: string[]): Promise<number> {
   const wait = values['no-wait'] === true ? false : durationOption(values.wait, 'wait', '', {});
   const labels = parseLabels(values.labels);
   const json = values.json === true;
+  const metricsPort = portOption(values['metrics-port'], 'metrics-port', 'LEASEHOLD_METRICS_PORT', process.env);
+  const healthPort = portOption(values['health-port'], 'health-port', 'LEASEHOLD_HEALTH_PORT', process.env);
+  const httpHost = flagOrEnv(values['http-host'], 'LEASEHOLD_HTTP_HOST')?.value ?? '127.0.0.1';
 
   const { store } = await openStoreFromFlags(values);
   const leasehold = new Leasehold({ store, closeStore: true, holderLabel: `agent:${values.id}` });
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
   process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
+  void import('./parent-watch.js').then((m) => m.stopWhenLauncherExits()); // npx's exit stops this as SIGTERM would
+  let probes: { close(): Promise<void> } | undefined;
   try {
     await requireCurrentSchema(store);
     const fleet = await openFleet(store);
@@ -103,7 +125,7 @@ export async function agentCommand(argv: string[]): Promise<number> {
       throw err;
     }
     const line = (event: string, text: string, extra: Record<string, unknown> = {}): void => {
-      if (json) out(toJson({ event, id: agent.id, token: agent.token.toString(), ...extra }));
+      if (json) out(toJsonLine({ event, id: agent.id, token: agent.token.toString(), ...extra }));
       else out(text);
     };
     line('live', `agent ${agent.id} live (token ${agent.token}, heartbeat ${formatMs(agent.heartbeatMs)}, stale after ${formatMs(agent.staleAfterMs)})`, {
@@ -111,6 +133,29 @@ export async function agentCommand(argv: string[]): Promise<number> {
       heartbeatMs: agent.heartbeatMs,
       staleAfterMs: agent.staleAfterMs,
     });
+    // After "live": the probes describe a live agent, and a port that cannot be bound stops it (exit 2) like a bad flag.
+    if (metricsPort !== undefined || healthPort !== undefined) {
+      let served: Awaited<ReturnType<typeof import('../health/serve.js').startProbeServers>>;
+      try {
+        served = await (await import('../health/serve.js')).startProbeServers({
+          leasehold,
+          lease: agent.livenessLease,
+          host: httpHost,
+          metricsPort,
+          healthPort,
+          registerMore: async (registry) => {
+            (await import('../metrics/fleet.js')).registerFleetMetrics(fleet, { registry });
+          },
+        });
+      } catch (err) {
+        // Deregistered, not left to go stale: the agent never served its first probe.
+        await agent.stop();
+        throw err;
+      }
+      probes = served;
+      if (served.metricsUrl !== undefined) line('serving', `agent ${agent.id}: metrics at ${served.metricsUrl}/metrics`, { metrics: `${served.metricsUrl}/metrics` });
+      if (served.healthUrl !== undefined) line('serving', `agent ${agent.id}: health at ${served.healthUrl}/healthz and /readyz`, { health: `${served.healthUrl}/healthz` });
+    }
     const lost = await new Promise<LeaseLostError | undefined>((resolve) => {
       agent.once('lost', resolve);
       if (stop.signal.aborted) resolve(undefined);
@@ -127,6 +172,7 @@ export async function agentCommand(argv: string[]): Promise<number> {
     return EXIT.OK;
   } finally {
     process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+    await probes?.close();
     await leasehold.close();
   }
 }

@@ -103,6 +103,16 @@ export function cliMessage(e: unknown): string {
 }
 
 /** A flag, else its LEASEHOLD_* variable, else undefined. Empty strings count as unset. */
+/** A port from a flag or its environment variable (0: any free port). @throws usage error (exit 2) */
+export function portOption(flag: string | undefined, flagName: string, envName: string, env: NodeJS.ProcessEnv): number | undefined {
+  const v = flagOrEnv(flag, envName, env);
+  if (v === undefined) return undefined;
+  if (!/^\d{1,5}$/.test(v.value) || Number(v.value) > 65535) {
+    throw usageError(`${v.from === 'flag' ? `--${flagName}` : v.from} ${JSON.stringify(v.value)} is not a port; give a whole number from 0 to 65535`);
+  }
+  return Number(v.value);
+}
+
 export function flagOrEnv(flag: string | undefined, envName: string, env: NodeJS.ProcessEnv = process.env): { value: string; from: string } | undefined {
   if (flag !== undefined) return { value: flag, from: 'flag' };
   const v = env[envName];
@@ -355,6 +365,11 @@ export function table(header: string[], body: string[][]): string {
 /** JSON with bigints as strings (tokens overflow a JS number after 2^53), terminal-safe (src/cli/escape.ts). */
 export function toJson(value: unknown): string {
   return jsonSafe(JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2));
+}
+
+/** One event as one line of JSON (a stream a consumer reads line by line, `jq -c` style). */
+export function toJsonLine(value: unknown): string {
+  return jsonSafe(JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)));
 }
 
 export function out(line: string): void {

@@ -1,7 +1,7 @@
 /**
- * `leasehold cron`: a scheduled singleton. Every replica runs the same line; only the leader of
- * lease NAME fires, and each slot is claimed in the slot ledger with its fencing token before
- * COMMAND starts (see src/scheduler/cron.ts for the rules). COMMAND runs under the same
+ * `leasehold cron`: a scheduled singleton. Every replica runs the same line; each slot is run by
+ * the replica that wins a term of lease NAME for it (--mode leader: by the leader), claimed in the
+ * slot ledger with that term's fencing token before COMMAND starts (see src/scheduler/cron.ts for the rules). COMMAND runs under the same
  * supervision as `leasehold run` (own process group, reaper, SIGTERM then SIGKILL on lease loss).
  * `leasehold cron history NAME` prints the ledger.
  */
@@ -9,7 +9,7 @@ import { DEFAULT_TTL_MS, parseDuration, resolveTiming, validateLeaseName } from 
 import { LeaseholdError, errorMessage } from '../core/errors.js';
 import { Leasehold } from '../core/leasehold.js';
 import { openSlotLedger } from '../backends/index.js';
-import { startCron, type CatchUp, type SlotEvent } from '../scheduler/cron.js';
+import { startCron, type CatchUp, type CronMode, type SlotEvent } from '../scheduler/cron.js';
 import { cronSchedule, everySchedule, type Schedule } from '../scheduler/schedule.js';
 import type { SlotLedgerPort } from '../scheduler/ledger.js';
 import {
@@ -37,12 +37,14 @@ export const CRON_SPEC = defineCommand({
   name: 'cron',
   operands: '[history NAME]',
   summary:
-    'Run COMMAND once per slot of a schedule across every replica running the same line: only the leader of lease NAME fires, and each ' +
-    'slot is claimed in the slot ledger with its fencing token first. `cron history NAME` lists the slots.',
+    'Run COMMAND once per slot of a schedule across every replica running the same line: any live replica may claim a due slot under ' +
+    'its own term of lease NAME (--mode leader: only the leader fires), in the slot ledger with that fencing token first. `cron history NAME` lists the slots.',
   trailing: '-- COMMAND [ARGS...]',
-  about: `Every replica runs the same \`leasehold cron\` line. Each contends for lease NAME; the leader
-claims each slot in the slot ledger (kept in the lease store itself: PostgreSQL, SQLite, Redis or
-etcd) with its fencing token, runs COMMAND as \`leasehold run\` would, and records the outcome.
+  about: `Every replica runs the same \`leasehold cron\` line. When a slot comes due, each tries lease
+NAME once; the winner holds it for that slot alone (a new term, a new fencing token), claims the
+slot in the slot ledger (kept in the lease store itself: PostgreSQL, SQLite, Redis, etcd or MySQL)
+with that token, runs COMMAND as \`leasehold run\` would, records the outcome and releases. With
+--mode leader, one elected replica holds NAME between slots and fires them all.
 COMMAND gets LEASEHOLD_SLOT (the slot's time, ISO 8601 UTC), LEASEHOLD_TOKEN, LEASEHOLD_NAME,
 LEASEHOLD_HOLDER, LEASEHOLD_STORE and LEASEHOLD_IDEMPOTENCY_KEY (leasehold:NAME:slot:SLOT, the
 same for a rerun of the slot). A slot is due by the store's clock (on etcd, which has none, by
@@ -62,6 +64,14 @@ and reruns them (--on-interrupted), and handles slots missed within --catch-up-w
       default: 'latest',
     },
     'catch-up-window': { type: 'string', value: 'D', help: 'how far back a new leader looks for missed and interrupted slots', default: '1h' },
+    mode: {
+      type: 'string',
+      value: 'per-slot|leader',
+      help:
+        'per-slot: any live replica claims a due slot, holding the lease only while its job runs (a replica that dies between slots costs no slot); ' +
+        'leader: one replica holds the lease between slots and fires them all (fewer store requests per slot, but a leader\'s death costs the slots until its TTL runs out)',
+      default: 'per-slot',
+    },
     'on-interrupted': {
       type: 'string',
       value: 'rerun|skip',
@@ -95,6 +105,7 @@ interface CronSettings {
   catchUp: CatchUp;
   catchUpWindowMs: number;
   onInterrupted: 'rerun' | 'skip';
+  mode: CronMode;
   values: ReturnType<typeof parseCommand<typeof CRON_SPEC.flags>>['values'];
 }
 
@@ -126,8 +137,10 @@ function parseCronArgs(argv: string[], env: NodeJS.ProcessEnv): CronSettings | '
   if (catchUp !== 'latest' && catchUp !== 'all' && catchUp !== 'none') throw usageError(`--catch-up ${JSON.stringify(catchUp)} is not latest, all or none`);
   const onInterrupted = values['on-interrupted'] ?? 'rerun';
   if (onInterrupted !== 'rerun' && onInterrupted !== 'skip') throw usageError(`--on-interrupted ${JSON.stringify(onInterrupted)} is not rerun or skip`);
+  const mode = values.mode ?? 'per-slot';
+  if (mode !== 'per-slot' && mode !== 'leader') throw usageError(`--mode ${JSON.stringify(mode)} is not per-slot or leader`);
   const catchUpWindowMs = durationOption(values['catch-up-window'], 'catch-up-window', 'LEASEHOLD_CATCH_UP_WINDOW', {}) ?? 3_600_000;
-  return { name, command, schedule, catchUp, catchUpWindowMs, onInterrupted, values };
+  return { name, command, schedule, catchUp, catchUpWindowMs, onInterrupted, mode, values };
 }
 
 export async function cronCommand(argv: string[]): Promise<number> {
@@ -166,6 +179,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
         catchUp: parsed.catchUp,
         catchUpWindow: parsed.catchUpWindowMs,
         onInterrupted: parsed.onInterrupted,
+        mode: parsed.mode,
         ttl: timing.ttlMs,
         renewInterval: timing.renewMs,
         safetyMargin: timing.marginMs,
@@ -195,10 +209,13 @@ export async function cronCommand(argv: string[]): Promise<number> {
         }
       },
     );
-    cron.elector.lease.on('acquired', (t) => {
+    cron.lease.on('acquired', (t) => {
       report.forTerm(t);
-      report.event('acquired', `leader: token ${t.token} (holder ${t.holder}); schedule ${parsed.schedule.description}`);
+      // Per-slot, a term is one slot's: its slot-started line says so, once per slot.
+      if (parsed.mode === 'leader') report.event('acquired', `leader: token ${t.token} (holder ${t.holder}); schedule ${parsed.schedule.description}`);
     });
+    // Per-slot: the moment this replica stops blocking others; a kill after it costs no slot.
+    if (parsed.mode === 'per-slot') cron.lease.on('released', (t) => report.event('released', `slot term ${t.token} released`));
     cron.on('slot', (e) => reportSlot(report, e));
     return await new Promise<number>((resolve) => {
       let stopping = false;
@@ -222,6 +239,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
         wait();
       }
       for (const s of FORWARDED) process.on(s, onSignal);
+      void import('./parent-watch.js').then((m) => m.stopWhenLauncherExits()); // npx's exit stops this as SIGTERM would
       cron.on('error', (e) => {
         report.problem('error', errorLine(e, 'cron').replace(/^leasehold: /, ''), { exit: exitCodeFor(e), ...(e instanceof LeaseholdError ? { error: e.code } : {}) });
         finish(exitCodeFor(e));

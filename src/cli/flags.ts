@@ -106,6 +106,17 @@ export const LOG_FLAGS = {
   },
 } as const satisfies Flags;
 
+/** Where `--metrics-port` and `--health-port` listen: `run` and `agent` take the same flag. */
+export const HTTP_HOST_FLAG = {
+  'http-host': {
+    type: 'string',
+    value: 'HOST',
+    env: 'LEASEHOLD_HTTP_HOST',
+    default: '127.0.0.1',
+    help: 'the address --metrics-port and --health-port listen on; 0.0.0.0 for Kubernetes probes and scrapes',
+  },
+} as const satisfies Flags;
+
 // ---- parsing -------------------------------------------------------------------------------
 
 type OptionOf<S extends FlagSpec> = S extends { readonly short: infer C extends string } ? { type: S['type']; short: C } : { type: S['type'] };

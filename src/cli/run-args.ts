@@ -1,8 +1,8 @@
 /** `leasehold run`'s flags: the spec (help, README table, JSON schema) and the parse into settings. */
 import { parseArgs } from 'node:util';
 import { DEFAULT_TTL_MS, resolveTiming, validateLeaseName, type Timing } from '../core/config.js';
-import { durationOption, flagOrEnv, usageError } from './common.js';
-import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, optionsOf } from './flags.js';
+import { durationOption, flagOrEnv, portOption, usageError } from './common.js';
+import { HTTP_HOST_FLAG, LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, optionsOf } from './flags.js';
 
 export const RUN_SPEC = defineCommand({
   name: 'run',
@@ -88,13 +88,7 @@ if it cannot be executed, exit 126, and no lease is taken.`,
         'serve /healthz (503 only when this runner believes it leads but has not renewed within a ttl: a wedged leader) and ' +
         '/readyz (200 while leading) at http://HOST:P (0: any free port)',
     },
-    'http-host': {
-      type: 'string',
-      value: 'HOST',
-      env: 'LEASEHOLD_HTTP_HOST',
-      default: '127.0.0.1',
-      help: 'the address --metrics-port and --health-port listen on; 0.0.0.0 for Kubernetes probes and scrapes',
-    },
+    ...HTTP_HOST_FLAG,
     quiet: { type: 'boolean', help: 'no progress lines on stderr (errors still print; "not leader" does not)' },
     json: {
       type: 'boolean',
@@ -232,15 +226,6 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     healthPort: portOption(values['health-port'], 'health-port', 'LEASEHOLD_HEALTH_PORT', env),
     httpHost: flagOrEnv(values['http-host'], 'LEASEHOLD_HTTP_HOST', env)?.value ?? '127.0.0.1',
   };
-}
-
-function portOption(flag: string | undefined, flagName: string, envName: string, env: NodeJS.ProcessEnv): number | undefined {
-  const v = flagOrEnv(flag, envName, env);
-  if (v === undefined) return undefined;
-  if (!/^\d{1,5}$/.test(v.value) || Number(v.value) > 65535) {
-    throw usageError(`${v.from === 'flag' ? `--${flagName}` : v.from} ${JSON.stringify(v.value)} is not a port; give a whole number from 0 to 65535`);
-  }
-  return Number(v.value);
 }
 
 function progressTimeout(flag: string | undefined, env: NodeJS.ProcessEnv): number | undefined {

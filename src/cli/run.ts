@@ -50,6 +50,7 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
     contention.abort();
   };
   for (const s of FORWARDED) process.on(s, onSignal);
+  void import('./parent-watch.js').then((m) => m.stopWhenLauncherExits()); // npx's exit stops this as SIGTERM would
   try {
     // A missing or stale schema is exit 3 at once: waiting will not fix it. An unreachable
     // store is waited for, within --wait, so a replica started during an outage (a pod

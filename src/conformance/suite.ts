@@ -279,6 +279,39 @@ export function runConformance(label: string, factory: ConformanceFactory, optio
       assert.ok(first.every((r) => r.outcome === 'acquired'));
     });
 
+    void it('a batch release (releaseMany, where the store has it) answers each row as release would, in request order', async (ctx) => {
+      if (t.store.releaseMany === undefined) {
+        ctx.skip('this store has no releaseMany: the engine sends one release per lease');
+        return;
+      }
+      const mine = Array.from({ length: 20 }, (_, i) => uniq(`rel${i}`));
+      const held = await Promise.all(mine.map((name) => contend(t.store, name, 'R', 10_000)));
+      const other = uniq('rel-other');
+      const theirs = await contend(t.store, other, 'S', 10_000);
+      const never = uniq('rel-never');
+      // Interleaved on purpose: answers come back in request order, not in the store's lock order.
+      const requests = [
+        { name: other, holder: 'R', expect: [theirs.nonce] },
+        ...mine.map((name, i) => ({ name, holder: 'R', expect: [held[i]!.nonce] })),
+        { name: never, holder: 'R', expect: ['no-such-nonce'] },
+      ].reverse();
+      const answers = await t.store.releaseMany(requests);
+      assert.deepEqual(
+        answers,
+        requests.map((q) => mine.includes(q.name)),
+        'true for each of our own terms, false for another holder\'s and for a lease never held',
+      );
+      for (const name of mine) assert.equal((await t.store.list({ name }))[0]?.state, 'free', `${name} is free`);
+      assert.equal((await t.store.list({ name: other }))[0]?.holder, 'S', "another holder's term is untouched");
+      assert.deepEqual(
+        (await t.store.history({ name: mine[0]! })).map((h) => h.event),
+        ['acquired', 'released'],
+      );
+      assert.deepEqual(await t.store.releaseMany(requests), requests.map(() => false), 'a second release of the same terms changes nothing');
+      const next = await contend(t.store, mine[0]!, 'T', 10_000);
+      assert.ok(tokenOf(next) > tokenOf(held[0]!), 'the next term after a batch release has a larger token');
+    });
+
     void it('bad batches and history limits are refused the same way by every store (ConfigError, nothing written)', async () => {
       const name = uniq('checks');
       const req = (over: Partial<Parameters<LeaseStore['claim']>[0][number]>): Parameters<LeaseStore['claim']>[0][number] => ({

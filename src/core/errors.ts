@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'NOT_LEADER' // asked for a token while not holding the lease (or in jeopardy)
   | 'NOT_ACQUIRED' // acquire({ wait: false }) or a wait that ran out
   | 'FENCED' // the resource refused a stale token
+  | 'FENCE_OWNED' // the resource's fence belongs to another lease name
   | 'NO_OWNER' // no lease exists under that name
   | 'OWNER_DEAD' // a lease exists but its holder's term has expired
   | 'ALREADY_OWNED' // fleet: place() on a resource that already has an owner
@@ -168,6 +169,30 @@ export class FencedError extends LeaseholdError {
     this.resource = resource;
     this.token = token;
     this.highWater = highWater;
+  }
+}
+
+/**
+ * The resource's high-water mark was first fenced under another lease name. Tokens of two
+ * leases are unrelated numbers, so comparing them would refuse or admit writes at random.
+ * Zero rows changed.
+ */
+export class FenceOwnedError extends LeaseholdError {
+  readonly resource: string;
+  /** The lease name that tried to write. */
+  readonly lease: string;
+  /** The lease name the mark belongs to. */
+  readonly owner: string;
+  constructor(resource: string, lease: string, owner: string) {
+    super(
+      'FENCE_OWNED',
+      `write to "${resource}" under lease "${lease}" was refused: the resource's fence belongs to lease "${owner}", whose tokens are not comparable with this lease's. ` +
+        `Give each lease its own resource names (for example "${lease}:${resource}"), or write to this resource only under lease "${owner}". Nothing was written.`,
+      { retryable: false },
+    );
+    this.resource = resource;
+    this.lease = lease;
+    this.owner = owner;
   }
 }
 

@@ -114,7 +114,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.lose(reason, detail);
     let handedOver = false;
     try {
-      handedOver = await this.host.store.release({ name: this.name, holder: t.holder, expect });
+      handedOver = await this.host.release({ name: this.name, holder: t.holder, expect });
     } catch (err) {
       this.emit('store-error', err, 'release');
       this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: release failed; the lease will expire instead');
@@ -255,7 +255,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
           const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(plan.waits ? { handoff: plan.handoff! } : {}) });
           result = plan.lastLook ? await claim : await claimWithinWait(this.clock, claim, waitUntil, `the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`, (r) => {
                   // Given up on, yet it landed: hand the term straight back, as one aborted in flight is.
-                  if (r.outcome === 'acquired') void this.host.store.release({ name: this.name, holder, expect: [r.nonce ?? nextNonce] }).catch(() => false);
+                  if (r.outcome === 'acquired') void this.host.release({ name: this.name, holder, expect: [r.nonce ?? nextNonce] }).catch(() => false);
                 });
           m.answered(result);
         } catch (err) {
@@ -274,7 +274,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
           if (signal.aborted || (this._state as LeaseState) === 'closed') {
             // Aborted (released, closed, stopped) while the claim was in flight: the store gave us
             // a term nobody wants any more. Hand it straight back rather than start it.
-            await this.host.store.release({ name: this.name, holder, expect: [step.nonce] }).catch(() => false);
+            await this.host.release({ name: this.name, holder, expect: [step.nonce] }).catch(() => false);
             throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
           }
           // The deadline as for any acquisition: from this claim's send time (never the release's).
@@ -296,7 +296,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
       freed?.cancel();
       // Best effort: if the withdrawal fails, that costs at most one TTL, as a crash would.
       const w = m.withdrawal();
-      if (w !== undefined) await this.host.store.release({ name: this.name, ...w }).catch(() => false);
+      if (w !== undefined) await this.host.release({ name: this.name, ...w }).catch(() => false);
       this.host.retainWhileContending(-1);
       if (this._state === 'contending') this._state = 'idle';
     }

@@ -1,6 +1,6 @@
 import type { LoggerLike } from './logger.js';
 import type { Clock } from './clock.js';
-import type { ClaimRequest, ClaimResult, LeasePort } from './port.js';
+import type { ClaimRequest, ClaimResult, LeasePort, ReleaseRequest } from './port.js';
 import type { Renewal } from './renewal-batcher.js';
 import type { Lease } from './lease.js';
 
@@ -33,6 +33,8 @@ interface HostBasics {
 interface RenewalHost {
   /** One acquisition attempt, through the client's renewal batcher (batched with whatever else is due). */
   claim(req: ClaimRequest): Promise<ClaimResult>;
+  /** A release (or a waiter's withdrawal), coalesced with others sent at once (core/release-batcher.ts). */
+  release(req: ReleaseRequest): Promise<boolean>;
   /** A term began: renew it, watch for its revocation, watch for suspensions. */
   enroll(held: HeldTerm): void;
   unenroll(held: HeldTerm): void;

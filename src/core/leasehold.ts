@@ -5,9 +5,10 @@ import { newHolderId } from './identity.js';
 import { Lease, type AcquireOptions, type LeaseOptions, type Term } from './lease.js';
 import type { HeldTerm } from './leasehold-host.js';
 import { RenewalBatcher } from './renewal-batcher.js';
+import { ReleaseBatcher } from './release-batcher.js';
 import { silentLogger, type LoggerLike } from './logger.js';
 import { Elector, type ElectorHandlers } from './elector.js';
-import type { ClaimRequest, ClaimResult, LeasePort } from './port.js';
+import type { ClaimRequest, ClaimResult, LeasePort, ReleaseRequest } from './port.js';
 import { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX } from './reserved.js';
 
 export type SuspicionDetector = 'wall-clock-jump' | 'store-clock-advance' | 'deadline-passed' | 'manual';
@@ -77,6 +78,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
   private readonly leases = new Set<Lease>();
   private readonly enrolled = new Set<HeldTerm>();
   private readonly batcher: RenewalBatcher;
+  private readonly releases: ReleaseBatcher;
   private wallTimer: ClockTimer | undefined;
   private lastWall: number;
   private lastMono: number;
@@ -96,6 +98,7 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
     this.lastWall = this.clock.wallNow();
     this.lastMono = this.clock.monoNow();
     this.batcher = new RenewalBatcher(this.store, this.clock, () => this.checkSuspension());
+    this.releases = new ReleaseBatcher(this.store);
     this.holderLabel = options.holderLabel;
     this.holderId = newHolderId(options.holderLabel);
     this.closeStore = options.closeStore ?? false;
@@ -175,6 +178,11 @@ export class Leasehold extends EventEmitter<LeaseholdEvents> {
   claim(req: ClaimRequest): Promise<ClaimResult> {
     this.checkStoreSettings();
     return this.batcher.acquire(req);
+  }
+
+  /** @internal the engine's own plumbing (Lease, the renewal batcher, the detectors), not public API */
+  release(req: ReleaseRequest): Promise<boolean> {
+    return this.releases.release(req);
   }
 
   private settingsChecked = false;

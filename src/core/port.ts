@@ -121,6 +121,12 @@ export interface LeasePort {
    * registration when `expect` holds the nonce it registered under.
    */
   release(request: ReleaseRequest, options?: CallOptions): Promise<boolean>;
+  /**
+   * Optional: many releases in one round trip, each answered as `release` would answer it, in
+   * request order (the engine sends at most `maxClaimBatch` of them, each name at most once).
+   * Closing a process that holds N leases then costs N / maxClaimBatch calls instead of N.
+   */
+  releaseMany?(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]>;
 
   /**
    * Optional: a push channel for "this lease may be free" (LISTEN/NOTIFY, pub/sub, watch).

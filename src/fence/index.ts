@@ -4,10 +4,16 @@
  *
  * Two processes restored from one snapshot share one term, and so one token, until the store
  * ends it at the next renewal. A token fence accepts both (`>=`). When the resource is in the
- * lease store's own PostgreSQL database or SQLite file, pass `term` to `fencedTransaction` /
- * `fencedWriteSync`: the write then also checks the lease row in the same transaction, and of
- * two processes holding one term only one can ever commit. Resources elsewhere (Redis, etcd,
- * another database, an API) get the token fence only: there, pair it with an idempotency key.
+ * lease store's own PostgreSQL database, SQLite file or MySQL/MariaDB server, pass `term` to
+ * `fencedTransaction` / `fencedWriteSync` / `fencedMysqlTransaction`: the write then also checks
+ * the lease row in the same transaction, and of two processes holding one term only one can ever
+ * commit. Resources elsewhere (Redis, etcd, another database, an API) get the token fence only:
+ * there, pair it with an idempotency key.
+ *
+ * The SQL fences hold the high-water mark's row lock until COMMIT. A writer frozen inside its
+ * transaction is cut off after `idleTimeout`: PostgreSQL's idle_in_transaction_session_timeout,
+ * MariaDB's idle_transaction_timeout, and on MySQL 8 (which has no per-transaction idle timeout)
+ * the session's wait_timeout for the transaction's duration.
  *
  * What fencing cannot cover: a side effect outside a store that checks tokens, such as an
  * email, a webhook, or a payment API. There, derive an idempotency key from the lease name and
@@ -16,8 +22,19 @@
  */
 export { fencedTransaction, createPgFenceTable, type PgFenceOptions, type PgFenceTarget } from '../backends/postgres/fence.js';
 export { fencedWriteSync, createSqliteFenceTable, type SqliteFenceOptions } from '../backends/sqlite/fence.js';
+export {
+  fencedMysqlTransaction,
+  createMysqlFenceTable,
+  type MysqlFenceOptions,
+  type MysqlFenceTarget,
+  type MysqlFenceConnection,
+  type MysqlCallbackConnectionLike,
+  type MysqlPromiseConnectionLike,
+  type MysqlCallbackPoolLike,
+  type MysqlPromisePoolLike,
+} from '../backends/mysql/fence.js';
 export { fencedSet, fencedHSet, type RedisFenceTarget, type RedisFenceClient } from '../backends/redis/fence.js';
-export { FencedError, LeaseLostError, type LeaseLostReason } from '../core/errors.js';
+export { FencedError, FenceOwnedError, LeaseLostError, type LeaseLostReason } from '../core/errors.js';
 // Every type a fence's parameters and results mention, so callers can name them.
 export type { Term } from '../core/lease.js';
 export type { CallOptions } from '../backends/store.js';

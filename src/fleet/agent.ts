@@ -88,6 +88,11 @@ export class Agent extends EventEmitter<AgentEvents> {
     return this.term.signal;
   }
 
+  /** The liveness lease `agent/<id>`: for probes and metrics (`leasehold/health`, `leasehold/metrics`); do not release it. */
+  get livenessLease(): Lease {
+    return this.lease;
+  }
+
   /** The liveness lease's token: a larger one for every new life of this agent id. */
   get token(): bigint {
     return this.term.token;

@@ -24,7 +24,7 @@ export interface Placement {
 
 /**
  * The fleet registry over one store: who owns what, and whether that owner is alive. Agents
- * themselves run with {@link startAgent} (./agent.ts). Every call is one round trip; nothing
+ * themselves run with `Agent.start` (./agent.ts). Every call is one round trip; nothing
  * is cached here (see {@link OwnerCache} for the one cache that is safe).
  */
 export class Fleet {

@@ -1,5 +1,5 @@
 /**
- * The HTTP endpoints of `leasehold run --metrics-port P --health-port P`: `/metrics` for
+ * The HTTP endpoints of `leasehold run` and `leasehold agent` with `--metrics-port P --health-port P`: `/metrics` for
  * Prometheus, `/healthz` and `/readyz` for probes. Read-only; GET and HEAD only. Each server
  * caps its connections and the time a request may take to arrive (observe/http-limits.ts):
  * clients that connect and send nothing cannot pile up in the process being probed.
@@ -18,6 +18,8 @@ interface ProbeServerOptions {
   host: string;
   metricsPort?: number;
   healthPort?: number;
+  /** More metrics on the same registry (the agent's fleet gauges), registered after leasehold's own. */
+  registerMore?: (registry: import('prom-client').Registry) => void | Promise<void>;
   /** For each server. Default: 64 connections, 10s to send a request. */
   limits?: HttpLimits;
 }
@@ -80,6 +82,7 @@ export async function startProbeServers(o: ProbeServerOptions): Promise<ProbeSer
       const registry = new promClient.Registry();
       promClient.collectDefaultMetrics({ register: registry });
       metricsEntry.registerMetrics(o.leasehold, { registry, leases: [o.lease], instrumentNew: false });
+      await o.registerMore?.(registry);
       const server = limitedServer((req: IncomingMessage, res: ServerResponse) => {
         const path = (req.url ?? '/').split('?')[0];
         if (path !== '/metrics') {

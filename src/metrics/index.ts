@@ -16,12 +16,16 @@
  *   leasehold_jeopardy_total              counter: renewals that failed or were overdue (token withheld)
  *   leasehold_suspicions_total{detector}  counter: wall-clock-jump, store-clock-advance, deadline-passed, manual
  *   leasehold_fenced_writes_total{resource} counter: writes a fence refused (count them with countFenced / fenced)
+ *
+ * `registerFleetMetrics(fleet, { registry })` adds the fleet's (./fleet.ts): agents by state,
+ * resources owned and heartbeat age per agent.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Leasehold } from '../core/leasehold.js';
 import { MetricsTracker, type MetricsSink, type TrackOptions } from './core.js';
 
 export { MetricsTracker, type MetricsSink, type TrackOptions, type LeaseGaugeValues } from './core.js';
+export { registerFleetMetrics, type RegisterFleetMetricsOptions, type FleetMetrics } from './fleet.js';
 
 export interface RegisterMetricsOptions extends TrackOptions {
   registry: Registry;

@@ -1,15 +1,31 @@
 /**
- * A scheduled singleton: every replica calls {@link startCron} with the same schedule; each
- * contends for the lease `name` through an Elector, and only the leader fires. Each slot is
- * claimed in the ledger with the leader's fencing token before the job starts and completed
- * with its outcome after, so each slot runs once across replicas, through failovers.
+ * A scheduled singleton: every replica calls {@link startCron} with the same schedule, and each
+ * slot runs once across them. Each slot is claimed in the ledger with a fencing token before the
+ * job starts and completed with its outcome after, so each slot runs once through failovers.
+ *
+ * Two modes decide who may claim a slot:
+ *  - 'per-slot' (default): nobody holds the lease between slots. When a slot comes due, every
+ *    replica tries the lease once without waiting; the one that wins holds a term (a new, larger
+ *    token) for that slot alone: it reconciles what the ledger owes, claims the slot under that
+ *    term, runs the job, completes it and releases. A replica that dies between slots holds
+ *    nothing, so the next slot is claimed on time by any other; one that dies mid-job blocks
+ *    that slot's term until it expires, and the next winner handles it per onInterrupted.
+ *    The losers' one failed attempt is the whole cost of contention.
+ *  - 'leader': the replicas elect a leader (an Elector) that holds the lease between slots and
+ *    claims each slot with its one term's token. Cheaper per slot (no acquire and release), but
+ *    a leader's death costs the slots that come due until its lease expires (caught up per
+ *    catchUp).
+ * Both rely on the same fence: a ledger claim checks, in the store, that the lease row is held by
+ * this holder with this token and not expired, so a term that has ended claims nothing, and the
+ * claim rule (ledger.ts) refuses a slot a later term holds.
  *
  * Rules (the README's "Run a nightly job once across replicas" says the same):
  *  - Time: "is this slot due" is judged by the store's clock. The leader sleeps on its own clock
  *    until its estimate of the store's time (the offset seen on the last ledger answer) reaches
  *    the slot; the claim refuses a slot the store says is not due yet ('early'), and the leader
  *    sleeps the difference and tries again.
- *  - Catch-up, on winning a term: slots in (store now - window, store now] that the ledger has
+ *  - Catch-up, on winning a term (per-slot: on each slot's term, over the slots since the last
+ *    one this replica saw handled): slots in (store now - window, store now] that the ledger has
  *    no row for were missed while no replica led. 'latest' runs the newest and records the
  *    others skipped; 'all' runs them in order; 'none' records them all skipped. A name with no
  *    scheduled row at all has missed nothing: its first slot is the next one. Slots older than
@@ -26,14 +42,22 @@
 import { EventEmitter } from 'node:events';
 import { parseDuration, type Duration } from '../core/config.js';
 import { MAX_TIMER_MS, sleepOn } from '../core/clock.js';
-import { ConfigError, LeaseLostError, errorMessage, isRetryableError } from '../core/errors.js';
+import { ConfigError, LeaseLostError, NotAcquiredError, errorMessage, isRetryableError } from '../core/errors.js';
 import type { Elector } from '../core/elector.js';
 import type { Lease, LeaseOptions, Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
 import { slotsBetween, type Schedule } from './schedule.js';
-import { slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotTerm } from './ledger.js';
+import { ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export type CatchUp = 'latest' | 'all' | 'none';
+
+/**
+ * Per-slot: a term keeps the lease for a slot due within this much of its end, and runs it. Its
+ * release takes a round trip to land, and the other replicas' one attempt at that slot must not
+ * find the lease still held; this is many round trips of every supported store (a round trip
+ * over it is a store in trouble, and the slot is then recorded missed by the next winner).
+ */
+const HOLD_FOR_NEXT_MS = 250;
 
 /** A host clock further than this from the store's is logged (the lag of etcd's clock bound included). */
 const SKEW_WARN_MS = 2000;
@@ -46,8 +70,12 @@ export interface CronOptions extends LeaseOptions {
   catchUpWindow?: Duration;
   /** Default 'rerun'. */
   onInterrupted?: 'rerun' | 'skip';
+  /** Default 'per-slot': the lease is held only while a slot's job runs. See the file's comment. */
+  mode?: CronMode;
   signal?: AbortSignal;
 }
+
+export type CronMode = 'per-slot' | 'leader';
 
 export interface SlotContext {
   name: string;
@@ -87,15 +115,21 @@ export interface CronEvents {
 }
 
 export class CronHandle extends EventEmitter<CronEvents> {
-  readonly elector: Elector;
+  readonly mode: CronMode;
+  /** The schedule's lease: one term per slot ('per-slot'), or the leader's terms. */
+  readonly lease: Lease;
+  /** The leader election ('leader' mode only). */
+  readonly elector: Elector | undefined;
   private readonly stopController: AbortController;
   /** @internal aborted by drain() and stop(): no job starts after it. */
   readonly draining = new AbortController();
   private readonly loops = new Set<Promise<void>>();
 
   /** @internal built by startCron */
-  constructor(elector: Elector, stopController: AbortController) {
+  constructor(mode: CronMode, lease: Lease, elector: Elector | undefined, stopController: AbortController) {
     super();
+    this.mode = mode;
+    this.lease = lease;
     this.elector = elector;
     this.stopController = stopController;
   }
@@ -120,7 +154,9 @@ export class CronHandle extends EventEmitter<CronEvents> {
   async stop(): Promise<void> {
     this.drain();
     this.stopController.abort();
-    await this.elector.stop();
+    if (this.elector !== undefined) await this.elector.stop();
+    // Per-slot: ends a running slot's term (its job's signal aborts), as the elector's stop does.
+    else await this.lease.close();
     await Promise.allSettled([...this.loops]);
   }
 
@@ -141,6 +177,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const onInterrupted = options.onInterrupted ?? 'rerun';
   if (onInterrupted !== 'rerun' && onInterrupted !== 'skip') throw new ConfigError(`onInterrupted ${JSON.stringify(onInterrupted)} is not rerun or skip`);
   const windowMs = parseDuration(options.catchUpWindow ?? '1h', 'catchUpWindow');
+  const mode = options.mode ?? 'per-slot';
+  if (mode !== 'per-slot' && mode !== 'leader') throw new ConfigError(`mode ${JSON.stringify(mode)} is not per-slot or leader`);
   const stop = new AbortController();
   const signal = options.signal === undefined ? stop.signal : AbortSignal.any([stop.signal, options.signal]);
   const { schedule } = options;
@@ -148,27 +186,36 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   if (schedule.next(leasehold.clock.wallNow()) === null) throw new ConfigError(`schedule ${schedule.description} has no next slot: it never fires`);
   const clock = leasehold.clock;
   const emit = (e: SlotEvent): void => void handle.emit('slot', e);
-  const elector = leasehold.elect(
-    name,
-    {
-      onElected: (term) => {
-        handle.track(
-          lead(term).catch((e: unknown) => {
-            if (term.signal.aborted) return;
-            // Not retryable (schema, SQL): leading without a working ledger would run slots unrecorded.
-            // Not awaited: stop() waits for every tracked loop, this one included, so awaiting
-            // it here left stop() (the user's call too) pending for ever. Its synchronous part
-            // has aborted everything before the 'error' (which throws with no listener).
-            void handle.stop().catch(() => undefined);
-            handle.emit('error', e);
-          }),
-        );
+  /** Not retryable (schema, SQL): running without a working ledger would run slots unrecorded. */
+  const fail = (e: unknown): void => {
+    // Not awaited: stop() waits for every tracked loop, this one included, so awaiting
+    // it here left stop() (the user's call too) pending for ever. Its synchronous part
+    // has aborted everything before the 'error' (which throws with no listener).
+    void handle.stop().catch(() => undefined);
+    handle.emit('error', e);
+  };
+  const { schedule: _s, catchUp: _c, catchUpWindow: _w, onInterrupted: _o, mode: _m, signal: _g, ...leaseOptions } = options;
+  let handle: CronHandle;
+  if (mode === 'leader') {
+    const elector = leasehold.elect(
+      name,
+      {
+        onElected: (term) => {
+          handle.track(
+            lead(term).catch((e: unknown) => {
+              if (!term.signal.aborted) fail(e);
+            }),
+          );
+        },
       },
-    },
-    { ...options, signal },
-  );
-  // onElected runs after an await inside the elector, never before this line.
-  const handle = new CronHandle(elector, stop);
+      { ...leaseOptions, signal },
+    );
+    // onElected runs after an await inside the elector, never before this line.
+    handle = new CronHandle(mode, elector.lease, elector, stop);
+  } else {
+    const lease = leasehold.lease(name, leaseOptions);
+    handle = new CronHandle(mode, lease, undefined, stop);
+  }
 
   /** Store time minus local wall time, from the last ledger answer. */
   let offsetMs = 0;
@@ -189,22 +236,10 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   };
   const storeNow = (): number => clock.wallNow() + offsetMs;
 
-  /** A ledger call, retried while the term lives when the store is merely unavailable. */
-  async function call<T>(term: Term, fn: () => Promise<T>): Promise<T | undefined> {
-    for (let attempt = 0; ; attempt++) {
-      if (term.signal.aborted) return undefined;
-      try {
-        return await fn();
-      } catch (e) {
-        if (!isRetryableError(e)) throw e;
-        leasehold.logger.warn({ lease: name, err: errorMessage(e) }, 'leasehold: slot ledger call failed; retrying');
-        await sleepOn(clock, Math.min(2000, 100 * 2 ** attempt), term.signal);
-      }
-    }
-  }
+  const call = <T>(term: Term, fn: () => Promise<T>): Promise<T | undefined> => ledgerCall(leasehold, name, term, fn);
 
   async function lead(term: Term): Promise<void> {
-    const lease = elector.lease;
+    const lease = handle.lease;
     const who: SlotTerm = { name, holder: term.holder, token: term.token };
     const stale = await call(term, () => ledger.interruptStale(who));
     if (stale === undefined || stale.fenced) return;
@@ -253,6 +288,154 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       }
       cursor = await runAll(term, lease, toRun, Math.max(next, late.at(-1) ?? next));
     }
+  }
+
+  /**
+   * 'per-slot': sleeps to each slot, then tries the lease once; the winner handles the slot in
+   * a term of its own and releases. A loser does nothing more for that slot: the winner claims
+   * it, or (a dead holder whose term has not expired yet) the next slot's winner finds it
+   * missing and handles it per catchUp.
+   */
+  async function perSlot(lease: Lease): Promise<void> {
+    /**
+     * Every slot up to here has a ledger row, as this replica last read or wrote it; undefined
+     * until its first term, which reads the whole window as a new leader does.
+     */
+    let checkedThrough: number | undefined;
+    /** Every slot up to here is handled or another replica's to handle: the next to try is after it. */
+    let cursor = storeNow();
+    /**
+     * A replica starting up catches up at once, as a new leader would: the slots missed while no
+     * replica ran (a whole fleet restarted) are not made to wait for the next slot.
+     */
+    let pending: 'startup' | 'late' | number = 'startup';
+    while (!signal.aborted && !handle.draining.signal.aborted) {
+      if (pending !== 'startup') {
+        const next = schedule.next(cursor);
+        if (next === null) throw new ConfigError(`schedule ${schedule.description} has no slot after ${slotKey(cursor)}; the cron stops`);
+        const wait = next - storeNow();
+        if (wait > 0) {
+          // In chunks, judged again by the wall clock each time (see lead()).
+          await sleepOn(clock, Math.min(wait, MAX_TIMER_MS), signal);
+          continue;
+        }
+        // Woken late (paused, a slow store): more than one slot is due, and all but the newest
+        // were slept through here. Whatever no other replica claimed follows catchUp.
+        const late = slotsBetween(schedule, cursor, storeNow());
+        pending = late.length > 1 ? 'late' : next;
+        cursor = late.at(-1) ?? next;
+      }
+      let term: Term | undefined;
+      try {
+        term = await lease.acquire({ wait: false, signal });
+      } catch (e) {
+        if (signal.aborted) return;
+        // Busy: another replica's term (this slot's winner, an earlier slot's job still running,
+        // or a dead replica's term running out). Unavailable: this replica sits the slot out.
+        if (!(e instanceof NotAcquiredError || isRetryableError(e))) throw e;
+      }
+      const what = pending;
+      pending = 0;
+      if (term === undefined) continue;
+      try {
+        for (let slot: typeof what = what; ; ) {
+          const r = await slotTerm(term, lease, slot, checkedThrough);
+          if (r === 'early') cursor = (slot as number) - 1;
+          if (r === 'early' || r === undefined) break;
+          checkedThrough = r;
+          // At startup the cursor came from this host's clock, before any store answer: the
+          // term's answer, by the store's clock, replaces it.
+          cursor = slot === 'startup' ? r : Math.max(cursor, r);
+          // A slot due before this term's release would land (a startup's reads, or a job that
+          // ended just before the next slot) would find the lease still held on every other
+          // replica, and be missed: this term runs it instead, as a leader would.
+          const next = schedule.next(cursor);
+          if (next === null || next - storeNow() > HOLD_FOR_NEXT_MS || term.signal.aborted || handle.draining.signal.aborted) break;
+          if (next > storeNow()) await sleepOn(clock, next - storeNow(), term.signal);
+          if (term.signal.aborted) break;
+          slot = next;
+        }
+      } finally {
+        // Held only while the slot's work ran: the next slot is anyone's.
+        await lease.release().catch(() => false);
+      }
+    }
+  }
+
+  /**
+   * One term of 'per-slot': what the ledger owes (slots an ended term left claimed or
+   * interrupted, and slots with no row, since `since` or within the window), then `what`: an
+   * on-time slot, which runs whatever catchUp says of the older ones; or a startup or a late
+   * wake, where every due slot with no row, the newest included, follows catchUp (as a new or
+   * late leader's do). Resolves with the time every slot up to which is handled, 'early' when
+   * the slot is not due by the store's clock (this host's is ahead), or undefined when the term
+   * is over.
+   */
+  async function slotTerm(term: Term, lease: Lease, what: 'startup' | 'late' | number, since: number | undefined): Promise<number | 'early' | undefined> {
+    const who: SlotTerm = { name, holder: term.holder, token: term.token };
+    let lower: number;
+    let upTo = typeof what === 'number' ? what : storeNow();
+    let rows: SlotRecord[];
+    if (since === undefined) {
+      // This replica's first term: the whole window, as a new leader reads it.
+      const stale = await call(term, () => ledger.interruptStale(who));
+      if (stale === undefined || stale.fenced) return undefined;
+      const now = noteStoreNow(stale.storeNowMs);
+      if (typeof what !== 'number') upTo = now;
+      // Timed by this host's clock before any store answer: not due yet by the store's.
+      else if (what > now) return 'early';
+      const windowStart = now - windowMs;
+      const recent = await call(term, () => ledger.records(name, { sinceMs: windowStart, limit: 1_000_000 }));
+      if (recent === undefined) return undefined;
+      const older = await call(term, () => ledger.records(name, { sinceMs: 0, untilMs: windowStart, limit: 1 }));
+      if (older === undefined) return undefined;
+      rows = recent;
+      // Slots before the name's first row were never owed (as in lead()): a name the ledger has
+      // never seen starts with this slot, or at startup with the next one.
+      lower = older.length > 0 ? windowStart : (recent.find((r) => r.slotAtMs !== null)?.slotAtMs ?? (typeof what === 'number' ? what : now));
+    } else {
+      lower = Math.max(since, storeNow() - windowMs);
+      // This replica knows every slot before this one has a row (it ran or skipped the last
+      // one itself): nothing to read. The common case for a replica that wins twice in a row.
+      if (slotsBetween(schedule, lower, upTo).filter((t) => t !== what).length === 0) rows = [];
+      else {
+        const read = await call(term, () => ledger.records(name, { sinceMs: lower, untilMs: upTo, limit: 1_000_000 }));
+        if (read === undefined) return undefined;
+        rows = read;
+        // A 'claimed' row below this live term's token is an ended term's (one term at a time):
+        // marked interrupted first, so that history says so, then owed like any interrupted slot.
+        if (rows.some((r) => r.status === 'claimed' && r.token < term.token)) {
+          const stale = await call(term, () => ledger.interruptStale(who));
+          if (stale === undefined || stale.fenced) return undefined;
+          noteStoreNow(stale.storeNowMs);
+          rows = rows.map((r) => (r.status === 'claimed' && r.token < term.token ? { ...r, status: 'interrupted' } : r));
+        }
+      }
+    }
+    const known = new Map(rows.map((r) => [r.key, r]));
+    const due = slotsBetween(schedule, lower, upTo);
+    // An on-time slot is this term's to claim whatever its row says (the claim decides);
+    // catchUp decides only the slots before it.
+    const missed = due.filter((t) => t !== what && !known.has(slotKey(t)));
+    const interrupted = rows.filter((r) => r.status === 'interrupted' && r.token < term.token && r.slotAtMs !== null && r.slotAtMs <= upTo).map((r) => r.slotAtMs!);
+    let run = missed;
+    if (catchUp !== 'all' && missed.length > 0) {
+      const onTime = typeof what === 'number';
+      run = catchUp === 'latest' && !onTime ? missed.slice(-1) : [];
+      const skipped = missed.filter((t) => !run.includes(t));
+      const ran = onTime ? what : missed.at(-1)!;
+      const why =
+        what === 'late'
+          ? 'missed: this replica was late (paused or slow) and no other claimed it'
+          : what === 'startup'
+            ? 'missed while no replica led'
+            : 'missed: no replica could claim it (a term ran past it: a job that overran, or a dead replica\'s lease running out)';
+      const reason = `${why}; --catch-up ${catchUp}${catchUp === 'latest' ? ` ran ${slotKey(ran)}` : ''}`;
+      if (!(await skip(term, skipped, reason))) return undefined;
+    }
+    const owed = [...new Set([...interrupted, ...run])].sort((a, b) => a - b);
+    if (typeof what === 'number' && !owed.includes(what)) owed.push(what);
+    return runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
   }
 
   /**
@@ -369,6 +552,14 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     return done.storeNowMs;
   }
 
+  // Started last: the loop reads the state above (the store-clock offset) from its first line.
+  if (mode === 'per-slot') {
+    handle.track(
+      perSlot(handle.lease).catch((e: unknown) => {
+        if (!signal.aborted) fail(e);
+      }),
+    );
+  }
   return handle;
 }
 

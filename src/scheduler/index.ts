@@ -11,9 +11,18 @@
  * `new RedisSlotLedger(redisStore)`. etcd: `new EtcdSlotLedger({ client, prefix })` on the
  * lease store's cluster and prefix, with `clock: etcdClock({ hosts })` so that a slot is due by
  * etcd's clock (its gRPC API has none; without it, by this process's clock).
+ *
+ * Once per key (the library form of `leasehold run --once-per KEY`):
+ *   const r = await runOncePer('migrate-2026-03', async ({ token, signal }) => { ... }, { leasehold, ledger, name: 'migrations' });
+ *
+ * A framework's own timer (node-cron, @nestjs/schedule): `SlotGate` decides per fire; see
+ * leasehold/node-cron and leasehold/nestjs, and docs/schedules.md.
  */
 export { startCron, CronHandle, type CronOptions, type CatchUp, type SlotContext, type SlotJob, type SlotEvent, type CronEvents } from './cron.js';
-export { cronSchedule, everySchedule, type Schedule } from './schedule.js';
+export { cronSchedule, everySchedule, slotForFire, type Schedule } from './schedule.js';
+export { runOncePer, type OncePerOptions, type OncePerContext, type OncePerResult } from './once-per.js';
+export { SlotGate, type SlotGateOptions, type SlotRun, type Admission, type Declined } from './gate.js';
+export { openScheduling, type SchedulingSource, type Scheduling } from './open.js';
 export {
   slotIdempotencyKey,
   type SlotLedgerPort,

@@ -18,6 +18,10 @@
  * revisions on write) and applies it; Redis's Lua script is the same rule written again. The
  * slot ledger conformance suite (src/conformance/slots.ts) holds every store to it.
  */
+import { sleepOn } from '../core/clock.js';
+import { errorMessage, isRetryableError } from '../core/errors.js';
+import type { Term } from '../core/lease.js';
+import type { Leasehold } from '../core/leasehold.js';
 
 export type SlotStatus = 'claimed' | 'succeeded' | 'failed' | 'interrupted' | 'skipped';
 
@@ -146,4 +150,22 @@ export function slotKey(slotAtMs: number): string {
  */
 export function slotIdempotencyKey(name: string, key: string): string {
   return `leasehold:${name}:slot:${key}`;
+}
+
+/**
+ * A ledger call on behalf of `term`, retried with backoff (100ms doubling to 2s) while the term
+ * lasts when the store is merely unavailable; undefined once the term has ended. Any other error
+ * is thrown: the ledger said something a retry cannot change.
+ */
+export async function ledgerCall<T>(leasehold: Leasehold, name: string, term: Term, fn: () => Promise<T>): Promise<T | undefined> {
+  for (let attempt = 0; ; attempt++) {
+    if (term.signal.aborted) return undefined;
+    try {
+      return await fn();
+    } catch (e) {
+      if (!isRetryableError(e)) throw e;
+      leasehold.logger.warn({ lease: name, err: errorMessage(e) }, 'leasehold: slot ledger call failed; retrying');
+      await sleepOn(leasehold.clock, Math.min(2000, 100 * 2 ** attempt), term.signal);
+    }
+  }
 }

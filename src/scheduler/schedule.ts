@@ -77,3 +77,27 @@ function checkZone(zone: string): void {
     throw new ConfigError(`time zone ${JSON.stringify(zone)} is unknown; give an IANA name like Europe/Berlin or UTC`);
   }
 }
+
+/**
+ * The slot a framework's timer that fired at `nowMs` (by this host's clock) stands for: the
+ * schedule's instant nearest to it. A timer fires at or a little after its instant, by its own
+ * host's clock, so replicas whose clocks differ, or whose timers run tens of milliseconds late,
+ * all name the same instant; the store's clock then decides when it is due (the claim's 'early').
+ * With `mode: 'floor'`, the latest instant at or before `nowMs`: for a period that is not aligned
+ * to the epoch (a setInterval started at boot), which must not name a slot still in the future.
+ */
+export function slotForFire(schedule: Schedule, nowMs: number, mode: 'nearest' | 'floor' = 'nearest'): number {
+  const next = schedule.next(nowMs);
+  let lookback = next === null ? 60_000 : Math.max(1000, 2 * ((schedule.next(next) ?? next + 1000) - next));
+  let prev: number | null = null;
+  // The latest instant <= nowMs: search back from twice the period, doubling (a weekday-only
+  // cron on a Monday needs a second try); 12 doublings reach far past any schedule's gap.
+  for (let tries = 0; prev === null && tries < 12; tries++, lookback *= 2) {
+    for (let t = schedule.next(nowMs - lookback - 1); t !== null && t <= nowMs; t = schedule.next(t)) prev = t;
+  }
+  if (mode === 'floor' || next === null) {
+    if (prev === null) throw new ConfigError(`schedule ${schedule.description} has no slot at or before ${new Date(nowMs).toISOString()}`);
+    return prev;
+  }
+  return prev !== null && nowMs - prev <= next - nowMs ? prev : next;
+}

@@ -130,6 +130,10 @@ export class MemoryStore implements LeaseStore {
     return this.call(options, (now) => this.end(req.name, 'released', null, req, now).revoked);
   }
 
+  releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
+    return this.call(options, (now) => requests.map((req) => this.end(req.name, 'released', null, req, now).revoked));
+  }
+
   revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
     return this.call(options, (now) => this.end(name, 'revoked', reason, null, now));
   }

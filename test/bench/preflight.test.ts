@@ -46,6 +46,11 @@ void describe('bench preflight', () => {
     assertRefused(r, /the etcd store .* is not usable: .*--stores postgres,sqlite,redis/);
   });
 
+  void it('a MySQL store on a closed loopback port is named with LEASEHOLD_TEST_MYSQL_URL and how to leave it out', () => {
+    const r = bench(['--stores', 'sqlite,mysql'], { LEASEHOLD_TEST_MYSQL_URL: 'mysql://root@127.0.0.1:1/test' });
+    assertRefused(r, /the mysql store at mysql:\/\/root@127\.0\.0\.1:1\/test is not usable: .*LEASEHOLD_TEST_MYSQL_URL.*--stores sqlite/);
+  });
+
   void it('--stores narrows the check: a broken store not selected is not looked at', () => {
     const p = bench(['--stores', 'postgres'], { LEASEHOLD_TEST_PG_URL: 'postgres://postgres@127.0.0.1:1/test', LEASEHOLD_TEST_REDIS_URL: 'redis://127.0.0.1:1/0' });
     assertRefused(p, /the postgres store at postgres:\/\/postgres@127\.0\.0\.1:1\/test is not usable/);

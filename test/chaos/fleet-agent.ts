@@ -22,6 +22,7 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import type { Lease } from '../../src/core/lease.js';
 import type { LeaseStore } from '../../src/backends/store.js';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
+import { MysqlStore } from '../../src/backends/mysql/store.js';
 import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { Agent } from '../../src/fleet/agent.js';
 import { openFleet } from '../../src/fleet/open.js';
@@ -34,7 +35,7 @@ export interface FleetAgentConfig {
   id: string;
   /** This process's name in the run (a1, a7...). */
   proc: string;
-  storeKind: 'postgres' | 'sqlite';
+  storeKind: 'postgres' | 'sqlite' | 'mysql';
   url: string;
   resourceUrl: string;
   schema: string;
@@ -163,7 +164,9 @@ async function work(fleet: Awaited<ReturnType<typeof openFleet>>): Promise<void>
 }
 
 async function main(): Promise<number> {
-  const inner = cfg.storeKind === 'postgres' ? await PostgresStore.create({ url: cfg.url, queryTimeoutMs: cfg.staleAfterMs, connectTimeoutMs: cfg.staleAfterMs }) : new SqliteStore({ url: cfg.url });
+  const timeouts = { url: cfg.url, queryTimeoutMs: cfg.staleAfterMs, connectTimeoutMs: cfg.staleAfterMs };
+  const inner =
+    cfg.storeKind === 'postgres' ? await PostgresStore.create(timeouts) : cfg.storeKind === 'mysql' ? await MysqlStore.create(timeouts) : new SqliteStore({ url: cfg.url });
   const lh = new Leasehold({ store: logged(inner), closeStore: true });
   const fleet = await openFleet(inner);
   // Logged before a restore waits for its snapshot: the harness starts restores warm, then snapshots.

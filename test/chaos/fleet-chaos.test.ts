@@ -1,6 +1,6 @@
 /**
  * The fleet registry under fault injection in `npm test`: the short fleet run (about 35s, 4
- * agent ids as real processes, 3 clients) on PostgreSQL and SQLite, run as the CLI a human would
+ * agent ids as real processes, 3 clients) on PostgreSQL, SQLite and MySQL/MariaDB, run as the CLI a human would
  * run, and two negative controls that must be caught: a lookup that filters ownership on
  * liveness (it answers "no owner" for a resource whose owner is dead) and a cache that keeps
  * "dead" answers. Runs in the test runner's serial phase with the rest of test/chaos/.
@@ -54,7 +54,7 @@ function fleetChaos(args: string[], timeoutMs: number): Promise<Run> {
 
 const seed = (): string => process.env['LEASEHOLD_CHAOS_SEED'] ?? String(randomInt(1, 2 ** 31 - 1));
 const tail = (r: Run): string => `report kept in ${r.dir}\n${r.out.split('\n').slice(-40).join('\n')}`;
-const stores = selectedStores().filter((s): s is 'postgres' | 'sqlite' => s === 'postgres' || s === 'sqlite');
+const stores = selectedStores().filter((s): s is 'postgres' | 'sqlite' | 'mysql' => s === 'postgres' || s === 'sqlite' || s === 'mysql');
 const PROCESS_KINDS: FleetFault[] = ['pause', 'kill', 'term', 'snapshot', 'fork'];
 
 void describe('fleet chaos: agents as real processes, the fleet invariants from independent records', () => {

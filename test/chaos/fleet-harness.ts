@@ -41,7 +41,7 @@ export type FleetFault = (typeof FLEET_FAULTS)[number];
 const WEIGHTS: Record<FleetFault, number> = { pause: 3, kill: 2, term: 1, snapshot: 1.5, fork: 1, 'clock-jump': 1.5 };
 
 export interface FleetChaosOptions {
-  store: 'postgres' | 'sqlite';
+  store: 'postgres' | 'sqlite' | 'mysql';
   durationMs: number;
   agents: number;
   clients: number;

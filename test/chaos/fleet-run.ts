@@ -14,7 +14,7 @@ import { runFleetChaos } from './fleet-harness.js';
 
 const USAGE = `usage: npm run chaos:fleet -- [options]
 
-  --store postgres|sqlite   where the registry and the agents' leases live (default postgres; the resource is PostgreSQL)
+  --store postgres|sqlite|mysql   where the registry and the agents' leases live (default postgres; the resource is PostgreSQL)
   --duration 35s            how long the nemesis runs (every fault kind is injected at least once)
   --agents 4                agent ids (each one process at a time, restarted when it dies)
   --clients 3               client loops
@@ -55,7 +55,7 @@ async function main(): Promise<number> {
     return 2;
   };
   const store = values.store;
-  if (store !== 'postgres' && store !== 'sqlite') return fail(`--store ${store}: the fleet registry runs on postgres or sqlite`);
+  if (store !== 'postgres' && store !== 'sqlite' && store !== 'mysql') return fail(`--store ${store}: the fleet chaos runs on postgres, sqlite or mysql`);
   const broken = values.broken;
   if (broken !== undefined && broken !== 'lookup' && broken !== 'cache') return fail(`--broken ${broken}: use lookup or cache`);
   let durationMs: number, heartbeatMs: number, staleAfterMs: number;

@@ -66,7 +66,7 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
   if (o.store !== 'sqlite') {
     const u = new URL(ts.url);
     if (!isLoopback(u.hostname)) throw new Error(`the chaos store must be on loopback, not ${u.hostname}`);
-    const defaultPort = { postgres: 5432, redis: 6379, etcd: 2379 }[o.store];
+    const defaultPort = { postgres: 5432, redis: 6379, etcd: 2379, mysql: 3306 }[o.store];
     proxy = await new ChaosProxy(u.hostname, u.port === '' ? defaultPort : Number(u.port)).start();
     u.hostname = '127.0.0.1';
     u.port = String(proxy.port);
@@ -148,6 +148,7 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
       const t = monoMs() - runStart;
       if (t >= hardCap || (t >= o.durationMs && nemesis.firstRoundDone)) break;
       const kind = nemesis.nextKind();
+      const tokensBefore = new Map(fleet.workers.map((w) => [w.id, w.token]));
       let rec: FaultRecord;
       try {
         rec = await nemesis.inject(kind);
@@ -166,7 +167,15 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
       faults.push(rec);
       say(`[chaos ${elapsed()}] #${rec.n} ${kind}${rec.role === 'leader' ? ' (leader)' : ''}: ${rec.note}`);
       // Let the system heal before the next fault: wait (bounded) for a write after the heal.
-      const back = await fleet.waitForEvent((_w, e) => e.ev === 'accepted' && e.t > rec.heal, 10 * timing.ttlMs + 5000);
+      // Healed as the checker's failover-bounded judges it: a write by the faulted process (or a
+      // restored copy of it) in its old term does not show that a leader is back. Taking one for
+      // the heal let the next fault start while the lease still sat with a frozen or cloned term,
+      // and the checker then charged the next fault's outage to this one.
+      const stale = staleTerms(rec, tokensBefore);
+      const back = await fleet.waitForEvent(
+        (w, e) => e.ev === 'accepted' && e.t > rec.heal && !(stale.has(w.id) && stale.get(w.id) === e.token),
+        10 * timing.ttlMs + 5000,
+      );
       if (back === null) say(`[chaos ${elapsed()}]   no write accepted within ${10 * timing.ttlMs + 5000}ms of fault #${rec.n} healing`);
       await sleep(o.profile === 'short' ? prng.range(300, 800) : prng.range(500, 2000));
       await resize(fleet, o.workers, trims, say, elapsed, mode);
@@ -268,6 +277,19 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
   }
   say(summaryText(report));
   return report;
+}
+
+/** The terms whose writes do not count as a leader being back after `rec` (worker id to token). */
+function staleTerms(rec: FaultRecord, tokensBefore: Map<string, string | null>): Map<string, string> {
+  const stale = new Map<string, string>();
+  if (rec.kind === 'fork' || rec.kind === 'clock-past') return stale; // the leader was left alone
+  for (const id of rec.targets) {
+    const token = tokensBefore.get(id);
+    if (token == null) continue;
+    stale.set(id, token);
+    if (rec.kind === 'snapshot') for (const copy of rec.spawned) stale.set(copy, token);
+  }
+  return stale;
 }
 
 /** Back to N live workers: SIGTERM the oldest followers beyond N; replace any that died. */

@@ -16,8 +16,8 @@ import { FAULT_KINDS, type FaultKind, type StoreKind } from './types.js';
 
 const USAGE = `usage: npm run chaos -- [options]
 
-  --store postgres|sqlite|redis|etcd   where the leases live (default postgres; the resource is always PostgreSQL)
-  --profile short|long                 short: 40s, 4 workers, brief holds (what npm test runs); long: 10m, 5 workers
+  --store postgres|sqlite|redis|etcd|mysql   where the leases live (default postgres; the resource is always PostgreSQL)
+  --profile short|long                       short: 40s, 4 workers, brief holds (what npm test runs); long: 10m, 5 workers
   --duration 60s                       how long the nemesis runs (default 60s, or the profile's); every kind is injected
                                        at least once, even if that takes longer
   --workers 5                          worker processes
@@ -29,7 +29,7 @@ const USAGE = `usage: npm run chaos -- [options]
   --keep                               keep the resource schema and lease namespace afterwards
   --help
 
-Environment: LEASEHOLD_TEST_PG_URL (resource, and the postgres store), LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL.
+Environment: LEASEHOLD_TEST_PG_URL (resource, and the postgres store), LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL, LEASEHOLD_TEST_MYSQL_URL.
 Exit: 0 proved (fenced: all invariants held; --unfenced: violations detected), 1 not proved, 2 could not run.`;
 
 async function main(): Promise<number> {
@@ -64,7 +64,7 @@ async function main(): Promise<number> {
     return 2;
   };
   const store = values.store as StoreKind;
-  if (!['postgres', 'sqlite', 'redis', 'etcd'].includes(store)) return fail(`--store ${values.store}: use postgres, sqlite, redis or etcd`);
+  if (!['postgres', 'sqlite', 'redis', 'etcd', 'mysql'].includes(store)) return fail(`--store ${values.store}: use postgres, sqlite, redis, etcd or mysql`);
   const profile = (values.profile ?? 'long') as 'short' | 'long';
   if (profile !== 'short' && profile !== 'long') return fail(`--profile ${values.profile}: use short or long`);
   const defaultDuration = values.profile === undefined ? '60s' : profile === 'short' ? '40s' : '10m';

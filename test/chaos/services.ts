@@ -11,9 +11,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { isLoopback } from './proxy.js';
 import type { StoreKind } from './types.js';
-import { TEST_PG_URL } from '../helpers/stores.js';
+import { TEST_MYSQL_URL, TEST_PG_URL, mysqlAdmin } from '../helpers/stores.js';
 import { TEST_REDIS_URL } from '../helpers/redis-store.js';
 import { TEST_ETCD_URL } from '../helpers/etcd-store.js';
+import { restartMariadb, whyNotRestartMariadb } from '../helpers/mariadb.js';
 
 /** The libfaketime preload library (multi-threaded build: Node has threads), or null. */
 export function findFaketime(): string | null {
@@ -96,7 +97,7 @@ export interface Restarter {
 
 export async function storeRestarter(kind: StoreKind): Promise<Restarter | { unsupported: string }> {
   const root = typeof process.getuid === 'function' && process.getuid() === 0;
-  if (!root && kind !== 'sqlite' && kind !== 'etcd') return { unsupported: `restarting ${kind} needs root (pg_ctlcluster, redis-server in a system dir)` };
+  if (!root && kind !== 'sqlite' && kind !== 'etcd') return { unsupported: `restarting ${kind} needs root (pg_ctlcluster, redis-server in a system dir, start-stop-daemon)` };
   switch (kind) {
     case 'sqlite':
       return { unsupported: 'SQLite is a file, not a server: there is nothing to restart' };
@@ -158,6 +159,16 @@ export async function storeRestarter(kind: StoreKind): Promise<Restarter | { uns
         },
       };
     }
+    case 'mysql': {
+      const why = whyNotRestartMariadb();
+      if (why !== undefined) return { unsupported: why };
+      return {
+        describe: 'start-stop-daemon --stop/--start /usr/sbin/mariadbd (clean shutdown)',
+        async restart(downMs: number) {
+          await restartMariadb({ downMs, timeoutMs: 90_000 });
+        },
+      };
+    }
   }
 }
 
@@ -179,5 +190,10 @@ export async function storeUnreachable(kind: StoreKind): Promise<string | null> 
         .catch(() => false);
       return ok ? null : `etcd does not answer at ${TEST_ETCD_URL} (start it with node scripts/services/etcd.mjs start)`;
     }
+    case 'mysql':
+      return mysqlAdmin('DO 1').then(
+        () => null,
+        (err: unknown) => `MySQL does not answer at ${TEST_MYSQL_URL} (${(err as Error).message})`,
+      );
   }
 }

@@ -15,7 +15,7 @@
  *   log; wall clocks may be faked on purpose.
  */
 
-export type StoreKind = 'postgres' | 'sqlite' | 'redis' | 'etcd';
+export type StoreKind = 'postgres' | 'sqlite' | 'redis' | 'etcd' | 'mysql';
 
 export const FAULT_KINDS = [
   'pause',

@@ -31,6 +31,7 @@ import type { Lease } from '../../src/core/lease.js';
 import { resumeLease, snapshotLease, type LeaseSnapshot } from '../../src/testing/index.js';
 import { Elector } from '../../src/core/elector.js';
 import type { LeaseStore } from '../../src/backends/store.js';
+import { MysqlStore } from '../../src/backends/mysql/store.js';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { createRedisStore } from '../../src/backends/redis/index.js';
@@ -114,6 +115,8 @@ async function openChaosStore(): Promise<LeaseStore> {
       return createRedisStore({ url: storeUrl, commandTimeoutMs: ttlMs, connectTimeoutMs: ttlMs, historyMaxLen: 1_000_000, leaseHistoryMaxLen: 1_000_000 });
     case 'etcd':
       return createEtcdStore({ url: storeUrl, callTimeoutMs: ttlMs });
+    case 'mysql':
+      return MysqlStore.create({ url: storeUrl, queryTimeoutMs: ttlMs, connectTimeoutMs: ttlMs });
   }
 }
 

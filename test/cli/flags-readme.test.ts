@@ -1,6 +1,7 @@
 /**
- * One source of truth for flags: the README's CLI section, `leasehold --help` and each
- * `leasehold CMD --help` are checked against the command specs (src/cli/flags.ts). A command
+ * One source of truth for flags: the CLI reference (docs/cli.md, "Commands"; the README links
+ * it), `leasehold --help` and each `leasehold CMD --help` are checked against the command specs
+ * (src/cli/flags.ts). A command
  * registered with a spec in main.ts is checked exactly; one that still declares its own options
  * is checked against its hand-written usage line, and the test says so.
  */
@@ -12,13 +13,15 @@ import { commandIndex, usage } from '../../src/cli/main.js';
 import { envNames, flagNames, helpText, synopsis, WIDTH } from '../../src/cli/flags.js';
 import { ROOT, Sandbox } from './helpers.js';
 
-/** The README from `## CLI` to the next `## `. */
+/** docs/cli.md from `## Commands` to the next `## `. */
 function readmeCliSection(): string {
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const start = readme.indexOf('\n## CLI\n');
-  assert.ok(start >= 0, 'README.md has a "## CLI" section');
-  const end = readme.indexOf('\n## ', start + 1);
-  return readme.slice(start, end === -1 ? undefined : end);
+  assert.match(readme, /\]\(docs\/cli\.md[)#]/, 'the README links the CLI reference');
+  const doc = readFileSync(join(ROOT, 'docs', 'cli.md'), 'utf8');
+  const start = doc.indexOf('\n## Commands\n');
+  assert.ok(start >= 0, 'docs/cli.md has a "## Commands" section');
+  const end = doc.indexOf('\n## ', start + 1);
+  return doc.slice(start, end === -1 ? undefined : end);
 }
 
 /** The `leasehold ...` lines of the section's first code block, keyed by command. */
@@ -37,19 +40,19 @@ function readmeLines(section: string): Map<string, string> {
 
 const flagsIn = (text: string): string[] => [...new Set([...text.matchAll(/(?<![\w-])--[a-z][a-z0-9-]*/g)].map((m) => m[0]))].sort();
 
-void describe('flags: one declaration per command; help, usage and README agree', async () => {
+void describe('flags: one declaration per command; help, usage and the CLI reference agree', async () => {
   const commands = await commandIndex();
   const section = readmeCliSection();
   const lines = readmeLines(section);
 
-  void it('the README lists every command, and only those', () => {
+  void it('the CLI reference lists every command, and only those', () => {
     assert.deepEqual([...lines.keys()].sort(), commands.map((c) => c.name).sort());
   });
 
   for (const { name, spec } of commands) {
-    void it(`${name}: its README line is the one generated from its flags`, () => {
+    void it(`${name}: its docs/cli.md line is the one generated from its flags`, () => {
       const want = synopsis(spec, Infinity);
-      assert.equal(lines.get(name), want, `README.md's CLI block should read, for ${name}:\n${want}`);
+      assert.equal(lines.get(name), want, `docs/cli.md's Commands block should read, for ${name}:\n${want}`);
     });
     void it(`${name}: --help describes every flag and its variable, within ${WIDTH} columns`, async (t) => {
       const sb = new Sandbox('flags');
@@ -64,16 +67,16 @@ void describe('flags: one declaration per command; help, usage and README agree'
     });
   }
 
-  void it('the README names no flag that no command has, and every variable a flag reads', () => {
-    // --pdeathsig is setpriv's, named where the README explains how a runner's child dies with it.
+  void it('the CLI reference names no flag that no command has, and every variable a flag reads', () => {
+    // --pdeathsig is setpriv's, named where docs/cli.md explains how a runner's child dies with it.
     const known = new Set(['--help', '--version', '--pdeathsig']);
     for (const c of commands) {
       for (const f of flagNames(c.spec)) known.add(f);
     }
     const unknown = flagsIn(section).filter((f) => !known.has(f));
-    assert.deepEqual(unknown, [], 'flags in the README that no command declares');
+    assert.deepEqual(unknown, [], 'flags in docs/cli.md that no command declares');
     const vars = new Set(commands.flatMap((c) => envNames(c.spec)));
-    for (const v of vars) assert.ok(section.includes(v), `the README's CLI section names ${v}`);
+    for (const v of vars) assert.ok(section.includes(v), `docs/cli.md's Commands section names ${v}`);
   });
 
   void it('`leasehold --help` has every command\'s generated usage line and fits in the width', async () => {

@@ -199,7 +199,14 @@ export async function dropSchema(schema: string): Promise<void> {
 
 /** A child script that records its pid and token, then waits to be killed. */
 export function sleeperScript(sb: Sandbox, tag: string): string {
-  return sb.script(`${tag}.sh`, `echo $$ > "${sb.path(`${tag}.pid`)}"\necho "$LEASEHOLD_TOKEN" > "${sb.path(`${tag}.token`)}"\nexec sleep 30`);
+  // Each file is written beside its name and renamed into place: tests wait for `${tag}.token` to exist and
+  // then read it, and a plain `>` creates the file empty before the echo fills it (a Node 24 run read "").
+  const pid = sb.path(`${tag}.pid`);
+  const token = sb.path(`${tag}.token`);
+  return sb.script(
+    `${tag}.sh`,
+    `echo $$ > "${pid}.tmp" && mv "${pid}.tmp" "${pid}"\necho "$LEASEHOLD_TOKEN" > "${token}.tmp" && mv "${token}.tmp" "${token}"\nexec sleep 30`,
+  );
 }
 
 export function readPid(sb: Sandbox, tag: string): number {

@@ -75,6 +75,7 @@ for (const kind of selectedStores()) {
         await lease.release();
       } finally {
         await lh.close();
+        await stale.close();
       }
 
       const lower = await t.store.migrate({ minToken: floor - 500n });

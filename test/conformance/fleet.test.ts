@@ -33,6 +33,6 @@ for (const kind of selectedStores()) {
 void describe('fleet on a store without one', () => {
   void it('openFleet refuses it with a ConfigError naming the stores that have a fleet', async () => {
     const store = new MemoryStore();
-    await assert.rejects(openFleet(store), (e: unknown) => e instanceof ConfigError && /PostgreSQL, SQLite, Redis and etcd/.test(e.message) && /memory/.test(e.message));
+    await assert.rejects(openFleet(store), (e: unknown) => e instanceof ConfigError && /PostgreSQL, SQLite, Redis, etcd and MySQL/.test(e.message) && /memory/.test(e.message));
   });
 });

@@ -7,7 +7,7 @@ import { runSlotLedgerConformance, type SlotLedgerConformanceOptions } from '../
 import { openSlotLedger } from '../../src/backends/index.js';
 import { makeTestStore, selectedStores, type StoreKind } from '../helpers/stores.js';
 
-const LEDGERS: StoreKind[] = ['postgres', 'sqlite', 'redis', 'etcd'];
+const LEDGERS: StoreKind[] = ['postgres', 'sqlite', 'redis', 'etcd', 'mysql'];
 const OPTIONS: Partial<Record<StoreKind, SlotLedgerConformanceOptions>> = { etcd: { shortTtlMs: 2000, expirySlackMs: 1200 } };
 
 for (const kind of selectedStores().filter((k) => LEDGERS.includes(k))) {

@@ -10,8 +10,10 @@ import { TEST_ETCD_URL, deleteEtcdKeys, freshEtcdPrefix } from './etcd-store.js'
 
 export const TEST_PG_URL = process.env['LEASEHOLD_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
 
-export type StoreKind = 'postgres' | 'sqlite' | 'redis' | 'etcd';
-export const ALL_STORES: StoreKind[] = ['postgres', 'sqlite', 'redis', 'etcd'];
+export const TEST_MYSQL_URL = process.env['LEASEHOLD_TEST_MYSQL_URL'] ?? 'mysql://root@127.0.0.1:3306/test';
+
+export type StoreKind = 'postgres' | 'sqlite' | 'redis' | 'etcd' | 'mysql';
+export const ALL_STORES: StoreKind[] = ['postgres', 'sqlite', 'redis', 'etcd', 'mysql'];
 
 /** The stores this run covers: `LEASEHOLD_TEST_STORES=postgres,redis` narrows it. */
 export function selectedStores(): StoreKind[] {
@@ -64,6 +66,14 @@ export async function makeTestStore(kind: StoreKind): Promise<TestStore> {
       drop = () => deleteRedisKeys(prefix);
       break;
     }
+    case 'mysql': {
+      // A database of its own: MySQL's schemas are databases.
+      const db = `lh_t_${id}`;
+      await mysqlAdmin(`CREATE DATABASE ${db}`);
+      url = TEST_MYSQL_URL.replace(/\/[^/?]*(\?|$)/, `/${db}$1`);
+      drop = () => mysqlAdmin(`DROP DATABASE IF EXISTS ${db}`);
+      break;
+    }
     case 'etcd': {
       const prefix = freshEtcdPrefix();
       url = `${TEST_ETCD_URL}${TEST_ETCD_URL.includes('?') ? '&' : '?'}prefix=${prefix}`;
@@ -100,8 +110,22 @@ export function downUrl(kind: StoreKind): string | undefined {
       return 'redis://127.0.0.1:1/0';
     case 'etcd':
       return 'etcd://127.0.0.1:1';
+    case 'mysql':
+      return 'mysql://root@127.0.0.1:1/test';
     case 'sqlite':
       return undefined;
+  }
+}
+
+/** Runs one statement as the test server's administrator (on the URL's own database). */
+export async function mysqlAdmin(sql: string): Promise<void> {
+  const { createRequire } = await import('node:module');
+  const mysql = createRequire(import.meta.url)('mysql2') as { createConnection(uri: string): { query(sql: string, cb: (err: Error | null) => void): void; end(): void } };
+  const c = mysql.createConnection(TEST_MYSQL_URL.replace(/^mariadb:/, 'mysql:'));
+  try {
+    await new Promise<void>((resolve, reject) => c.query(sql, (err) => (err === null ? resolve() : reject(err))));
+  } finally {
+    c.end();
   }
 }
 

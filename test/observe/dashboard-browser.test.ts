@@ -125,6 +125,10 @@ void describe('dashboard in Chromium (sqlite, loopback)', { skip }, () => {
     });
     assert.ok((await page.$$(`[data-timeline="${name}"] line[data-event="revoked"]`)).length >= 1, 'a revocation mark on the timeline');
     assert.ok((await page.$$(`[data-timeline="${name}"] rect[data-token]`)).length >= 2, 'both terms on the timeline');
+    assert.equal(await cell(page, name, 'expires'), '-', 'a free lease has no expiry to count down (it read "expired 25s ago")');
+    // No term's colour is an event mark's: red revoked, orange expired, purple conflict (token 2 was purple).
+    const hues = await page.$$eval('rect[data-token]', (els) => els.map((e) => Number(/hsl\((\d+)/.exec(e.getAttribute('stroke') ?? '')?.[1] ?? -1)));
+    assert.ok(hues.length >= 2 && hues.every((h) => h >= 45 && h <= 245), `term hues ${hues.join(', ')} stay clear of red, orange and purple`);
     assert.equal(await page.$$eval('button, form, input, [contenteditable]', (els) => els.length), 0, 'no write actions on the page');
 
     // The revoked runner stands down; wait until it has exited, then let a third take the lease

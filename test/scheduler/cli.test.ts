@@ -4,7 +4,7 @@ import { after, describe, it } from 'node:test';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import pg from 'pg';
-import { makeTestStore } from '../helpers/stores.js';
+import { makeTestStore, selectedStores } from '../helpers/stores.js';
 import { PG_URL, Sandbox, assertOneLineError, dropSchema, freshSchema, pgUrl, until } from '../cli/helpers.js';
 
 const sb = new Sandbox('cron');
@@ -41,7 +41,7 @@ void describe('leasehold cron: usage errors are exit 2 with one line', () => {
   }
 });
 
-for (const kind of ['redis', 'etcd'] as const) {
+for (const kind of (['redis', 'etcd', 'mysql'] as const).filter((k) => selectedStores().includes(k))) {
   void describe(`on ${kind}`, () => {
     void it('--once-per KEY on three hosts at once runs the command once; a failed KEY runs again', async () => {
       const ts = await makeTestStore(kind);
@@ -89,7 +89,7 @@ for (const kind of ['redis', 'etcd'] as const) {
   });
 }
 
-for (const kind of ['sqlite', 'postgres'] as const) {
+for (const kind of (['sqlite', 'postgres'] as const).filter((k) => selectedStores().includes(k))) {
   void describe(`on ${kind}`, () => {
     void it('--once-per KEY on three hosts at once runs the command once; the others exit --busy-exit', async () => {
       const store = storeFor(kind);

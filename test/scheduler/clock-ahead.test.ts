@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { existsSync } from 'node:fs';
-import { makeTestStore, type StoreKind } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, type StoreKind } from '../helpers/stores.js';
 import { Sandbox, until } from '../cli/helpers.js';
 import { findFaketime } from '../chaos/services.js';
 
@@ -26,7 +26,7 @@ interface Row {
   reason: string | null;
 }
 
-for (const kind of ['etcd', 'postgres', 'redis'] as StoreKind[]) {
+for (const kind of (['etcd', 'postgres', 'redis'] as StoreKind[]).filter((k) => selectedStores().includes(k))) {
   void describe(`on ${kind}`, () => {
     void it(`a replica ${AHEAD_S} s ahead takes over: no slot in the real future is recorded missed, and the slots after the takeover run`, async (t) => {
       if (faketime === null) {
@@ -79,7 +79,7 @@ for (const kind of ['etcd', 'postgres', 'redis'] as StoreKind[]) {
   });
 }
 
-void describe("etcd's clock, read from its HTTP Date header", () => {
+void describe("etcd's clock, read from its HTTP Date header", { skip: selectedStores().includes('etcd') ? false : 'etcd not selected (LEASEHOLD_TEST_STORES)' }, () => {
   void it('is a lower bound of etcd time, at most a second (the header has whole seconds) behind', async () => {
     const { etcdClock } = await import('../../src/backends/etcd/clock.js');
     const { TEST_ETCD_URL } = await import('../helpers/etcd-store.js');

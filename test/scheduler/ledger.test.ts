@@ -13,7 +13,7 @@ import { PostgresSlotLedger } from '../../src/backends/postgres/slots.js';
 import type { PgPoolLike } from '../../src/backends/postgres/store.js';
 import pg from 'pg';
 
-for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sqlite')) {
+for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sqlite' || k === 'mysql')) {
   void describe(`slot ledger on ${kind}`, () => {
     let ts: TestStore;
     let ledger: SlotLedgerPort;

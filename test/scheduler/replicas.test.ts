@@ -1,5 +1,5 @@
 /**
- * Three `leasehold cron --every 1s` replicas as real processes; the leader is frozen (SIGSTOP),
+ * Three `leasehold cron --every 1s --mode leader` replicas as real processes; the leader is frozen (SIGSTOP),
  * then killed (SIGKILL), and a replica is restarted. Every slot from the first to the last is in
  * the ledger once (run, or skipped with a reason: nothing silently lost), and no slot ran twice
  * at the resource unless the ledger records it as the rerun of an interrupted term.
@@ -57,7 +57,7 @@ interface Row {
 }
 
 for (const kind of ['sqlite', 'postgres'] as const) {
-  void describe(`three cron replicas on ${kind}`, () => {
+  void describe(`three cron replicas in leader mode on ${kind}`, () => {
     void it('every slot once in the ledger, none twice at the resource, through a freeze, a kill and a restart', async () => {
       let store: string;
       if (kind === 'sqlite') store = `sqlite:${sb.path(`${randomBytes(4).toString('hex')}.db`)}`;
@@ -69,7 +69,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       }
       const resource = sb.path(`resource-${kind}.log`);
       const job = sb.script(`job-${kind}.sh`, `echo "$LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${resource}`);
-      const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', store, '--', job];
+      const args = ['cron', '--mode', 'leader', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', store, '--', job];
       const startedAt = Date.now();
       const replicas: Running[] = [0, 1, 2].map(() => sb.start(args));
       /** Every replica started, killed ones included: tokens are read from all of them. */

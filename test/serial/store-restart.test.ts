@@ -1,6 +1,6 @@
 /**
  * Store restarts while leases are held: PostgreSQL restarted, Redis restarted EMPTY (no
- * persistence, the common default), etcd restarted. No token may ever go backwards, and a
+ * persistence, the common default), etcd restarted, MariaDB shut down cleanly and started again. No token may ever go backwards, and a
  * leader must be back without anyone touching anything.
  *
  * This file restarts shared servers, so the test runner runs it in the last phase, alone.
@@ -13,6 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Term } from '../../src/core/lease.js';
 import { makeTestStore, selectedStores, type StoreKind } from '../helpers/stores.js';
+import { ensureMariadbUp, restartMariadb, whyNotRestartMariadb } from '../helpers/mariadb.js';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -53,6 +54,7 @@ function canRestart(kind: StoreKind): string | undefined {
   if (kind === 'postgres' && process.env['LEASEHOLD_TEST_PG_URL'] !== undefined) return 'LEASEHOLD_TEST_PG_URL points at a server this test does not manage';
   if (kind === 'redis' && process.env['LEASEHOLD_TEST_REDIS_URL'] !== undefined) return 'LEASEHOLD_TEST_REDIS_URL points at a server this test does not manage';
   if (kind === 'etcd' && process.env['LEASEHOLD_TEST_ETCD_URL'] !== undefined) return 'LEASEHOLD_TEST_ETCD_URL points at a server this test does not manage';
+  if (kind === 'mysql') return whyNotRestartMariadb();
   return undefined;
 }
 
@@ -60,6 +62,7 @@ const restarters: Record<Exclude<StoreKind, 'sqlite'>, () => Promise<void> | voi
   postgres: restartPostgres,
   redis: restartRedisEmpty,
   etcd: restartEtcd,
+  mysql: () => restartMariadb({ downMs: 500 }),
 };
 
 void describe('store restarts while a lease is held', () => {
@@ -101,8 +104,9 @@ void describe('store restarts while a lease is held', () => {
       }
     });
   }
-  after(() => {
+  after(async () => {
     // Leave the shared servers up for whatever runs next, whatever happened above.
+    if (selectedStores().includes('mysql')) await ensureMariadbUp();
     if (isRoot && spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', '6379', 'ping']).status !== 0) {
       spawnSync('redis-server', ['--daemonize', 'yes', '--bind', '127.0.0.1', '-::1', '--port', '6379', '--save', '', '--appendonly', 'no', '--dir', '/var/lib/redis', '--logfile', '/var/log/redis/ci.log']);
     }

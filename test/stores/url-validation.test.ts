@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import { ConfigError } from '../../src/core/errors.js';
 import { openStore } from '../../src/backends/index.js';
 import { parseEtcdUrl } from '../../src/backends/etcd/client.js';
+import { parseMysqlUrl } from '../../src/backends/mysql/url.js';
 import { parsePostgresUrl } from '../../src/backends/postgres/url.js';
 import { parseRedisUrl } from '../../src/backends/redis/connect.js';
 import { parseSqliteUrl } from '../../src/backends/sqlite/url.js';
@@ -82,6 +83,63 @@ void describe('postgres:// URLs', () => {
   });
 });
 
+void describe('mysql:// and mariadb:// URLs', () => {
+  void it('refuse a malformed URL, a missing database or user, and an unusable database name', () => {
+    refused(parseMysqlUrl, 'mysql:/h/db', /is not a MySQL URL; write mysql:\/\/user@host:3306\/database/);
+    refused(parseMysqlUrl, 'mysql://root@h', /names no database/);
+    refused(parseMysqlUrl, 'mysql://root@h/', /names no database/);
+    refused(parseMysqlUrl, 'mysql://h/db', /names no user/);
+    refused(parseMysqlUrl, 'mysql://root@h/d-b', /database name "d-b" is not supported/);
+    refused(parseMysqlUrl, 'mysql://root@h/db#x', /#fragment/);
+  });
+
+  void it('refuse a bad port or host in the host list, on any host, and a host listed twice', () => {
+    refused(parseMysqlUrl, 'mysql://root@h:0/db', /port "0" for host "h" is not a port/);
+    refused(parseMysqlUrl, 'mysql://root@h:99999/db', /port "99999" for host "h" is not a port/);
+    refused(parseMysqlUrl, 'mysql://root@h:abc/db', /port "abc" for host "h"/);
+    refused(parseMysqlUrl, 'mysql://root@a:3306,b:x/db', /port "x" for host "b"/);
+    refused(parseMysqlUrl, 'mysql://root@a:3306,,b/db', /has no host/);
+    refused(parseMysqlUrl, 'mysql://root@a:3306,/db', /has no host/);
+    refused(parseMysqlUrl, 'mysql://root@a,A:3306/db', /lists host a:3306 twice/);
+    refused(parseMysqlUrl, 'mysql://u:secret@h:0/db', /^(?!.*secret)/);
+  });
+
+  void it('refuse an unknown or repeated parameter, naming the ones it takes', () => {
+    refused(parseMysqlUrl, 'mysql://root@h/db?sslmod=require', /"sslmod" is not understood; the MySQL store takes sslmode=, cacert=, cert=, key=, connect_timeout=/);
+    refused(parseMysqlUrl, 'mysql://root@h/db?schema=x', /"schema" is not understood/);
+    refused(parseMysqlUrl, 'mysql://root@h/db?sslmode=require&sslmode=disable', /"sslmode" is given twice/);
+    refused(parseMysqlUrl, 'mysql://root@h/db?connect_timeout=0', /connect_timeout="0" is not a number of seconds > 0/);
+  });
+
+  void it('take the four sslmode values and refuse the others', () => {
+    for (const mode of ['prefer', 'allow', 'verify_ca', 'REQUIRE', '']) {
+      refused(parseMysqlUrl, `mysql://root@h/db?sslmode=${mode}`, /is not one of disable, require, verify-ca, verify-full/);
+    }
+    refused(parseMysqlUrl, 'mysql://root@h/db?sslmode=disable&cacert=/nonexistent.pem', /sslmode=disable with TLS files/);
+    assert.equal(parseMysqlUrl('mysql://root@h/db').target.ssl, undefined);
+    assert.equal(parseMysqlUrl('mysql://root@h/db?sslmode=disable').target.ssl, undefined);
+    for (const mode of ['require', 'verify-ca', 'verify-full'] as const) assert.equal(parseMysqlUrl(`mysql://root@h/db?sslmode=${mode}`).target.ssl?.mode, mode);
+  });
+
+  void it('read the host list in order, 3306 where no port is given', () => {
+    const { target, description } = parseMysqlUrl('mysql://root@127.0.0.1:3307,127.0.0.1:3308/test?connect_timeout=1.5');
+    assert.deepEqual(target.hosts, [
+      { host: '127.0.0.1', port: 3307 },
+      { host: '127.0.0.1', port: 3308 },
+    ]);
+    assert.equal(target.connectTimeoutMs, 1500);
+    assert.match(description, /hosts in order 127\.0\.0\.1:3307,127\.0\.0\.1:3308/);
+    const v6 = parseMysqlUrl('mariadb://u:secret@[::1]:3307,db2/app');
+    assert.deepEqual(v6.target.hosts, [
+      { host: '::1', port: 3307 },
+      { host: 'db2', port: 3306 },
+    ]);
+    assert.equal(v6.target.password, 'secret');
+    assert.match(v6.description, /^mariadb (?!.*secret).*hosts in order \[::1\]:3307,db2:3306/);
+    assert.deepEqual(parseMysqlUrl('mysql://root@h/db').target.hosts, [{ host: 'h', port: 3306 }]);
+  });
+});
+
 void describe('etcd:// URLs', () => {
   void it('refuse a bad endpoint: a repeated member, an invalid host name or address, a port out of range', () => {
     refused(parseEtcdUrl, 'etcd://127.0.0.1:2379,127.0.0.1:2379', /endpoint 127\.0\.0\.1:2379 is listed twice/);
@@ -134,6 +192,8 @@ void describe('openStore refuses a bad part before it connects, on every scheme'
       'postgres://postgres@127.0.0.1:5432/test?connect_timeout=5',
       'etcd://127.0.0.1:2379,127.0.0.1:2379',
       'sqlite:/tmp/leases.db?mode=ro',
+      'mysql://root@127.0.0.1:3306/test?sslmode=prefer',
+      'mariadb://root@127.0.0.1:3307,127.0.0.1:3307/test',
     ]) {
       await assert.rejects(openStore(url), (e: unknown) => e instanceof ConfigError && e.code === 'CONFIG', url);
     }

@@ -84,6 +84,16 @@ export class MemoryStore extends ReferenceStore {
     return super.release(req, options);
   }
 
+  /** Each releaseMany call's names, in the order sent (its rows are in `releases` too). */
+  readonly releaseBatches: string[][] = [];
+
+  override async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
+    this.releaseBatches.push(requests.map((r) => r.name));
+    for (const req of requests) this.releases.push({ ...req, expect: [...req.expect] });
+    if (this.mode.kind === 'fail') throw this.mode.error;
+    return super.releaseMany(requests, options);
+  }
+
   override watchFreed(listener: FreedListener): Promise<() => Promise<void>> {
     return super.watchFreed((name) => {
       if (!this.muted) listener(name);

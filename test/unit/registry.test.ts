@@ -23,7 +23,8 @@ void describe('the backend registry', () => {
       assert.equal(typeof b.openStore, 'function');
     }
     assert.equal(backendForUrl('POSTGRESQL://h/db')?.kind, 'postgres', 'schemes are case-insensitive');
-    assert.equal(backendForUrl('mysql://h/db'), undefined);
+    assert.equal(backendForUrl('MariaDB://h/db')?.kind, 'mysql', 'mariadb:// is the MySQL backend');
+    assert.equal(backendForUrl('mssql://h/db'), undefined);
     assert.equal(backendForUrl('no-scheme'), undefined);
   });
 
@@ -35,9 +36,9 @@ void describe('the backend registry', () => {
   });
 
   void it('an unknown scheme names every registered backend by its example URL', async () => {
-    await assert.rejects(openStore('mysql://root@127.0.0.1/app'), (e: unknown) => {
+    await assert.rejects(openStore('mssql://root@127.0.0.1/app'), (e: unknown) => {
       assert.ok(e instanceof ConfigError);
-      assert.match(e.message, /unknown scheme "mysql"/);
+      assert.match(e.message, /unknown scheme "mssql"/);
       for (const b of BACKENDS) assert.ok(e.message.includes(b.exampleUrl), `${b.exampleUrl} missing from: ${e.message}`);
       return true;
     });

@@ -1,9 +1,11 @@
-import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, FenceOwnedError, FencedError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term } from '../../core/lease.js';
 import { parseDuration, type Duration } from '../../core/config.js';
 import { mapPgError } from './errors.js';
 import { PostgresStore, type PgPoolLike, type PgQueryableLike, type PgResultLike } from './store.js';
 import { classifyFenceFailure, rotateFenceNonceAndCommit, sqlLiteral } from './term-fence.js';
+import { judge, refusedTermFence, type FenceDialect, type FencePlan, type TermFenceFailure, type TermFenceRequest } from '../term-fence.js';
+import { validateSchemaName } from './schema.js';
 
 export type PgFenceOptions = {
   /** What is being protected: one high-water mark per resource ("invoices", "tenant:42"). */
@@ -73,6 +75,9 @@ export async function createPgFenceTable(db: PgQueryableLike, table = 'leasehold
   await db.query(
     `CREATE TABLE IF NOT EXISTS ${t} (resource text PRIMARY KEY, token bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())`,
   );
+  // The lease a mark belongs to (src/fence adapters, issue 26): nullable, so a table created by
+  // an older version keeps working for writes that name no lease; running this again adds it.
+  await db.query(`ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS lease text`);
 }
 
 /** The lease a `term` option belongs to, and the schema its row lives in. */
@@ -236,24 +241,199 @@ async function commitAsTerm(client: PgQueryableLike, same: { lease: Lease; schem
       const why = await classifyFenceFailure(client, same.schema, { ...w, expect: now.expect, first: now.first }).catch((err: unknown) =>
         Promise.reject(mapPgError(err, same.schema)),
       );
-      if (why.kind === 'missing') {
-        throw new ConfigError(
-          `lease "${w.name}" has no row in schema "${same.schema}" of the database this transaction ran in; pass \`term\` only when the resource is in the lease store's own database`,
-        );
-      }
-      if (why.kind === 'ours') {
-        throw new StoreUnavailableError(`the fenced transaction for lease "${w.name}" was rolled back because the lease row moved under it; retry it`);
-      }
-      const detail =
-        why.reason === 'cloned'
-          ? 'another process holding this term (a restored snapshot or a fork) committed a fenced write with it; this transaction was rolled back'
-          : `a fenced write found the term over in the store (${why.reason}); the transaction was rolled back`;
-      same.lease.fenceLost(term, why.reason, detail);
-      throw term.signal.aborted ? (term.signal.reason as Error) : new LeaseLostError(w.name, w.token, why.reason === 'released' ? 'superseded' : why.reason, detail);
+      throw refusedTermFence(why, same.lease, term, {
+        missing: `schema "${same.schema}" of the database this transaction ran in; pass \`term\` only when the resource is in the lease store's own database`,
+        what: 'transaction',
+      });
     }
     closed();
     w.settle('written');
   } finally {
     w.settle('not-written'); // no-op once settled: an error before the COMMIT left nothing written
   }
+}
+
+/**
+ * The options of a fence inside a transaction your ORM opened (src/fence/<library>.ts): the
+ * `pg` fence's, plus the lease the resource belongs to.
+ */
+export type PgTxFenceOptions = PgFenceOptions & {
+  /**
+   * The lease name this resource's mark belongs to. With `term` it is the term's lease (and, if
+   * given, must match). The first write that names a lease claims an unclaimed mark; a write
+   * under another name is refused with FenceOwnedError. A write naming no lease (`token` only,
+   * no `lease`) is not checked: it cannot be.
+   */
+  lease?: string;
+};
+
+interface PgPlan extends FencePlan {
+  /** The quoted table, and the name the user knows it by. */
+  table: string;
+  tableLabel: string;
+  /** With `term`: the lease store's schema. */
+  schema: string | undefined;
+}
+
+const UNDEFINED_COLUMN = '42703';
+
+/** The SQL of a fenced write inside a transaction someone else opened (src/fence/engine.ts runs it). */
+export const pgFenceDialect: FenceDialect<PgTxFenceOptions, PgPlan> = {
+  plan(options) {
+    const term = options.term;
+    const token = options.token ?? term?.token;
+    if (typeof token !== 'bigint') throw new ConfigError('fence token must be a bigint (the lease token), or pass the term');
+    if (term !== undefined && token !== term.token) throw new ConfigError(`token ${token} is not the token of the term passed with it (${term.token})`);
+    if (typeof options.resource !== 'string' || options.resource.length === 0) throw new ConfigError('fence resource must be a non-empty string');
+    const same = term === undefined ? undefined : sameDatabase(term);
+    const owner = ownerOf(options.lease, same?.lease.name);
+    if (term?.signal.aborted) throw term.signal.reason as Error;
+    const tableLabel = options.table ?? (same === undefined ? 'leasehold.fences' : `${same.schema}.fences`);
+    return {
+      resource: options.resource,
+      token,
+      owner,
+      idleMs: idleBound(options.idleTimeout, term),
+      term,
+      lease: same?.lease,
+      table: fenceTableName(tableLabel),
+      tableLabel,
+      schema: same?.schema,
+    };
+  },
+
+  async advance(exec, plan) {
+    const tok = plan.token.toString();
+    try {
+      if (plan.idleMs !== undefined) await exec(`SELECT set_config('idle_in_transaction_session_timeout', '${plan.idleMs}', true) AS idle`, []);
+      const claim =
+        plan.owner === undefined
+          ? { cols: '', vals: '', set: '', where: '' }
+          : { cols: ', lease', vals: ', $2', set: ', lease = coalesce(f.lease, EXCLUDED.lease)', where: ' AND (f.lease IS NULL OR f.lease = EXCLUDED.lease)' };
+      const rows = await exec(
+        `WITH a AS (
+           INSERT INTO ${plan.table} AS f (resource, token, updated_at${claim.cols}) VALUES ($1, ${tok}, now()${claim.vals})
+           ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()${claim.set}
+            WHERE f.token <= EXCLUDED.token${claim.where}
+           RETURNING token)
+         SELECT token::text AS token FROM a`,
+        plan.owner === undefined ? [plan.resource] : [plan.resource, plan.owner],
+      );
+      if (rows.length > 0) return;
+      const hw = await exec(`SELECT token::text AS token${claim.cols} FROM ${plan.table} WHERE resource = $1`, [plan.resource]);
+      const row = hw[0];
+      const mark = row?.['token'];
+      const markOwner = row?.['lease'];
+      if (plan.owner !== undefined && typeof markOwner === 'string' && markOwner !== plan.owner) throw new FenceOwnedError(plan.resource, plan.owner, markOwner);
+      throw new FencedError(plan.resource, plan.token, mark == null ? null : BigInt(mark as string));
+    } catch (err) {
+      const code = (err as { code?: unknown } | undefined)?.code;
+      if (code === '42P01' || code === '3F000') {
+        throw new SchemaError(`fence table ${plan.tableLabel} does not exist; run \`leasehold migrate\` or createPgFenceTable()`, { cause: err });
+      }
+      if (code === UNDEFINED_COLUMN && plan.owner !== undefined) {
+        throw new SchemaError(
+          `fence table ${plan.tableLabel} has no \`lease\` column (it was created by an older leasehold): run createPgFenceTable(db, ${JSON.stringify(plan.tableLabel)}) once to add it, ` +
+            'or pass `token` without `lease` and `term` to fence without the owner check',
+          { cause: err },
+        );
+      }
+      throw err;
+    }
+  },
+
+  async rotate(exec, plan, req) {
+    const s = `"${validateSchemaName(plan.schema!)}"`;
+    const tok = req.token.toString();
+    const rows = await exec(
+      `WITH u AS (
+         UPDATE ${s}.leases SET fence_token = ${tok}, fence_nonce = $1
+          WHERE name = $2 AND holder = $3 AND token = ${tok} AND expires_at > now()
+            AND CASE WHEN fence_token IS NULL OR fence_token < ${tok} THEN ${req.first ? 'true' : 'false'}
+                     ELSE coalesce(fence_nonce IN (SELECT jsonb_array_elements_text(($4::text)::jsonb)), false) END
+         RETURNING 1)
+       SELECT count(*)::int AS n FROM u`,
+      [req.next, req.name, req.holder, JSON.stringify(req.expect)],
+    );
+    return Number(rows[0]?.['n']) === 1;
+  },
+
+  async classify(exec, plan, req) {
+    const s = `"${validateSchemaName(plan.schema!)}"`;
+    const tok = req.token.toString();
+    const rows = await exec(
+      `WITH cur AS (
+         SELECT name, holder, token, ended_by, expires_at > now() AS live,
+                CASE WHEN fence_token IS NULL OR fence_token < token THEN ${req.first ? 'true' : 'false'}
+                     ELSE coalesce(fence_nonce IN (SELECT jsonb_array_elements_text(($1::text)::jsonb)), false) END AS ours
+           FROM ${s}.leases WHERE name = $2 FOR UPDATE),
+       ended AS (
+         UPDATE ${s}.leases l SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'conflict'
+           FROM cur WHERE l.name = cur.name AND cur.holder = $3 AND cur.token = ${tok} AND cur.live AND NOT cur.ours
+         RETURNING l.name, l.token, cur.holder),
+       hist AS (
+         INSERT INTO ${s}.history (name, event, holder, previous_holder, token, at, detail)
+         SELECT name, 'conflict', NULL, holder, token, now(), $4 FROM ended)
+       SELECT cur.holder, cur.token::text AS token, cur.ended_by AS endedby, cur.live, cur.ours, EXISTS (SELECT 1 FROM ended) AS conflict FROM cur`,
+      [JSON.stringify(req.expect), req.name, req.holder, CLONE_DETAIL],
+    );
+    return judgeRow(rows[0], req);
+  },
+
+  async judgeInside(exec, plan, req) {
+    const s = `"${validateSchemaName(plan.schema!)}"`;
+    const rows = await exec(
+      `SELECT holder, token::text AS token, ended_by AS endedby, expires_at > now() AS live,
+              CASE WHEN fence_token IS NULL OR fence_token < token THEN ${req.first ? 'true' : 'false'}
+                   ELSE coalesce(fence_nonce IN (SELECT jsonb_array_elements_text(($1::text)::jsonb)), false) END AS ours,
+              false AS conflict
+         FROM ${s}.leases WHERE name = $2`,
+      [JSON.stringify(req.expect), req.name],
+    );
+    return judgeRow(rows[0], req, true);
+  },
+
+  mapError(err, plan) {
+    if (plan.idleMs !== undefined && endedByServer(err)) {
+      return new StoreUnavailableError(
+        `PostgreSQL ended the fenced transaction on "${plan.resource}" (idleTimeout ${plan.idleMs}ms: it sat idle that long, usually because this process was frozen inside it, or the connection was lost): ` +
+          'nothing of it was committed; retry with a live term',
+        { cause: err },
+      );
+    }
+    return err;
+  },
+};
+
+const CLONE_DETAIL = 'two processes wrote with one term (a restored snapshot or a clone), seen by a fenced write';
+
+/** The session ended under the transaction: 25P03, or the driver's word for a closed connection. */
+function endedByServer(err: unknown): boolean {
+  for (let e = err as { code?: unknown; message?: unknown; cause?: unknown } | undefined, i = 0; e != null && i < 4; e = e.cause as typeof e, i++) {
+    if (e.code === '25P03' || e.code === 'CONNECTION_ENDED' || e.code === 'CONNECTION_CLOSED' || e.code === 'ECONNRESET') return true;
+    // pg: "Connection terminated", "Client was closed and is not queryable"; TypeORM: "connection ... was already released".
+    if (typeof e.message === 'string' && /terminat|not queryable|Connection ended|connection is closed|already released/i.test(e.message)) return true;
+  }
+  return false;
+}
+
+function judgeRow(row: Record<string, unknown> | undefined, req: TermFenceRequest, inside = false): TermFenceFailure {
+  if (row === undefined) return { kind: 'missing' };
+  const holder = (row['holder'] as string | null) ?? null;
+  const token = BigInt(row['token'] as string);
+  const live = row['live'] === true;
+  const ours = row['ours'] === true;
+  // Inside the refused transaction nothing is ended, but a live term of this holder whose nonce
+  // this process never set is a clone all the same.
+  const conflict = row['conflict'] === true || (inside && holder === req.holder && token === req.token && live && !ours);
+  return judge({ holder, token, endedBy: (row['endedby'] as string | null) ?? null, live, ours, conflict }, req);
+}
+
+/** The mark's owner: the term's lease name, or the `lease` option (which must then agree). */
+function ownerOf(option: string | undefined, termLease: string | undefined): string | undefined {
+  if (option !== undefined && (typeof option !== 'string' || option.length === 0)) throw new ConfigError('`lease` must be a non-empty lease name');
+  if (option !== undefined && termLease !== undefined && option !== termLease) {
+    throw new ConfigError(`\`lease\` is "${option}" but the term passed with it is of lease "${termLease}"; leave \`lease\` out when you pass \`term\``);
+  }
+  return termLease ?? option;
 }

@@ -10,6 +10,14 @@ const ms = (col: string): string => `(extract(epoch FROM ${col}) * 1000)::float8
  * judged by this database's now(): an agent is live while its lease `agent/<id>` has a holder and
  * an expiry after now(), and it has not deregistered.
  */
+/**
+ * A placement reads at most this many eligible agents, fewest owned first (by the index of
+ * sql/008-placement-index.ts), and picks at random among those tied at the fewest: a bounded
+ * cost whatever the fleet's size, and ties spread (a resource placed and removed over and over
+ * does not land on one agent every time).
+ */
+const PLACEMENT_TIES = 16;
+
 export class PostgresFleet implements FleetPort {
   readonly kind = 'postgres';
   readonly description: string;
@@ -126,7 +134,7 @@ export class PostgresFleet implements FleetPort {
 
   /**
    * One statement: the candidates (live by now(), not draining, labels contained), the pick
-   * (fewest owned, random ties), the insert (which does nothing if the resource is owned) and
+   * (fewest owned, random ties among the first PLACEMENT_TIES; sql/008-placement-index.ts), the insert (which does nothing if the resource is owned) and
    * the owner count. When the insert lost a race with a concurrent placement of the same
    * resource, the statement's snapshot shows neither row: ask again, the winner is then visible.
    */
@@ -134,9 +142,11 @@ export class PostgresFleet implements FleetPort {
     for (let attempt = 0; ; attempt++) {
       const r = await this.q(
         `WITH cand AS (
-           SELECT a.id FROM ${this.s}.fleet_agents a JOIN ${this.s}.leases l ON l.name = $3 || a.id
-            WHERE ${this.live} AND NOT a.draining AND a.labels @> $2::jsonb
-            ORDER BY a.owned, random() LIMIT 1),
+           SELECT c.id FROM (
+             SELECT a.id, a.owned FROM ${this.s}.fleet_agents a JOIN ${this.s}.leases l ON l.name = $3 || a.id
+              WHERE a.deregistered_at IS NULL AND NOT a.draining AND ${this.live} AND a.labels @> $2::jsonb
+              ORDER BY a.owned, a.id LIMIT ${PLACEMENT_TIES}) c
+            ORDER BY c.owned, random() LIMIT 1),
          ins AS (
            INSERT INTO ${this.s}.fleet_ownership (resource, agent, generation, labels, placed_at)
            SELECT $1, cand.id, ${this.nextGeneration}, $2::jsonb, now() FROM cand

@@ -60,6 +60,7 @@ slots slots_status_check CHECK ((status = ANY (ARRAY['claimed'::text, 'succeeded
 -- indexes
 CREATE UNIQUE INDEX fences_pkey ON SCHEMA.fences USING btree (resource)
 CREATE UNIQUE INDEX fleet_agents_pkey ON SCHEMA.fleet_agents USING btree (id)
+CREATE INDEX fleet_agents_placement ON SCHEMA.fleet_agents USING btree (owned, id) WHERE ((deregistered_at IS NULL) AND (NOT draining))
 CREATE INDEX fleet_ownership_agent ON SCHEMA.fleet_ownership USING btree (agent)
 CREATE UNIQUE INDEX fleet_ownership_pkey ON SCHEMA.fleet_ownership USING btree (resource)
 CREATE INDEX history_name_id ON SCHEMA.history USING btree (name, id)
@@ -300,56 +301,81 @@ $function$
 
 CREATE OR REPLACE FUNCTION SCHEMA.release(p_name text, p_holder text, p_expect text[])
  RETURNS boolean
+ LANGUAGE sql
+AS $function$
+  SELECT coalesce((SELECT m.released FROM SCHEMA.release_many(ARRAY[p_name], ARRAY[p_holder], ARRAY[array_to_string(p_expect, ',')]) AS m), false);
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.release_many(p_names text[], p_holders text[], p_expects text[])
+ RETURNS TABLE(ord bigint, released boolean)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   v_now timestamptz := now();
+  v_req record;
   v_row record;
+  v_expect text[];
   v_token bigint;
+  v_handed boolean := false;
 BEGIN
-  SELECT l.token,
-         coalesce(l.holder = p_holder AND l.nonce = ANY (p_expect), false) AS ours,
-         coalesce(l.waiter IS NOT NULL AND l.waiter <> p_holder AND l.waiter_until > v_now, false) AS hand,
-         l.waiter, l.waiter_nonce, l.waiter_ttl_ms
-    INTO v_row
-    FROM SCHEMA.leases AS l
-   WHERE l.name = p_name
-     AND ((l.holder = p_holder AND l.nonce = ANY (p_expect)) OR (l.waiter = p_holder AND l.waiter_nonce = ANY (p_expect)))
-     FOR UPDATE;
-  IF NOT FOUND THEN
-    RETURN false;
-  END IF;
-  IF NOT v_row.ours THEN
-    -- The caller is the registered waiter, stopping: withdraw it.
-    UPDATE SCHEMA.leases AS l SET waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
-     WHERE l.name = p_name;
-    RETURN false;
-  END IF;
-  IF v_row.hand THEN
-    UPDATE SCHEMA.leases AS l
-       SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
-           token = GREATEST(l.token + 1, SCHEMA.timeline_token_floor() + 1),
-           expires_at = v_now + v_row.waiter_ttl_ms * interval '1 millisecond',
-           term_started_at = v_now, renewed_at = v_now, ended_by = NULL,
-           waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
-     WHERE l.name = p_name
-    RETURNING l.token INTO v_token;
-    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
-    VALUES (p_name, 'released', NULL, p_holder, v_row.token, v_now, NULL),
-           (p_name, 'acquired', v_row.waiter, NULL, v_token, v_now, 'handed over by the release');
-    -- The row keeps a holder, so the leases_freed trigger does not fire: notify here.
-    PERFORM pg_notify('leasehold_freed_SCHEMA', p_name);
-  ELSE
-    UPDATE SCHEMA.leases AS l
-       SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'released',
-           waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
-     WHERE l.name = p_name;
-    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
-    VALUES (p_name, 'released', NULL, p_holder, v_row.token, v_now, NULL);
-    -- This transaction only (is_local): see above.
+  FOR v_req IN
+    SELECT r.name, r.holder, r.expect, r.ord
+      FROM unnest(p_names, p_holders, p_expects) WITH ORDINALITY AS r(name, holder, expect, ord)
+     ORDER BY r.name, r.ord
+  LOOP
+    ord := v_req.ord;
+    released := false;
+    v_expect := string_to_array(v_req.expect, ',');
+    SELECT l.token,
+           coalesce(l.holder = v_req.holder AND l.nonce = ANY (v_expect), false) AS ours,
+           coalesce(l.waiter IS NOT NULL AND l.waiter <> v_req.holder AND l.waiter_until > v_now, false) AS hand,
+           l.waiter, l.waiter_nonce, l.waiter_ttl_ms
+      INTO v_row
+      FROM SCHEMA.leases AS l
+     WHERE l.name = v_req.name
+       AND ((l.holder = v_req.holder AND l.nonce = ANY (v_expect)) OR (l.waiter = v_req.holder AND l.waiter_nonce = ANY (v_expect)))
+       FOR UPDATE;
+    IF NOT FOUND THEN
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    IF NOT v_row.ours THEN
+      -- The caller is the registered waiter, stopping: withdraw it.
+      UPDATE SCHEMA.leases AS l SET waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+       WHERE l.name = v_req.name;
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    IF v_row.hand THEN
+      UPDATE SCHEMA.leases AS l
+         SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
+             token = GREATEST(l.token + 1, SCHEMA.timeline_token_floor() + 1),
+             expires_at = v_now + v_row.waiter_ttl_ms * interval '1 millisecond',
+             term_started_at = v_now, renewed_at = v_now, ended_by = NULL,
+             waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+       WHERE l.name = v_req.name
+      RETURNING l.token INTO v_token;
+      INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+      VALUES (v_req.name, 'released', NULL, v_req.holder, v_row.token, v_now, NULL),
+             (v_req.name, 'acquired', v_row.waiter, NULL, v_token, v_now, 'handed over by the release');
+      -- The row keeps a holder, so the leases_freed trigger does not fire: notify here.
+      PERFORM pg_notify('leasehold_freed_SCHEMA', v_req.name);
+      v_handed := true;
+    ELSE
+      UPDATE SCHEMA.leases AS l
+         SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'released',
+             waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+       WHERE l.name = v_req.name;
+      INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+      VALUES (v_req.name, 'released', NULL, v_req.holder, v_row.token, v_now, NULL);
+    END IF;
+    released := true;
+    RETURN NEXT;
+  END LOOP;
+  IF NOT v_handed THEN
+    -- This transaction only (is_local): see above and migration 6.
     PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
-  RETURN true;
 END
 $function$
 

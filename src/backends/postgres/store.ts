@@ -314,6 +314,30 @@ export class PostgresStore implements LeaseStore {
     return r.rows[0]?.['released'] === true;
   }
 
+  /** False once the schema turned out older than migration 7 (a process upgraded before `migrate`). */
+  private batchReleases = true;
+
+  async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
+    if (this.batchReleases) {
+      try {
+        const r = await this.q(`SELECT ord, released FROM ${this.s}.release_many($1::text[], $2::text[], $3::text[])`, [
+          requests.map((q) => q.name),
+          requests.map((q) => q.holder),
+          requests.map((q) => q.expect.join(',')),
+        ], options);
+        const out = requests.map(() => false);
+        for (const row of r.rows) out[Number(row['ord']) - 1] = row['released'] === true;
+        return out;
+      } catch (err) {
+        // A schema at version 6 has `release` and not `release_many`: release one by one, as that
+        // version's clients do, rather than leave every lease to expire until `migrate` runs.
+        if ((err as { cause?: { code?: unknown } }).cause?.code !== '42883') throw err;
+        this.batchReleases = false;
+      }
+    }
+    return Promise.all(requests.map((q) => this.release(q, options)));
+  }
+
   async revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
     const r = await this.q(
       `WITH old AS (SELECT name, holder, token FROM ${this.s}.leases WHERE name = $1 FOR UPDATE),

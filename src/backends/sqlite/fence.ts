@@ -1,10 +1,11 @@
 import { realpathSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { ConfigError, FencedError, LeaseLostError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, FencedError, SchemaError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term, type TermFenceWrite } from '../../core/lease.js';
 import { asSqliteDatabase } from './driver.js';
 import type { DatabaseSyncLike } from './node-sqlite.js';
 import { SqliteStore, immediate, type SqliteDatabaseLike } from './store.js';
+import { refusedTermFence } from '../term-fence.js';
 import { classifyFenceFailureSync, rotateFenceNonceSync } from './term-fence.js';
 
 export type SqliteFenceOptions = {
@@ -136,12 +137,5 @@ export function fencedWriteSync<T>(handle: SqliteDatabaseLike | DatabaseSyncLike
 function notOurs(db: SqliteDatabaseLike, lease: Lease, term: Term, w: TermFenceWrite): Error {
   const now = lease.fenceExpected(term);
   const why = classifyFenceFailureSync(db, { ...w, expect: now.expect, first: now.first });
-  if (why.kind === 'missing') return new ConfigError(`lease "${w.name}" has no row in ${db.name}; pass \`term\` only when db is the lease store's own file`);
-  if (why.kind === 'ours') return new StoreUnavailableError(`the fenced write for lease "${w.name}" was rolled back because the lease row moved under it; retry it`);
-  const detail =
-    why.reason === 'cloned'
-      ? 'another process holding this term (a restored snapshot or a fork) committed a fenced write with it; this write was rolled back'
-      : `a fenced write found the term over in the store (${why.reason}); the write was rolled back`;
-  lease.fenceLost(term, why.reason, detail);
-  return term.signal.aborted ? (term.signal.reason as Error) : new LeaseLostError(w.name, w.token, why.reason === 'released' ? 'superseded' : why.reason, detail);
+  return refusedTermFence(why, lease, term, { missing: `${db.name}; pass \`term\` only when db is the lease store's own file`, what: 'write' });
 }

@@ -6,7 +6,8 @@
  *
  * Time to expiry ticks by the store's clock: each state carries the store's now; the page keeps
  * the offset between it and the browser's clock at receipt and counts down from there.
- * Timeline colours follow the chaos timeline's: one hue per token (golden-angle steps), a term
+ * Timeline colours follow the chaos timeline's: one hue per token (golden-angle steps over the
+ * hues no event mark uses), a term
  * as a bar in its token's colour, events as ticks.
  */
 export const PAGE_HTML = `<!doctype html>
@@ -57,7 +58,9 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
   var offset = 0; // store clock - browser clock, at the last receipt
   var $ = function (id) { return document.getElementById(id); };
   var SVGNS = 'http://www.w3.org/2000/svg';
-  function hue(token) { var n = 0; try { n = Number(BigInt(token) % 1000n); } catch (e) {} return Math.round((n * 137.508) % 360); }
+  // Hues 45-245 only (yellow through blue): red, orange and purple mark revoked, expired and
+  // conflict, and a token's bar must never read as one of them (token 2 used to be purple).
+  function hue(token) { var n = 0; try { n = Number(BigInt(token) % 1000n); } catch (e) {} return Math.round(45 + ((n * 137.508) % 200)); }
   function color(token, l) { return 'hsl(' + hue(token) + ',65%,' + (l || 45) + '%)'; }
   function fmt(ms) {
     var a = Math.abs(Math.round(ms));
@@ -94,7 +97,8 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
       var st = el('td'); var badge = el('span', 'state ' + l.state, l.state); badge.setAttribute('data-state', l.state); st.appendChild(badge); tr.appendChild(st);
       tr.appendChild(el('td', 'mono holder', l.holder || '-'));
       var tk = el('td', 'mono token', l.token); tk.style.color = l.holder ? color(l.token, 35) : '#777'; tr.appendChild(tk);
-      var ex = el('td', 'mono expires'); ex.setAttribute('data-expires-at', l.expiresAtMs === null ? '' : String(l.expiresAtMs)); tr.appendChild(ex);
+      // A free lease's expiry is the instant it was released or revoked: nothing to count down.
+      var ex = el('td', 'mono expires'); ex.setAttribute('data-expires-at', l.expiresAtMs === null || l.state === 'free' ? '' : String(l.expiresAtMs)); tr.appendChild(ex);
       tr.appendChild(el('td', 'last', lastChange(l)));
       body.appendChild(tr);
     });

@@ -1,0 +1,45 @@
+/**
+ * One `startCron` replica in a process of its own, for the cron-failover figure. Every store
+ * request it makes (lease store and slot ledger calls alike, renewals included) is counted, and
+ * the count printed every 200 ms, so that the bench still has it after a SIGKILL. "ran SLOT"
+ * after each slot this replica completed.
+ */
+import { openSlotLedger, openStore } from '../src/backends/index.js';
+import { Leasehold } from '../src/core/leasehold.js';
+import { startCron, type CronMode } from '../src/scheduler/cron.js';
+import { everySchedule } from '../src/scheduler/schedule.js';
+
+export interface CronReplicaConfig {
+  url: string;
+  name: string;
+  mode: CronMode;
+  ttl: number;
+  periodMs: number;
+}
+
+const config = JSON.parse(process.argv[2]!) as CronReplicaConfig;
+let requests = 0;
+
+/** Counts each method call of `target` as one request (a transaction or script is one). */
+function counted<T extends object>(target: T): T {
+  return new Proxy(target, {
+    get(t, prop) {
+      const v: unknown = Reflect.get(t, prop, t);
+      if (typeof v !== 'function' || prop === 'constructor') return v;
+      return (...args: unknown[]) => {
+        const r: unknown = (v as (...a: unknown[]) => unknown).apply(t, args);
+        if (r instanceof Promise) requests++;
+        return r;
+      };
+    },
+  });
+}
+
+const store = await openStore(config.url);
+const ledger = counted(await openSlotLedger(store, config.url));
+const lh = new Leasehold({ store: counted(store) });
+startCron(lh, ledger, config.name, { schedule: everySchedule(config.periodMs), ttl: config.ttl, mode: config.mode }, () => undefined).on('slot', (e) => {
+  if (e.event === 'succeeded') process.stdout.write(`ran ${e.slot}\n`);
+});
+setInterval(() => void process.stdout.write(`requests ${requests}\n`), 200);
+process.stdout.write('up\n');

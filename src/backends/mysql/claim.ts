@@ -1,0 +1,200 @@
+/**
+ * The claim rule (core/claim-rule.ts) in MySQL, one round trip per batch.
+ *
+ * MySQL has no function that could return a claim's answers the way PostgreSQL's does, and a
+ * transaction the client drives over several round trips would keep its row locks while the
+ * client is frozen. So every write a claim makes is a statement whose own WHERE clause is the
+ * rule's condition, evaluated by the server on the row as it is under lock, and the statements of
+ * a batch travel together (multipleStatements): the server runs them back to back, with no
+ * client round trip while any lock is held. The client only reads the rows afterwards and tells
+ * which writes took (a renewal or an acquisition sets the request's fresh nonce, which nothing
+ * else can) and, for the requests that wrote nothing, reads the answer off the row with
+ * `decideClaim` itself.
+ *
+ * The batch is one transaction, from its first write to the read-back:
+ *  - Renewals: one UPDATE joined to the batch (JSON_TABLE), where holder, nonce and expiry say so.
+ *  - Contenders: one lease after another in name order: lock the row, read its expiry and the server's clock
+ *    now, and acquire if free or expired, with a token above the row's, the floor and every
+ *    token ever issued (the counter row in leasehold_tokens). Renewals and contentions each
+ *    lock in name order; two batches that renew and contend crosswise can still deadlock, which
+ *    InnoDB detects at once and the store retries (store.ts, withLockRetry).
+ *  - A clone conflict (our holder id, a nonce we do not hold, a live term) is rare: a second
+ *    round trip ends that term, again under the condition that it is still so.
+ */
+
+/*
+ * TOKENS. An acquisition's token is the largest of: the name's last token + 1, the floor + 1,
+ * the last token issued for any name + 1, and the server's clock in microseconds. The clock is
+ * what makes an asynchronous failover safe: a replica promoted after the primary died has not
+ * seen the primary's last commits, so every counter it holds may be behind, but its clock is
+ * not (NTP keeps servers within milliseconds; a failover takes seconds). MariaDB has nothing
+ * like PostgreSQL's timeline, which the PostgreSQL store puts in its tokens: GTID domains and
+ * server ids are configuration, not a count of promotions. The bound this relies on, written
+ * in the README: the promoted server's clock is not behind the old primary's by more than the
+ * failover took, and the old primary did not issue tokens faster than one per microsecond for
+ * longer than that. Tokens near 1.8e15 stay far inside a BIGINT (9.2e18).
+ */
+import { CONFLICT_DETAIL, decideClaim, type LeaseRowState } from '../../core/claim-rule.js';
+import type { ClaimRequest, ClaimResult } from '../../core/port.js';
+import { NOW_US, T } from './schema.js';
+
+export interface LeaseRow {
+  name: string;
+  holder: string | null;
+  nonce: string | null;
+  token: string;
+  expires_at_us: string | null;
+  ended_by: LeaseRowState['endedBy'];
+  now_us: string;
+}
+
+/** A batch's statements and how to read its answers. */
+interface ClaimPlan {
+  sql: string;
+  values: unknown[];
+  /** Which result of the multi-statement answer holds the rows read back. */
+  rowsAt: number;
+}
+
+const NAME_COL = 'VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin';
+const HOLDER_COL = 'VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin';
+const NONCE_COL = 'VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin';
+const NONCES_COL = 'VARCHAR(600) CHARACTER SET ascii COLLATE ascii_bin';
+
+/** TTLs are honoured to the millisecond, as the rule rounds them. */
+const ttlUs = (r: ClaimRequest): number => Math.round(r.ttlMs) * 1000;
+
+/**
+ * The statements of one batch. `requests` in name order; `retry`: an earlier attempt of this
+ * call may have renewed already, so a renewal also accepts its own fresh nonce.
+ */
+export function planClaim(requests: readonly ClaimRequest[], retry: boolean): ClaimPlan {
+  const parts: string[] = [];
+  const values: unknown[] = [];
+  let results = 0;
+  const add = (sql: string, ...v: unknown[]): void => {
+    parts.push(sql);
+    values.push(...v);
+    results++;
+  };
+  const renewals = requests.filter((r) => r.expect !== null);
+  const contenders = requests.filter((r) => r.expect === null);
+  if (contenders.length > 0) {
+    // Rows exist before the transaction locks them (committed on their own: an empty row is no
+    // term), so the locking reads below never take gap locks.
+    add(`INSERT IGNORE INTO ${T.leases} (name) VALUES ?`, contenders.map((r) => [r.name]));
+  }
+  // One transaction to the read-back: a row this batch wrote stays locked until its answer is
+  // read, so a clone's conflict (or a revocation) cannot land between the write and the read and
+  // turn a renewal that happened into a 'lost'.
+  add('START TRANSACTION');
+  if (renewals.length > 0) {
+    const batch = renewals.map((r) => [r.name, r.holder, (retry ? [...r.expect!, r.nextNonce] : r.expect!).join(','), r.nextNonce, ttlUs(r)]);
+    add(`SET @lh_now = ${NOW_US}`);
+    add(
+      `UPDATE ${T.leases} l JOIN JSON_TABLE(?, '$[*]' COLUMNS (
+         name ${NAME_COL} PATH '$[0]', holder ${HOLDER_COL} PATH '$[1]', expect ${NONCES_COL} PATH '$[2]',
+         nxt ${NONCE_COL} PATH '$[3]', ttl_us BIGINT PATH '$[4]')) r ON l.name = r.name
+       SET l.nonce = r.nxt, l.expires_at_us = @lh_now + r.ttl_us, l.renewed_at_us = @lh_now
+       WHERE l.holder = r.holder AND FIND_IN_SET(l.nonce, r.expect) > 0 AND l.expires_at_us > @lh_now`,
+      JSON.stringify(batch),
+    );
+  }
+  if (contenders.length > 0) {
+    contenders.forEach((r, i) => {
+      add(`SET @p${i} = NULL, @e${i} = NULL, @t${i} = NULL, @k${i} = NULL`);
+      add(`SELECT holder, expires_at_us, token INTO @p${i}, @e${i}, @t${i} FROM ${T.leases} WHERE name = ? FOR UPDATE`, r.name);
+      // The clock is read after the lock: a wait for it must not make a live term look expired
+      // or an expired one live for longer.
+      add(`SET @n${i} = ${NOW_US}, @a${i} = (@p${i} IS NULL OR @e${i} <= ${NOW_US})`);
+      add(`SELECT GREATEST(last, floor, @t${i}) + 1 INTO @k${i} FROM ${T.tokens} WHERE id = 1 AND @a${i} FOR UPDATE`);
+      // The counter row is gone only if someone emptied the table; the name's own token still
+      // holds. And never below the server's clock in microseconds: see TOKENS below.
+      add(`SET @k${i} = IF(@a${i}, GREATEST(COALESCE(@k${i}, @t${i} + 1), @n${i}), NULL)`);
+      add(`INSERT INTO ${T.tokens} (id, last) SELECT 1, @k${i} FROM DUAL WHERE @a${i} ON DUPLICATE KEY UPDATE last = GREATEST(last, VALUES(last))`);
+      add(
+        `UPDATE ${T.leases} SET holder = ?, nonce = ?, token = @k${i}, expires_at_us = @n${i} + ?, term_started_at_us = @n${i},
+           renewed_at_us = @n${i}, ended_by = NULL WHERE name = ? AND @a${i}`,
+        r.holder, r.nextNonce, ttlUs(r), r.name,
+      );
+      add(
+        `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at_us, detail)
+           SELECT ?, IF(@p${i} IS NULL, 'acquired', 'takeover'), ?, @p${i}, @k${i}, @n${i}, NULL FROM DUAL WHERE @a${i}`,
+        r.name, r.holder,
+      );
+    });
+  }
+  // A row that does not exist is not read back: a renewal of a name never claimed.
+  parts.push(`SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us FROM ${T.leases} WHERE name IN (?)`);
+  values.push(requests.map((r) => r.name));
+  // The server's clock on its own: a batch of renewals of names never claimed reads no row.
+  parts.push(`SELECT ${NOW_US} AS now_us`);
+  parts.push('COMMIT');
+  return { sql: parts.join(';\n'), values, rowsAt: results };
+}
+
+function rowState(row: LeaseRow): LeaseRowState {
+  return {
+    holder: row.holder,
+    nonce: row.nonce,
+    token: BigInt(row.token),
+    expiresAtMs: row.expires_at_us === null ? null : Number(row.expires_at_us) / 1000,
+    endedBy: row.ended_by,
+  };
+}
+
+/** What the batch answered, and the clone conflicts left to end. */
+export function readAnswers(requests: readonly ClaimRequest[], rows: readonly LeaseRow[], serverNowUs: string): { results: ClaimResult[]; conflicts: ClaimRequest[] } {
+  const byName = new Map(rows.map((r) => [r.name, r]));
+  const anyNow = Number(serverNowUs) / 1000;
+  const conflicts: ClaimRequest[] = [];
+  const results = requests.map((req): ClaimResult => {
+    const row = byName.get(req.name);
+    const storeNowMs = row === undefined ? anyNow : Number(row.now_us) / 1000;
+    if (row !== undefined && row.holder === req.holder && row.nonce === req.nextNonce) {
+      // Our fresh nonce is on the row: this batch's write took.
+      const expiresAtMs = Number(row.expires_at_us) / 1000;
+      return { name: req.name, outcome: req.expect === null ? 'acquired' : 'renewed', token: BigInt(row.token), holder: req.holder, expiresAtMs, storeNowMs };
+    }
+    const state = row === undefined || row.expires_at_us === null && row.holder === null && row.token === '0' ? undefined : rowState(row);
+    const d = decideClaim(state, req, storeNowMs);
+    switch (d.outcome) {
+      case 'busy':
+        return { name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs };
+      case 'lost':
+        if (d.endTerm) conflicts.push(req);
+        return { name: req.name, outcome: 'lost', reason: d.reason, holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs };
+      default:
+        // The row allows what this batch's write did not do: it changed between the write and
+        // the read (expired there). Not a yes.
+        return req.expect === null
+          ? { name: req.name, outcome: 'busy', holder: row?.holder ?? null, token: row === undefined ? null : BigInt(row.token), expiresAtMs: state?.expiresAtMs ?? null, storeNowMs }
+          : { name: req.name, outcome: 'lost', reason: 'expired', holder: row?.holder ?? null, token: row === undefined ? null : BigInt(row.token), expiresAtMs: state?.expiresAtMs ?? null, storeNowMs };
+    }
+  });
+  return { results, conflicts };
+}
+
+/** Ends the terms two processes renewed (store.ts expectation 4b), each only if it is still so. */
+export function planConflicts(conflicts: readonly ClaimRequest[]): { sql: string; values: unknown[] } {
+  const parts: string[] = ['START TRANSACTION'];
+  const values: unknown[] = [];
+  conflicts.forEach((r, i) => {
+    parts.push(`SET @c${i} = NULL, @ct${i} = NULL`);
+    parts.push(
+      `SELECT holder, token INTO @c${i}, @ct${i} FROM ${T.leases}
+         WHERE name = ? AND holder = ? AND expires_at_us > ${NOW_US} AND (nonce IS NULL OR FIND_IN_SET(nonce, ?) = 0) FOR UPDATE`,
+    );
+    values.push(r.name, r.holder, r.expect!.join(','));
+    parts.push(`SET @cn${i} = ${NOW_US}`);
+    parts.push(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at_us = @cn${i}, ended_by = 'conflict' WHERE name = ? AND @c${i} IS NOT NULL`);
+    values.push(r.name);
+    parts.push(
+      `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at_us, detail)
+         SELECT ?, 'conflict', NULL, @c${i}, @ct${i}, @cn${i}, ? FROM DUAL WHERE @c${i} IS NOT NULL`,
+    );
+    values.push(r.name, CONFLICT_DETAIL);
+  });
+  parts.push('COMMIT');
+  return { sql: parts.join(';\n'), values };
+}

@@ -1,0 +1,291 @@
+/**
+ * "This lease may be free", without polling, on a server with no LISTEN/NOTIFY: named locks.
+ *
+ * While a process holds a lease it also holds the MySQL named lock of that lease (GET_LOCK), on
+ * one connection of its own. A process that was told 'busy' waits for that lock on a connection
+ * per lease (GET_LOCK with a long timeout, which costs the server nothing while it waits). A
+ * release lets the lock go after the release committed; a holder that dies closes its
+ * connection and the server lets it go. Either way the waiter's GET_LOCK returns at once, it lets
+ * the lock go again (it only wanted to hear about it) and tells the engine, which claims. The
+ * lock is a doorbell, never a lease: what the claim answers decides, and a lock held or missed
+ * changes nothing but how soon a follower looks.
+ *
+ * A frozen or partitioned holder keeps its lock while its term runs out: followers then re-check
+ * at the store-reported expiry, as they would with no channel at all (the engine keeps that
+ * timer). A waiter that gets the lock at once cannot tell a release it was too late to wait for
+ * from a new holder that has not taken the lock yet: it asks for a claim, and again after 100ms,
+ * 300ms, 1s and 3s while the lock stays free, then leaves the lease to the expiry timer.
+ */
+import { createHash } from 'node:crypto';
+import type { FreedListener } from '../../core/port.js';
+import type { MysqlTarget } from './url.js';
+
+interface LockConnection {
+  query(options: { sql: string; values?: unknown; timeout?: number }, cb: (err: Error | null, result?: unknown) => void): unknown;
+  on(event: 'error' | 'end', listener: (err?: Error) => void): unknown;
+  destroy(): void;
+  end(cb?: () => void): void;
+}
+interface ConnectModule {
+  createConnection(config: Record<string, unknown>): LockConnection;
+}
+
+/** How long one wait lasts before it is asked again: idle followers cost one request per this. */
+const WAIT_S = 30;
+/** A wait that returned this fast found the lock free: nobody let it go. */
+const HEARD_MS = 40;
+/** After an empty wait: when to look again, then give up until the next 'busy'. */
+const EMPTY_RETRY_MS = [100, 300, 1000, 3000];
+/** Leases one process waits on through locks at once; more wait on their expiry timers. */
+const MAX_FOLLOWED = 16;
+/** The shortest time between two claims one name's doorbell asks for. */
+const HEARD_GAP_MS = 500;
+
+/** The named lock of a lease: at most 64 characters, so a hash of the database and the name. */
+function lockName(database: string, lease: string): string {
+  return `leasehold:${createHash('sha256').update(database).update('\0').update(lease).digest('base64url').slice(0, 40)}`;
+}
+
+function q(c: LockConnection, sql: string, values: unknown[], timeoutMs?: number): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    c.query({ sql, values, ...(timeoutMs === undefined ? {} : { timeout: timeoutMs }) }, (err, r) => (err === null ? resolve(r) : reject(err)));
+  });
+}
+
+export class FreedChannel {
+  /** Lease names this process holds; of them, those whose locks it has, and is taking. */
+  private readonly held = new Set<string>();
+  private readonly locked = new Set<string>();
+  private readonly taking = new Set<string>();
+  private holding: LockConnection | undefined;
+  private holdingUp: Promise<LockConnection> | undefined;
+  private readonly followed = new Map<string, { conn: LockConnection | undefined; stop: boolean; armedAt: number; empty: number }>();
+  private listener: FreedListener | undefined;
+  private readonly lastHeard = new Map<string, number>();
+  private onReconnect: (() => void) | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly mysql: ConnectModule,
+    private readonly target: MysqlTarget,
+    /** The host the store's pool uses now, `host:port`. */
+    private readonly host: () => string,
+  ) {}
+
+  private connect(): LockConnection {
+    const [host, port] = splitHost(this.host());
+    const t = this.target;
+    const c = this.mysql.createConnection({
+      host,
+      port,
+      user: t.user,
+      ...(t.password === undefined ? {} : { password: t.password }),
+      database: t.database,
+      ...(t.ssl === undefined ? {} : { ssl: { ...t.ssl.material, rejectUnauthorized: t.ssl.mode !== 'require' } }),
+      connectTimeout: t.connectTimeoutMs ?? 5000,
+      enableKeepAlive: true,
+    });
+    // An error on an idle lock connection must not crash the process; its users see the end.
+    c.on('error', () => {});
+    return c;
+  }
+
+  // ---- the holder's side ------------------------------------------------------------------
+
+  /**
+   * Called after this process acquired or renewed `name`: takes its lock unless it has it. A
+   * follower may hold the lock for an instant (it lets it go at once) and a frozen old holder for
+   * longer: a try that fails is tried again at the next renewal.
+   */
+  hold(name: string): void {
+    if (this.closed) return;
+    this.held.add(name);
+    if (this.locked.has(name) || this.taking.has(name)) return;
+    this.taking.add(name);
+    void this.take(name).finally(() => {
+      this.taking.delete(name);
+      this.closeIdleHolding();
+    });
+  }
+
+  private async holdingConnection(): Promise<LockConnection> {
+    if (this.holding !== undefined) return this.holding;
+    this.holdingUp ??= (async () => {
+      const c = this.connect();
+      // Idle for as long as a term lasts; the server must not close it for that.
+      await q(c, 'SET SESSION wait_timeout = 31536000', []);
+      c.on('end', () => this.lostHolding(c));
+      c.on('error', () => this.lostHolding(c));
+      this.holding = c;
+      return c;
+    })().finally(() => {
+      this.holdingUp = undefined;
+    });
+    return this.holdingUp;
+  }
+
+  /**
+   * The holding connection dropped, and its locks with it: the next renewals take them again.
+   * An operator's revocation (or `migrate --min-token`) kills this connection on purpose (see
+   * {@link knockTargets}): so every lease held here is re-checked now, as a notification of its
+   * name asks the engine to, rather than at its next scheduled renewal.
+   */
+  private lostHolding(c: LockConnection): void {
+    if (this.holding !== c) return;
+    this.holding = undefined;
+    this.locked.clear();
+    if (this.closed) return;
+    for (const name of this.held) this.listener?.(name);
+  }
+
+  private async take(name: string): Promise<void> {
+    try {
+      const c = await this.holdingConnection();
+      const lock = lockName(this.target.database, name);
+      // A waiter holds the lock for an instant when it wakes: queue behind it briefly rather than
+      // fail, or waiters would wake one another, each taking it as a release, until the next renewal.
+      const r = (await q(c, 'SELECT GET_LOCK(?, 2) AS ok', [lock], 5000)) as { ok: number | null }[];
+      if (Number(r[0]?.ok) !== 1) return;
+      // Released while the lock was being taken: let it go again.
+      if (!this.held.has(name)) await q(c, 'DO RELEASE_LOCK(?)', [lock], 5000);
+      else this.locked.add(name);
+    } catch {
+      // No lock: followers wait on their expiry timers for this term. Nothing else depends on it.
+    }
+  }
+
+  /**
+   * Called after this process released or lost `name`: lets its lock go, waking the waiters.
+   * The last lease let go closes the holding connection too: it is idle until the next term and
+   * would otherwise keep the process alive (its wait_timeout is a year) after everything was
+   * released, even with the store left open.
+   */
+  async unhold(name: string): Promise<void> {
+    this.held.delete(name);
+    const c = this.holding;
+    if (this.locked.delete(name) && c !== undefined) await q(c, 'DO RELEASE_LOCK(?)', [lockName(this.target.database, name)], 5000).catch(() => {});
+    this.closeIdleHolding();
+  }
+
+  private closeIdleHolding(): void {
+    const c = this.holding;
+    if (c === undefined || this.held.size > 0 || this.locked.size > 0 || this.taking.size > 0) return;
+    this.holding = undefined;
+    c.end(() => {});
+  }
+
+  // ---- the followers' side ----------------------------------------------------------------
+
+  watch(listener: FreedListener, onReconnect?: () => void): () => Promise<void> {
+    this.listener = listener;
+    this.onReconnect = onReconnect;
+    return async () => {
+      this.listener = undefined;
+      this.onReconnect = undefined;
+      for (const name of [...this.followed.keys()]) this.unfollow(name);
+    };
+  }
+
+  /** Called after a claim of `name` answered 'busy': wait for its holder's lock, if watching. */
+  follow(name: string): void {
+    if (this.closed || this.listener === undefined) return;
+    const f = this.followed.get(name);
+    if (f !== undefined) {
+      f.armedAt = performance.now();
+      return;
+    }
+    if (this.followed.size >= MAX_FOLLOWED) return;
+    const entry = { conn: undefined as LockConnection | undefined, stop: false, armedAt: performance.now(), empty: 0 };
+    this.followed.set(name, entry);
+    void this.waitLoop(name, entry);
+  }
+
+  /** This process holds `name` now, or stopped wanting it. */
+  unfollow(name: string): void {
+    const f = this.followed.get(name);
+    if (f === undefined) return;
+    this.followed.delete(name);
+    f.stop = true;
+    f.conn?.destroy();
+  }
+
+  private async waitLoop(name: string, f: { conn: LockConnection | undefined; stop: boolean; armedAt: number; empty: number }): Promise<void> {
+    const lock = lockName(this.target.database, name);
+    let failures = 0;
+    while (!f.stop && !this.closed) {
+      try {
+        if (f.conn === undefined) {
+          f.conn = this.connect();
+          await q(f.conn, 'DO 1', []);
+          if (failures > 0) this.onReconnect?.();
+          failures = 0;
+        }
+        const t0 = performance.now();
+        const r = (await q(f.conn, 'SELECT GET_LOCK(?, ?) AS ok', [lock, WAIT_S])) as { ok: number | null }[];
+        if (f.stop) break;
+        if (Number(r[0]?.ok) !== 1) {
+          // A whole wait with the lock held: a long term. Still wanted if a claim said busy lately.
+          if (performance.now() - f.armedAt > 2 * WAIT_S * 1000) break;
+          continue;
+        }
+        await q(f.conn, 'DO RELEASE_LOCK(?)', [lock]);
+        if (performance.now() - t0 >= HEARD_MS) {
+          f.empty = 0;
+          // Another waiter's own wake-up also lets the lock go: at most one claim per name per
+          // HEARD_GAP_MS from this doorbell, however the waiters wake one another.
+          const last = this.lastHeard.get(name) ?? -Infinity;
+          if (performance.now() - last < HEARD_GAP_MS) {
+            await new Promise((res) => setTimeout(res, HEARD_GAP_MS).unref());
+            continue;
+          }
+          this.lastHeard.set(name, performance.now());
+          if (this.lastHeard.size > 1000) this.lastHeard.clear();
+          this.listener?.(name);
+          // Until a claim answers busy again, nothing to wait for.
+          break;
+        }
+        // The lock was free at once: either the holder let it go before this wait began (a
+        // release between the 'busy' answer and here, which must not be missed) or a new holder
+        // has not taken it yet. A claim tells the two apart; the waits between such claims grow,
+        // and this entry stays (a 'busy' answer meanwhile does not start a new one).
+        if (f.empty >= EMPTY_RETRY_MS.length) break;
+        this.listener?.(name);
+        await new Promise((res) => setTimeout(res, EMPTY_RETRY_MS[f.empty++]).unref());
+      } catch {
+        f.conn?.destroy();
+        f.conn = undefined;
+        failures++;
+        if (f.stop || this.closed) break;
+        // The wait is down: a release meanwhile goes unheard, so the engine re-checks on reconnect.
+        await new Promise((res) => setTimeout(res, Math.min(10_000, 250 * 2 ** failures)).unref());
+      }
+    }
+    if (this.followed.get(name) === f) this.followed.delete(name);
+    f.conn?.destroy();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const name of [...this.followed.keys()]) this.unfollow(name);
+    this.held.clear();
+    this.locked.clear();
+    const c = this.holding;
+    this.holding = undefined;
+    if (c !== undefined) await new Promise<void>((resolve) => c.end(() => resolve()));
+  }
+}
+
+/**
+ * For a revocation: the statement that names the connections holding these leases' locks, so
+ * the revoker can KILL them (the server lets a user kill its own sessions) and each holder
+ * re-checks at once. There is no other way to reach a process from the server: it never waits
+ * for anything while it holds a lease.
+ */
+export function knockTargets(database: string, names: readonly string[]): { sql: string; values: string[] } {
+  return { sql: `SELECT ${names.map(() => 'IS_USED_LOCK(?)').join(', ')}`, values: names.map((n) => lockName(database, n)) };
+}
+
+function splitHost(hostPort: string): [string, number] {
+  const i = hostPort.lastIndexOf(':');
+  return [hostPort.slice(0, i), Number(hostPort.slice(i + 1))];
+}

@@ -1,0 +1,103 @@
+/**
+ * Replicas of an app as real processes, and the checks every integration test makes of what they
+ * left: the resource file (what ran) and the slot ledger (what was recorded).
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { openStore } from '../../src/backends/index.js';
+import { openSlotLedger } from '../../src/backends/index.js';
+import type { SlotRecord } from '../../src/scheduler/ledger.js';
+import { findFaketime } from '../chaos/services.js';
+
+export interface Replica {
+  proc: ChildProcess;
+  pid: number;
+  out: string;
+  /** The exit code, or the signal that ended it. */
+  exited: Promise<number | string | null>;
+}
+
+/** Starts `script` (compiled JS) with `args`; with `clockOffset` ("-0.4"), under libfaketime when installed. */
+export function startReplica(script: string, args: string[], clockOffset?: string, extraEnv: NodeJS.ProcessEnv = {}): Replica {
+  const env: NodeJS.ProcessEnv = { ...process.env, ...extraEnv };
+  const faketime = clockOffset === undefined ? null : findFaketime();
+  if (faketime !== null && clockOffset !== undefined) {
+    env['LD_PRELOAD'] = faketime;
+    env['FAKETIME'] = clockOffset;
+    // Only the wall clock lies: leasehold's local deadlines run on the monotonic one.
+    env['FAKETIME_DONT_FAKE_MONOTONIC'] = '1';
+  }
+  const proc = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
+  const r: Replica = { proc, pid: proc.pid!, out: '', exited: new Promise((resolve) => proc.on('exit', (code, signal) => resolve(code ?? signal))) };
+  proc.stdout!.setEncoding('utf8').on('data', (c: string) => (r.out += c));
+  proc.stderr!.setEncoding('utf8').on('data', (c: string) => (r.out += c));
+  return r;
+}
+
+export const hasFaketime = (): boolean => findFaketime() !== null;
+
+export interface Run {
+  what: 'start' | 'end';
+  slot: string;
+  token: string;
+  pid: number;
+}
+
+export function readRuns(resource: string): Run[] {
+  if (!existsSync(resource)) return [];
+  return readFileSync(resource, 'utf8')
+    .trim()
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => {
+      const [what, slot, token, pid] = l.split(' ');
+      return { what: what as 'start' | 'end', slot: slot!, token: token!, pid: Number(pid) };
+    });
+}
+
+export async function until(what: string, check: () => boolean, ms: number): Promise<void> {
+  const end = performance.now() + ms;
+  while (!check()) {
+    if (performance.now() > end) throw new Error(`timed out after ${ms}ms waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export async function ledgerRows(url: string, name: string): Promise<SlotRecord[]> {
+  const store = await openStore(url);
+  const ledger = await openSlotLedger(store, url);
+  try {
+    return await ledger.records(name, { limit: 10_000 });
+  } finally {
+    await ledger.close();
+    await store.close();
+  }
+}
+
+/**
+ * The promise: every slot from the first row to the last has exactly one row, `periodMs` apart;
+ * each is final (succeeded, or skipped with a reason); no slot started twice at the resource
+ * unless its row is the rerun of an interrupted term; every succeeded slot reached the resource.
+ */
+export function checkEverySlotOnce(rows: SlotRecord[], runs: Run[], periodMs: number): { succeeded: number; skipped: SlotRecord[]; twice: number } {
+  assert.ok(rows.length > 0, 'the ledger has no rows');
+  const times = rows.map((r) => r.slotAtMs!);
+  assert.equal(new Set(times).size, times.length, 'a slot has two rows');
+  for (let i = 1; i < times.length; i++) assert.equal(times[i]! - times[i - 1]!, periodMs, `a slot is missing from the ledger after ${rows[i - 1]!.key}: ${JSON.stringify(rows.map((r) => [r.key, r.status]))}`);
+  for (const r of rows) {
+    assert.ok(r.status === 'succeeded' || r.status === 'skipped', `slot ${r.key} is ${r.status} (${r.reason ?? ''}): not final`);
+    if (r.status === 'skipped') assert.ok((r.reason ?? '') !== '', `slot ${r.key} skipped without a reason`);
+  }
+  const starts = new Map<string, number>();
+  for (const run of runs.filter((x) => x.what === 'start')) starts.set(run.slot, (starts.get(run.slot) ?? 0) + 1);
+  let twice = 0;
+  for (const [slot, n] of starts) {
+    if (n === 1) continue;
+    twice++;
+    const row = rows.find((r) => r.key === slot);
+    assert.match(row?.reason ?? '', /rerun: term \d+ was interrupted/, `slot ${slot} started ${n} times without being a rerun`);
+  }
+  for (const r of rows.filter((x) => x.status === 'succeeded')) assert.ok(starts.has(r.key), `slot ${r.key} succeeded in the ledger but never reached the resource`);
+  return { succeeded: rows.filter((r) => r.status === 'succeeded').length, skipped: rows.filter((r) => r.status === 'skipped'), twice };
+}
