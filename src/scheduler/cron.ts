@@ -19,7 +19,7 @@
  * this holder with this token and not expired, so a term that has ended claims nothing, and the
  * claim rule (ledger.ts) refuses a slot a later term holds.
  *
- * Rules (the README's "Run a nightly job once across replicas" says the same):
+ * Rules (docs/cron.md, "Run a nightly job once across replicas", says the same):
  *  - Time: "is this slot due" is judged by the store's clock. The leader sleeps on its own clock
  *    until its estimate of the store's time (the offset seen on the last ledger answer) reaches
  *    the slot; the claim refuses a slot the store says is not due yet ('early'), and the leader
@@ -340,8 +340,16 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       try {
         for (let slot: typeof what = what; ; ) {
           const r = await slotTerm(term, lease, slot, checkedThrough);
-          if (r === 'early') cursor = (slot as number) - 1;
-          if (r === 'early' || r === undefined) break;
+          // Not due by the store's clock: this slot was timed by this host's clock before any
+          // store answer (this replica's first tries were busy). That answer set the offset, and
+          // this is still the replica's first term: it catches up as at startup, by the store's
+          // clock (a host 30 s ahead would otherwise take this slot, its lead away, as the cursor
+          // and sleep through every slot in between).
+          if (r === 'early') {
+            slot = 'startup';
+            continue;
+          }
+          if (r === undefined) break;
           checkedThrough = r;
           // At startup the cursor came from this host's clock, before any store answer: the
           // term's answer, by the store's clock, replaces it.

@@ -46,7 +46,9 @@ for (const kind of (['etcd', 'postgres', 'redis'] as StoreKind[]).filter((k) => 
         right.proc.kill('SIGKILL');
         await right.done;
         // Takeover within the 3 s TTL, then its first slot.
-        await until('the fast replica ran a slot', () => lines().some((l) => l.startsWith('ahead')), 20_000);
+        await until('the fast replica ran a slot', () => lines().some((l) => l.startsWith('ahead')), 20_000).catch((e: Error) => {
+          throw new Error(`${e.message}\nlog:\n${lines().join('\n')}\nstderr of the fast replica:\n${ahead.stderr}\nstderr of the killed one:\n${right.stderr}`);
+        });
         const realNow = Date.now();
         const h = await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url]);
         assert.equal(h.code, 0, h.stderr);

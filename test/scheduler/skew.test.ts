@@ -52,3 +52,34 @@ void describe('a leader whose clock runs ahead of the store', () => {
     assert.ok(warnings.some((m) => /this host's clock is 30\.0s ahead of the store's/.test(m)), warnings.join('\n'));
   });
 });
+
+void describe('a per-slot replica whose clock runs ahead, starting while a dead replica\'s term still holds the lease', () => {
+  void it('runs the slots due by the store\'s clock once that term has run out, not the slots its own clock names', async () => {
+    w = world();
+    const cw = w;
+    const storeNow = (): number => cw.clock.outsideNow();
+    cw.clock.suspend(SEC - (storeNow() % SEC) + 500);
+    const ledger = new MemoryLedger(cw.store, storeNow);
+    const last = Math.floor(storeNow() / SEC) * SEC;
+    ledger.put({ name: 'tick', key: slotKey(last), slotAtMs: last, status: 'succeeded', token: 0n });
+    // The replica that ran that slot died holding the next slot's term (SIGKILL mid-term): the
+    // lease stays held for its TTL, so this replica's first try at the lease is answered busy.
+    const DEAD_TTL = 3 * SEC;
+    const [dead] = await cw.store.claim([{ name: 'tick', holder: 'dead-replica', ttlMs: DEAD_TTL, expect: null, nextNonce: 'ZGVhZA' }]);
+    assert.equal(dead?.outcome, 'acquired');
+    const deadUntil = storeNow() + DEAD_TTL;
+    cw.clock.stepWall(30 * SEC);
+    const ran: Array<{ slot: number; atStore: number }> = [];
+    crons.push(
+      startCron(cw.leasehold({ suspension: false }), ledger, 'tick', { schedule: everySchedule(SEC), ttl: 30_000, mode: 'per-slot' }, (ctx: SlotContext) => void ran.push({ slot: ctx.slotAtMs, atStore: storeNow() })),
+    );
+    // Before the fix the replica, having timed its first slot by its own clock, took it as the
+    // cursor once the store said 'early', and slept 30 s (its clock's lead) before running any.
+    // A slot a second after the dead term runs out, plus one slot's margin, is the bound.
+    await cw.clock.until(() => ran.length >= 3, deadUntil - storeNow() + 3 * SEC);
+    for (const r of ran) assert.ok(r.atStore >= r.slot, `${slotKey(r.slot)} ran ${r.slot - r.atStore} ms before its time by the store's clock`);
+    assert.ok(ran[0]!.slot <= deadUntil + SEC, `the first slot run, ${slotKey(ran[0]!.slot)}, lies ${ran[0]!.slot - deadUntil} ms after the dead term ended`);
+    const slots = ran.map((r) => r.slot);
+    assert.equal(new Set(slots).size, slots.length, `a slot ran twice: ${slots.map(slotKey).join(', ')}`);
+  });
+});
