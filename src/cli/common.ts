@@ -12,7 +12,7 @@ import { openStore, resolveStoreUrl } from '../backends/index.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
 import { escapeControls, jsonSafe } from './escape.js';
 
-/** Exit codes. Keep in step with the table in `leasehold --help` (main.ts) and the README. */
+/** Exit codes. Keep in step with the table in `leasehold --help` (main.ts) and the exit-code table in docs/cli.md. */
 export const EXIT = {
   OK: 0,
   /** A check failed (doctor), or release found nothing to revoke. */

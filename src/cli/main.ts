@@ -3,7 +3,7 @@
  * exit codes. Each command lives in its own file and returns its exit code; none calls
  * process.exit (bin/leasehold.js sets process.exitCode once main() resolves).
  *
- * Exit codes (also in `leasehold --help` and the README):
+ * Exit codes (also in `leasehold --help` and docs/cli.md):
  *   0    success; for `run`, the command's own exit status (128 + N when killed by signal N)
  *   1    a check failed (`doctor`), nothing to revoke (`release`), or an unexpected error
  *   2    usage or configuration: unknown flag, missing `--`, bad duration, bad store URL,
@@ -20,6 +20,7 @@
  *   128+N `run` stopped by signal N before COMMAND started
  */
 import { readFileSync } from 'node:fs';
+import { rememberLauncher } from './parent-watch.js';
 import { EXIT, err, exitCodeFor, out, reportError, setLogContext, sniffLogFormat } from './common.js';
 import { envNames, synopsis, wrapText, WIDTH, type CommandSpec } from './flags.js';
 
@@ -34,7 +35,7 @@ interface Entry {
 
 /**
  * Every command. Its `spec` gives its usage line, summary and variables in `leasehold --help`,
- * and its README line is checked against the same spec by test/cli/flags-readme.test.ts.
+ * and its docs/cli.md line is checked against the same spec by test/cli/flags-readme.test.ts.
  */
 const COMMANDS: Record<string, Entry> = {
   run: { load: async () => (await import('./run.js')).runCommand, spec: async () => (await import('./run-args.js')).RUN_SPEC },
@@ -140,6 +141,7 @@ export async function main(argv: string[]): Promise<number> {
     err(`leasehold: unknown command ${JSON.stringify(first)}; ${hint} (see \`leasehold --help\`)`);
     return EXIT.USAGE;
   }
+  rememberLauncher(); // while npm, if it launched us, is still our parent (parent-watch.ts)
   // Before parsing, so that a bad flag is reported in the format that was asked for.
   setLogContext({ command: first, format: sniffLogFormat(rest) });
   try {

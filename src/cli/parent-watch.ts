@@ -12,6 +12,11 @@
  * have that. Linux only (it reads /proc); elsewhere nothing is watched. The check is a poll,
  * once a second on an unref'd timer, of npm's /proc entry and its start time, so a reused pid
  * does not count as npm still being there.
+ *
+ * The launcher is looked up once, when the CLI starts (`rememberLauncher`, called by main.ts
+ * before it loads a command), not when the watcher is armed: `cron` arms it only once it has
+ * opened its store, and an npm killed before that has already been replaced as our parent by
+ * init, so a lookup then would find no npm and watch nothing.
  */
 import { readFileSync } from 'node:fs';
 
@@ -43,7 +48,7 @@ const isNpm = (cmd: string): boolean => /^npm(\s|$)/.test(cmd) || /\bnp[mx]-cli\
 const isShell = (cmd: string): boolean => /^(\/\S*\/)?(sh|bash|dash)\s+-c\b/.test(cmd);
 
 /** The npm process that launched this one, if it did (see the file's comment). */
-export function npmLauncher(env: NodeJS.ProcessEnv = process.env, ppid = process.ppid): { pid: number; start: string } | undefined {
+export function npmLauncher(env: NodeJS.ProcessEnv = process.env, ppid = process.ppid): Launcher | undefined {
   if (env['npm_command'] === undefined || process.platform !== 'linux') return undefined;
   let pid = ppid;
   if (isShell(commandLine(pid))) {
@@ -56,13 +61,21 @@ export function npmLauncher(env: NodeJS.ProcessEnv = process.env, ppid = process
   return stat === undefined ? undefined : { pid, start: stat.start };
 }
 
+type Launcher = { pid: number; start: string };
+let remembered: { launcher: Launcher | undefined } | undefined;
+
+/** Look up the npm launcher now, while it is still our parent; the watcher uses this answer. */
+export function rememberLauncher(): void {
+  remembered ??= { launcher: npmLauncher() };
+}
+
 /**
  * When npm launched this process (`npx leasehold ...`, an npm script), stop as on SIGTERM once
  * that npm process has gone. Call it after the command's SIGTERM handler is installed. Returns
  * a function that stops watching (the timer is unref'd, so it never keeps the process alive).
  */
 export function stopWhenLauncherExits(what = 'leasehold'): () => void {
-  const npm = npmLauncher();
+  const npm = (remembered ??= { launcher: npmLauncher() }).launcher;
   if (npm === undefined) return () => {};
   const timer = setInterval(() => {
     const now = statOf(npm.pid);

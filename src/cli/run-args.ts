@@ -1,4 +1,4 @@
-/** `leasehold run`'s flags: the spec (help, README table, JSON schema) and the parse into settings. */
+/** `leasehold run`'s flags: the spec (help, the docs/cli.md table, JSON schema) and the parse into settings. */
 import { parseArgs } from 'node:util';
 import { DEFAULT_TTL_MS, resolveTiming, validateLeaseName, type Timing } from '../core/config.js';
 import { durationOption, flagOrEnv, portOption, usageError } from './common.js';

@@ -104,10 +104,14 @@ void describe('run under npx stops when npx goes away', { skip: process.platform
     assert.doesNotMatch(stderr, /\n\s+at /, 'no stack trace');
   });
 
-  // cron is not here yet: its watcher is armed only after it leads (behind a dynamic import), so
-  // an npx killed before that leaves it unwatched; the case failed once that way. To be fixed by
-  // finding the launcher at module load, then added back.
-  for (const [what, ...args] of [['agent', ['agent', '--id', 'npx-agent'], []]] as const) {
+  // cron arms its watcher only once its store is open (behind a dynamic import): the launcher is
+  // looked up when the CLI starts (rememberLauncher), while npm is still its parent, so an npx
+  // killed before the watcher is armed is still noticed (this case lost that race once in CI,
+  // when the lookup was made as the watcher was armed; here npx is killed after the first slot).
+  for (const [what, ...args] of [
+    ['agent', ['agent', '--id', 'npx-agent'], []],
+    ['cron', ['cron', '--name', 'npx-cron', '--every', '1s'], ['--', 'true']],
+  ] as const) {
     void it(`${what} under npx stops once npx is killed`, async () => {
       const [flags, command] = args;
       const app = sb.has('app') ? sb.path('app') : scratchApp();
@@ -122,7 +126,7 @@ void describe('run under npx stops when npx goes away', { skip: process.platform
       npx.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
       npx.stdout!.setEncoding('utf8').on('data', (d: string) => (stdout += d));
       let runner: number | undefined;
-      await until(`leasehold ${what} has started below npx`, () => (runner ??= leaseholdBelow(npx.pid!)) !== undefined && /leader|heartbeat/i.test(stderr + stdout), 30_000);
+      await until(`leasehold ${what} has started below npx`, () => (runner ??= leaseholdBelow(npx.pid!)) !== undefined && /leader|heartbeat|slot \S+: (started|succeeded)/i.test(stderr + stdout), 30_000);
       runners.push(runner!);
       npx.kill('SIGTERM');
       await until(`leasehold ${what} has stopped`, () => !isAlive(runner!), 10_000);

@@ -61,7 +61,7 @@ export interface RedisStoreOptions {
   clientPackage?: 'ioredis' | 'redis';
   /**
    * How long Redis keeps a lease's record and history after its last term ended (Redis then
-   * deletes them with PEXPIREAT). Tokens stay increasing after that (see README). Default 7 days.
+   * deletes them with PEXPIREAT). Tokens stay increasing after that (see ./README.md, "Fencing tokens"). Default 7 days.
    */
   retainMs?: number;
   /** Approximate cap of the global history stream (XADD MAXLEN ~). Default 10000. */
