@@ -19,6 +19,8 @@
  *
  * `registerFleetMetrics(fleet, { registry })` adds the fleet's (./fleet.ts): agents by state,
  * resources owned and heartbeat age per agent.
+ * `registerCronMetrics(cron, { registry })` adds a schedule's (./cron.ts): slots by outcome,
+ * missed slots, start lateness, and the last success read from the ledger.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Leasehold } from '../core/leasehold.js';
@@ -26,6 +28,7 @@ import { MetricsTracker, type MetricsSink, type TrackOptions } from './core.js';
 
 export { MetricsTracker, type MetricsSink, type TrackOptions, type LeaseGaugeValues } from './core.js';
 export { registerFleetMetrics, type RegisterFleetMetricsOptions, type FleetMetrics } from './fleet.js';
+export { registerCronMetrics, LATENESS_BUCKETS, type RegisterCronMetricsOptions, type CronMetrics } from './cron.js';
 
 export interface RegisterMetricsOptions extends TrackOptions {
   registry: Registry;

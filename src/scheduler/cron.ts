@@ -115,6 +115,11 @@ export interface CronEvents {
 }
 
 export class CronHandle extends EventEmitter<CronEvents> {
+  /** The schedule's name: its lease and its rows in the ledger. */
+  readonly name: string;
+  readonly schedule: Schedule;
+  /** The ledger the slots are recorded in (read by `registerCronMetrics` for the last success). */
+  readonly ledger: SlotLedgerPort;
   readonly mode: CronMode;
   /** The schedule's lease: one term per slot ('per-slot'), or the leader's terms. */
   readonly lease: Lease;
@@ -126,8 +131,11 @@ export class CronHandle extends EventEmitter<CronEvents> {
   private readonly loops = new Set<Promise<void>>();
 
   /** @internal built by startCron */
-  constructor(mode: CronMode, lease: Lease, elector: Elector | undefined, stopController: AbortController) {
+  constructor(where: { name: string; schedule: Schedule; ledger: SlotLedgerPort }, mode: CronMode, lease: Lease, elector: Elector | undefined, stopController: AbortController) {
     super();
+    this.name = where.name;
+    this.schedule = where.schedule;
+    this.ledger = where.ledger;
     this.mode = mode;
     this.lease = lease;
     this.elector = elector;
@@ -211,10 +219,10 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       { ...leaseOptions, signal },
     );
     // onElected runs after an await inside the elector, never before this line.
-    handle = new CronHandle(mode, elector.lease, elector, stop);
+    handle = new CronHandle({ name, schedule, ledger }, mode, elector.lease, elector, stop);
   } else {
     const lease = leasehold.lease(name, leaseOptions);
-    handle = new CronHandle(mode, lease, undefined, stop);
+    handle = new CronHandle({ name, schedule, ledger }, mode, lease, undefined, stop);
   }
 
   /** Store time minus local wall time, from the last ledger answer. */
