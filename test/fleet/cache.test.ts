@@ -119,19 +119,25 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sql
       let lookups = 0;
       let maxAge = 0;
       const falseDead: string[] = [];
-      const until = Date.now() + 4000;
-      while (Date.now() < until) {
+      // The claim is about lookups, not throughput: at least 4 s of jittered heartbeats AND at
+      // least 2000 lookups, however slow a loaded host makes them (CI once managed 620 in 4 s on
+      // PostgreSQL, every one a store round trip). 60 s is only the bound on a broken build.
+      const started = Date.now();
+      while (Date.now() < started + 4000 || lookups < 2000) {
+        assert.ok(Date.now() < started + 60_000, `only ${lookups} lookups in 60 s`);
         await Promise.all(
           resources.slice(0, 10).map(async (_, k) => {
             const r = resources[(lookups + k * 3) % resources.length]!;
             try {
-              maxAge = Math.max(maxAge, (await cache.owner(r)).heartbeatAgeMs);
+              // Twice: the second is served from the cache (filled one round trip ago, well
+              // inside its TTL) however slow the store is, so the cache's own answers are tested.
+              maxAge = Math.max(maxAge, (await cache.owner(r)).heartbeatAgeMs, (await cache.owner(r)).heartbeatAgeMs);
             } catch (e) {
               falseDead.push(`${r}: ${String(e)}`);
             }
           }),
         );
-        lookups += 10;
+        lookups += 20;
         await sleep(1);
       }
       const { hits, misses } = cache.stats();
@@ -139,8 +145,8 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sql
         `# ${kind}: ${lookups} lookups under jittered heartbeats: ${falseDead.length} false dead, hit rate ${((100 * hits) / (hits + misses)).toFixed(1)}% (${misses} store lookups), ` +
           `oldest heartbeat seen ${Math.round(maxAge)}ms (stale after ${config.staleAfterMs}ms)\n`,
       );
-      assert.ok(lookups >= 2000, `only ${lookups} lookups`);
       assert.deepEqual(falseDead, []);
+      assert.ok(hits > 0, 'the cache answered none of the lookups: the run did not test it');
       assert.ok(maxAge > 1.5 * config.heartbeatMs, `the heartbeats were never late (oldest ${maxAge}ms): the run proved nothing`);
       for (const a of agents) assert.equal(a.child.exitCode, null, `agent ${a.id} stood down during the run: ${a.stderr}`);
 
