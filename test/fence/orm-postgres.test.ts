@@ -29,7 +29,7 @@ import * as drizzleFence from '../../src/fence/drizzle.js';
 import * as postgresFence from '../../src/fence/postgres.js';
 import * as typeormFence from '../../src/fence/typeorm.js';
 import * as sequelizeFence from '../../src/fence/sequelize.js';
-import type { PgTxFenceOptions } from '../../src/backends/postgres/fence.js';
+import { fencedTransaction as rawPgFence, type PgTxFenceOptions } from '../../src/backends/postgres/fence.js';
 import { TEST_PG_URL, makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
 
 const uniq = (p: string): string => `${p}-${randomBytes(4).toString('hex')}`;
@@ -393,6 +393,26 @@ void describe('the fence inside ORM transactions on PostgreSQL', { skip: !select
     });
     assert.deepEqual(await rowsOf(r), ['billing']);
     await l.release();
+  });
+
+  void it('the raw `pg` fence follows the same rule: a mark with no lease is claimed by the first write that names one, and another lease is refused with FenceOwnedError whatever its token', async () => {
+    const r = uniq('raw-owned');
+    const writeAs = (token: bigint, lease: string | undefined, writer: string) =>
+      rawPgFence(admin, { resource: r, token, table: `${schema}.fences`, ...(lease === undefined ? {} : { lease }) }, async (c) => {
+        await c.query(`INSERT INTO "${schema}".writes (resource, token, writer) VALUES ($1, $2, $3)`, [r, token.toString(), writer]);
+      });
+    await writeAs(1n, undefined, 'unnamed'); // unclaimed, as every mark written before migration 9
+    await writeAs(3n, 'billing', 'billing');
+    for (const token of [2n, 99n]) {
+      await assert.rejects(writeAs(token, 'reports', 'reports'), (err: unknown) => {
+        assert.ok(err instanceof FenceOwnedError, String(err));
+        assert.match(err.message, /lease "reports".*lease "billing"/);
+        assert.doesNotMatch(err.message, /newer leader/);
+        return true;
+      });
+    }
+    assert.deepEqual(await rowsOf(r), ['unnamed', 'billing']);
+    assert.deepEqual(await markOf(r), { token: 3n, lease: 'billing' });
   });
 
   void it('a fence table without the lease column: a write naming a lease is a SchemaError that says to run createPgFenceTable again; one naming none still works', async () => {
