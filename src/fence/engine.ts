@@ -32,13 +32,17 @@ export type { FenceExecute, TxFenceOptions } from '../backends/term-fence.js';
 export function dialectFor(
   library: string,
   dialect: string | undefined,
-  sql: { postgres: FenceDialect<TxFenceOptions, FencePlan>; sqlite: FenceDialect<TxFenceOptions, FencePlan> },
+  sql: { postgres: FenceDialect<TxFenceOptions, FencePlan>; sqlite?: FenceDialect<TxFenceOptions, FencePlan>; mysql?: FenceDialect<TxFenceOptions, FencePlan> },
 ): FenceDialect<TxFenceOptions, FencePlan> {
   if (dialect === undefined || /^(postgres|postgresql|pg)$/i.test(dialect)) return sql.postgres;
-  if (/^(sqlite|sqlite3|better-sqlite3)$/i.test(dialect)) return sql.sqlite;
+  if (sql.sqlite !== undefined && /^(sqlite|sqlite3|better-sqlite3)$/i.test(dialect)) return sql.sqlite;
+  if (sql.mysql !== undefined && /^(mysql|mysql2|mariadb)$/i.test(dialect)) return sql.mysql;
+  const has = ['PostgreSQL', sql.sqlite === undefined ? '' : 'SQLite', sql.mysql === undefined ? '' : 'MySQL/MariaDB'].filter((x) => x !== '').join(', ');
   throw new ConfigError(
-    `leasehold/fence/${library} fences writes on PostgreSQL and SQLite, and this ${library} handle is on ${dialect}: ` +
-      'on MySQL or MariaDB use fencedMysqlTransaction from leasehold/fence, with the mysql2 pool',
+    `leasehold/fence/${library} fences writes on ${has}, and this ${library} handle is on ${dialect}: ` +
+      (/sqlite/i.test(dialect)
+        ? 'on SQLite use fencedWriteSync from leasehold/fence on the same connection (Drizzle: fencedWriteSync(db.$client, options, () => db.insert(...).run()))'
+        : 'on MySQL or MariaDB use fencedMysqlTransaction from leasehold/fence, with the mysql2 pool'),
   );
 }
 

@@ -1,5 +1,5 @@
 /**
- * `leasehold/fence/knex`: the fence inside a Knex transaction (the `pg` client, or `better-sqlite3` on the lease store's file).
+ * `leasehold/fence/knex`: the fence inside a Knex transaction (clients `pg`, `better-sqlite3`, `mysql2`).
  *
  * ```ts
  * await fencedTransaction(knex, { resource: 'invoices', term }, async (trx) => {
@@ -12,8 +12,9 @@ import type { Knex } from 'knex';
 import { fenceIn, fencedIn, questionMarks, type FenceExecute, dialectFor, type TxFenceOptions } from './engine.js';
 import { pgFenceDialect } from '../backends/postgres/fence.js';
 import { sqliteFenceDialect } from '../backends/sqlite/tx-fence.js';
+import { mysqlFenceDialect } from '../backends/mysql/tx-fence.js';
 
-const SQL = { postgres: pgFenceDialect, sqlite: sqliteFenceDialect };
+const SQL = { postgres: pgFenceDialect, sqlite: sqliteFenceDialect, mysql: mysqlFenceDialect };
 
 export type KnexFenceOptions = TxFenceOptions;
 
@@ -23,10 +24,13 @@ export interface KnexLike {
 }
 
 function execOn(db: KnexLike): FenceExecute {
+  const mysql = /mysql|mariadb/i.test(dialectOf(db) ?? '');
   return async (text, values) => {
     // Knex takes `?` (and reads every `?` as one, even in a string literal): the values go as bindings.
     const q = questionMarks(text, values);
     const r = (await db.raw(q.sql, q.params)) as { rows?: unknown[] } | unknown[];
+    // pg: a result with `rows`; better-sqlite3: the rows; mysql2: [rows or a result header, fields].
+    if (mysql) return (Array.isArray(r) && Array.isArray(r[0]) ? r[0] : []) as Record<string, unknown>[];
     return (Array.isArray(r) ? r : (r.rows ?? [])) as Record<string, unknown>[];
   };
 }
@@ -69,4 +73,5 @@ export async function fencedTransaction<T>(db: Knex, options: KnexFenceOptions, 
 
 export { createPgFenceTable } from '../backends/postgres/fence.js';
 export { createSqliteFenceTable } from '../backends/sqlite/fence.js';
+export { createMysqlFenceTable } from '../backends/mysql/fence.js';
 export { FencedError, FenceOwnedError, LeaseLostError } from '../core/errors.js';

@@ -1,5 +1,5 @@
 /**
- * `leasehold/fence/kysely`: the fence inside a Kysely transaction (PostgresDialect, or SqliteDialect on the lease store's file).
+ * `leasehold/fence/kysely`: the fence inside a Kysely transaction (PostgresDialect, SqliteDialect, MysqlDialect).
  *
  * ```ts
  * await fencedTransaction(db, { resource: 'invoices', term }, async (trx) => {
@@ -12,8 +12,9 @@ import type { Kysely, Transaction } from 'kysely';
 import { fenceIn, fencedIn, questionMarks, type FenceExecute, dialectFor, type TxFenceOptions } from './engine.js';
 import { pgFenceDialect } from '../backends/postgres/fence.js';
 import { sqliteFenceDialect } from '../backends/sqlite/tx-fence.js';
+import { mysqlFenceDialect } from '../backends/mysql/tx-fence.js';
 
-const SQL = { postgres: pgFenceDialect, sqlite: sqliteFenceDialect };
+const SQL = { postgres: pgFenceDialect, sqlite: sqliteFenceDialect, mysql: mysqlFenceDialect };
 
 /** The options of a Kysely fence: `{ resource, token }` or `{ resource, term }`, see {@link PgFenceOptions} (on SQLite `table` is a plain name and there is no `idleTimeout`). */
 export type KyselyFenceOptions = TxFenceOptions;
@@ -33,8 +34,8 @@ function raw(sql: string, parameters: readonly unknown[]): unknown {
 }
 
 function execOn(db: KyselyLike): FenceExecute {
-  // PostgreSQL takes `$n`; SQLite's drivers bind an array only to `?` (to them `$1` is a name).
-  const positional = dialectOf(db) === 'sqlite';
+  // PostgreSQL takes `$n`; SQLite's drivers bind an array only to `?` (to them `$1` is a name), MySQL's take only `?`.
+  const positional = dialectOf(db) !== 'postgres';
   return async (text, params) => {
     const q = positional ? questionMarks(text, params) : { sql: text, params };
     return (await db.executeQuery(raw(q.sql, q.params) as never)).rows as Record<string, unknown>[];
@@ -80,4 +81,5 @@ export async function fencedTransaction<DB, T>(db: Kysely<DB>, options: KyselyFe
 
 export { createPgFenceTable, type PgFenceOptions } from '../backends/postgres/fence.js';
 export { createSqliteFenceTable } from '../backends/sqlite/fence.js';
+export { createMysqlFenceTable } from '../backends/mysql/fence.js';
 export { FencedError, FenceOwnedError, LeaseLostError } from '../core/errors.js';
