@@ -46,21 +46,6 @@ export function dialectFor(
   );
 }
 
-/**
- * For the entries that fence PostgreSQL only (Drizzle, TypeORM, Sequelize): refuses a handle on
- * another database before any statement runs, naming what to use there.
- * @throws {ConfigError}
- */
-export function requirePostgres(library: string, dialect: string | undefined): void {
-  if (dialect === undefined || /^(postgres|postgresql|pg)$/i.test(dialect)) return;
-  throw new ConfigError(
-    `leasehold/fence/${library} fences writes on PostgreSQL, and this ${library} handle is on ${dialect}: ` +
-      (/sqlite/i.test(dialect)
-        ? "on SQLite use fencedWriteSync from leasehold/fence on the same connection (Drizzle: fencedWriteSync(db.$client, options, () => db.insert(...).run()))"
-        : 'on MySQL or MariaDB use fencedMysqlTransaction from leasehold/fence, with the mysql2 pool'),
-  );
-}
-
 /** Thrown inside the library's transaction callback so that it rolls back; never leaves this module. */
 class NotOurs extends Error {
   constructor(readonly w: TermFenceWrite) {

@@ -1,7 +1,7 @@
 /**
  * Issue 26, item 3: the fence inside the user's own query builder's transaction on MySQL/MariaDB
  * (the machine's MariaDB), through the real library over mysql2: Kysely (MysqlDialect), Knex
- * (client 'mysql2') and Drizzle (drizzle-orm/mysql2). The scenarios of orm-postgres.test.ts: a
+ * (client 'mysql2'), Drizzle (drizzle-orm/mysql2), TypeORM (type 'mysql') and Sequelize (dialect 'mysql'). The scenarios of orm-postgres.test.ts: a
  * stale token refused with its transaction's own writes rolled back, a same token accepted, the
  * second of two restored clones refused and its term ended in the store, a resource of another
  * lease refused naming both. The frozen-writer bound is not offered here (the idle timeout is a
@@ -26,6 +26,10 @@ import { resumeLease, snapshotLease } from '../../src/testing/index.js';
 import * as kyselyFence from '../../src/fence/kysely.js';
 import * as knexFence from '../../src/fence/knex.js';
 import * as drizzleFence from '../../src/fence/drizzle.js';
+import * as typeormFence from '../../src/fence/typeorm.js';
+import * as sequelizeFence from '../../src/fence/sequelize.js';
+import { DataSource, type EntityManager } from 'typeorm';
+import { Sequelize, type Transaction as SequelizeTransaction } from 'sequelize';
 import type { TxFenceOptions } from '../../src/backends/term-fence.js';
 import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
 
@@ -99,6 +103,49 @@ function adapters(uri: string): Adapter[] {
       close: () => new Promise<void>((r) => pool.end(() => r())),
     });
   }
+  {
+    const ds = new DataSource({ type: 'mysql', url: uri, poolSize: 3 });
+    const ready = ds.initialize();
+    const ins = async (manager: EntityManager, w: W): Promise<void> => {
+      await manager.query('INSERT INTO writes (resource, token, writer) VALUES (?, ?, ?)', [w.resource, w.token.toString(), w.writer]);
+    };
+    list.push({
+      name: 'typeorm',
+      fenced: async (o, w) => {
+        await ready;
+        await typeormFence.fencedTransaction(ds, o, (manager) => ins(manager, w));
+      },
+      opened: async (o, w) => {
+        await ready;
+        await ds.transaction(async (manager) => {
+          await ins(manager, w);
+          await typeormFence.fence(manager, o);
+          await ins(manager, w);
+        });
+      },
+      close: async () => {
+        await ready;
+        await ds.destroy();
+      },
+    });
+  }
+  {
+    const sequelize = new Sequelize(uri, { dialect: 'mysql', logging: false, pool: { max: 3 } });
+    const ins = async (transaction: SequelizeTransaction, w: W): Promise<void> => {
+      await sequelize.query('INSERT INTO writes (resource, token, writer) VALUES (?, ?, ?)', { replacements: [w.resource, w.token.toString(), w.writer], transaction });
+    };
+    list.push({
+      name: 'sequelize',
+      fenced: (o, w) => sequelizeFence.fencedTransaction(sequelize, o, (transaction) => ins(transaction, w)),
+      opened: (o, w) =>
+        sequelize.transaction(async (transaction) => {
+          await ins(transaction, w);
+          await sequelizeFence.fence(transaction, o);
+          await ins(transaction, w);
+        }),
+      close: () => sequelize.close(),
+    });
+  }
   return list;
 }
 
@@ -135,7 +182,7 @@ void describe('the fence inside query-builder transactions on MySQL/MariaDB', { 
     await t?.cleanup();
   });
 
-  for (const name of ['kysely', 'knex', 'drizzle (mysql2)']) {
+  for (const name of ['kysely', 'knex', 'drizzle (mysql2)', 'typeorm', 'sequelize']) {
     const a = (): Adapter => list.find((x) => x.name === name)!;
 
     void it(`${name}: a same or newer token is accepted, an older one is refused with FencedError and its transaction's own writes are rolled back`, async () => {
@@ -227,5 +274,19 @@ export async function drizzleMysqlUser(db: MySql2Database, term: Term): Promise<
     await tx.insert(writes).values({ resource: 'r', token: '1', writer: 'w' });
     await tx.transaction(async (inner) => inner.execute(dsql`SELECT 2`));
     if (Math.random() > 2) tx.rollback();
+  });
+}
+
+export async function typeormMysqlUser(ds: DataSource, term: Term): Promise<boolean> {
+  return typeormFence.fencedTransaction(ds, { resource: 'invoices', term }, async (manager) => {
+    await manager.createQueryBuilder().insert().into('writes').values({ resource: 'r', token: '1', writer: 'w' }).execute();
+    return manager.queryRunner?.isTransactionActive === true;
+  });
+}
+
+export async function sequelizeMysqlUser(sequelize: Sequelize, term: Term): Promise<void> {
+  await sequelizeFence.fencedTransaction(sequelize, { resource: 'invoices', term }, async (transaction) => {
+    transaction.afterCommit(() => undefined);
+    await sequelize.query('SELECT 1', { transaction });
   });
 }
