@@ -223,6 +223,22 @@ void describe('the fence inside query-builder transactions on MySQL/MariaDB', { 
       await lease1.release().catch(() => {});
     });
 
+    void it(`${name}: with \`term\` in a transaction the user opened, a clone is refused and its writes (also those before fence()) are rolled back`, async () => {
+      const lease = uniq('clone-open');
+      const lease1 = lh1.lease(lease, { ttl: '20s' });
+      const term1 = await lease1.acquire({ wait: '5s' });
+      const term2 = resumeLease(lh2.lease(lease, { ttl: '20s' }), snapshotLease(lease1)!);
+      await a().opened({ resource: `${lease}:a`, term: term1 }, { resource: `${lease}:a`, token: term1.token, writer: 'first' });
+      await assert.rejects(
+        a().opened({ resource: `${lease}:b`, term: term2 }, { resource: `${lease}:b`, token: term2.token, writer: 'clone' }),
+        (err: unknown) => err instanceof LeaseLostError && err.reason === 'cloned',
+      );
+      assert.equal(term2.signal.aborted, true);
+      assert.deepEqual(await rowsOf(`${lease}:b`), []);
+      assert.deepEqual(await rowsOf(`${lease}:a`), ['first', 'first']);
+      await lease1.release().catch(() => {});
+    });
+
     void it(`${name}: a resource fenced under one lease refuses another lease with FenceOwnedError naming both, whatever its token`, async () => {
       const r = uniq('owned');
       await a().fenced({ resource: r, token: 3n, lease: 'billing' }, { resource: r, token: 3n, writer: 'billing' });
