@@ -233,6 +233,29 @@ void describe('the fence inside query-builder transactions on SQLite', { skip: !
     });
   }
 
+  void it('with `term`, a Kysely handle on another SQLite file is a ConfigError naming the lease store\'s file, and nothing is written there', async () => {
+    const other = `${file}.other.db`;
+    const side = new Database(other);
+    side.exec('CREATE TABLE writes (id INTEGER PRIMARY KEY, resource TEXT, token TEXT, writer TEXT)');
+    kyselyFence.createSqliteFenceTable(side);
+    const db = new Kysely<Db>({ dialect: new SqliteDialect({ database: side }) });
+    const lease = lh1.lease(uniq('other-file'), { ttl: '20s' });
+    try {
+      const term = await lease.acquire({ wait: '5s' });
+      await assert.rejects(
+        kyselyFence.fencedTransaction(db, { resource: 'r', term }, async (trx) => {
+          await trx.insertInto('writes').values({ resource: 'r', token: '1', writer: 'w' }).execute();
+        }),
+        (err: unknown) => err instanceof ConfigError && err.message.includes(file),
+      );
+      assert.equal((side.prepare('SELECT count(*) AS n FROM writes').get() as { n: number }).n, 0);
+      assert.equal((side.prepare('SELECT count(*) AS n FROM leasehold_fences').get() as { n: number }).n, 0);
+    } finally {
+      await lease.release().catch(() => {});
+      await db.destroy();
+    }
+  });
+
   for (const name of ['kysely', 'knex']) {
     const a = (): Adapter => list.find((x) => x.name === name)!;
     void it(`${name}: a writer frozen inside its transaction keeps the file's write lock (no server can end it): a newer term is refused as retryable, and idleTimeout is a ConfigError`, async () => {
