@@ -6,6 +6,18 @@
 import { ConfigError, LeaseLostError, StoreUnavailableError } from '../core/errors.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { LostReason } from './store.js';
+import type { Duration } from '../core/config.js';
+
+/**
+ * The options of a fence inside a transaction a library opened, whatever the database: each
+ * dialect reads `table` and `idleTimeout` its own way (src/backends/<store>/fence.ts).
+ */
+export type TxFenceOptions = {
+  resource: string;
+  table?: string;
+  idleTimeout?: Duration | false;
+  lease?: string;
+} & ({ token: bigint; term?: Term } | { term: Term; token?: bigint });
 
 export interface TermFenceRequest {
   name: string;
@@ -101,4 +113,13 @@ export function refusedTermFence(
       : `a fenced write found the term over in the store (${why.reason}); the ${say.what} was rolled back`;
   lease.fenceLost(term, why.reason, detail);
   return term.signal.aborted ? (term.signal.reason as Error) : new LeaseLostError(name, term.token, why.reason === 'released' ? 'superseded' : why.reason, detail);
+}
+
+/** The mark's owner: the term's lease name, or the `lease` option (which must then agree). */
+export function ownerOf(option: string | undefined, termLease: string | undefined): string | undefined {
+  if (option !== undefined && (typeof option !== 'string' || option.length === 0)) throw new ConfigError('`lease` must be a non-empty lease name');
+  if (option !== undefined && termLease !== undefined && option !== termLease) {
+    throw new ConfigError(`\`lease\` is "${option}" but the term passed with it is of lease "${termLease}"; leave \`lease\` out when you pass \`term\``);
+  }
+  return termLease ?? option;
 }

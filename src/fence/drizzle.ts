@@ -1,6 +1,8 @@
 /**
- * `leasehold/fence/drizzle`: the fence inside a Drizzle transaction, PostgreSQL drivers
- * (node-postgres `drizzle-orm/node-postgres` and postgres.js `drizzle-orm/postgres-js`).
+ * `leasehold/fence/drizzle`: the fence inside a Drizzle transaction: PostgreSQL drivers
+ * (node-postgres `drizzle-orm/node-postgres` and postgres.js `drizzle-orm/postgres-js`) and
+ * MySQL's `drizzle-orm/mysql2`. SQLite's better-sqlite3 driver has synchronous transactions: fence
+ * those with `fencedWriteSync(db.$client, ...)` from leasehold/fence.
  *
  * ```ts
  * await fencedTransaction(db, { resource: 'invoices', term }, async (tx) => {
@@ -12,17 +14,26 @@
  */
 import { sql, type SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import { pgFenceDialect, type PgTxFenceOptions } from '../backends/postgres/fence.js';
-import { fenceIn, fencedIn, type FenceExecute, requirePostgres } from './engine.js';
+import type { MySqlDatabase, MySqlQueryResultHKT, PreparedQueryHKTBase } from 'drizzle-orm/mysql-core';
+import { pgFenceDialect } from '../backends/postgres/fence.js';
+import { mysqlFenceDialect } from '../backends/mysql/tx-fence.js';
+import { dialectFor, fenceIn, fencedIn, type FenceExecute, type TxFenceOptions } from './engine.js';
 
-export type DrizzleFenceOptions = PgTxFenceOptions;
+export type DrizzleFenceOptions = TxFenceOptions;
+
+const DIALECTS = { postgres: pgFenceDialect, mysql: mysqlFenceDialect };
 
 /** A Drizzle PostgreSQL database (any driver), or a transaction of one. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type DrizzlePgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
+/** A Drizzle MySQL database (drizzle-orm/mysql2), or a transaction of one. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type DrizzleMysqlDatabase = MySqlDatabase<MySqlQueryResultHKT, PreparedQueryHKTBase, any, any>;
+/** The databases the fence speaks: PostgreSQL (node-postgres, postgres.js) and MySQL (mysql2). */
+export type DrizzleDatabase = DrizzlePgDatabase | DrizzleMysqlDatabase;
 
 /** What `fn` is given: the database's own transaction type (NodePgTransaction, PostgresJsTransaction...). */
-export type DrizzleTransactionOf<D extends DrizzlePgDatabase> = Parameters<Parameters<D['transaction']>[0]>[0];
+export type DrizzleTransactionOf<D extends DrizzleDatabase> = Parameters<Parameters<D['transaction']>[0]>[0];
 
 /** What the fence uses of a database or transaction. */
 interface DrizzleLike {
@@ -38,9 +49,11 @@ function toSql(text: string, params: readonly unknown[]): SQL {
 }
 
 function execOn(db: DrizzleLike): FenceExecute {
+  const mysql = dialectOf(db) === 'mysql';
   return async (text, params) => {
-    // node-postgres answers a QueryResult, postgres.js the rows themselves.
+    // node-postgres answers a QueryResult, postgres.js the rows themselves, mysql2 [rows or a result header, fields].
     const r = (await db.execute(toSql(text, params))) as { rows?: unknown[] } | unknown[];
+    if (mysql) return (Array.isArray(r) && Array.isArray(r[0]) ? r[0] : []) as Record<string, unknown>[];
     return (Array.isArray(r) ? r : (r.rows ?? [])) as Record<string, unknown>[];
   };
 }
@@ -59,9 +72,8 @@ function dialectOf(h: unknown): string | undefined {
  * @throws {FenceOwnedError} the resource's mark belongs to another lease.
  * @throws {LeaseLostError} (with `term`) the term is over or another process wrote with it.
  */
-export async function fence(tx: DrizzlePgDatabase, options: DrizzleFenceOptions): Promise<void> {
-  requirePostgres('drizzle', dialectOf(tx));
-  return fenceIn(pgFenceDialect, execOn(tx as unknown as DrizzleLike), options);
+export async function fence(tx: DrizzleDatabase, options: DrizzleFenceOptions): Promise<void> {
+  return fenceIn(dialectFor('drizzle', dialectOf(tx), DIALECTS), execOn(tx as unknown as DrizzleLike), options);
 }
 
 /**
@@ -73,10 +85,9 @@ export async function fence(tx: DrizzlePgDatabase, options: DrizzleFenceOptions)
  * @throws {LeaseLostError} (with `term`) the term is over, or another process wrote with it ('cloned').
  * @throws {StoreUnavailableError} PostgreSQL ended the transaction after `idleTimeout`.
  */
-export async function fencedTransaction<D extends DrizzlePgDatabase, T>(db: D, options: DrizzleFenceOptions, fn: (tx: DrizzleTransactionOf<D>) => Promise<T>): Promise<T> {
-  requirePostgres('drizzle', dialectOf(db));
+export async function fencedTransaction<D extends DrizzleDatabase, T>(db: D, options: DrizzleFenceOptions, fn: (tx: DrizzleTransactionOf<D>) => Promise<T>): Promise<T> {
   return fencedIn(
-    pgFenceDialect,
+    dialectFor('drizzle', dialectOf(db), DIALECTS),
     options,
     (body: (tx: DrizzleTransactionOf<D>) => Promise<T>) => db.transaction(body as never) as Promise<T>,
     (tx) => execOn(tx as unknown as DrizzleLike),
@@ -86,4 +97,5 @@ export async function fencedTransaction<D extends DrizzlePgDatabase, T>(db: D, o
 }
 
 export { createPgFenceTable } from '../backends/postgres/fence.js';
+export { createMysqlFenceTable } from '../backends/mysql/fence.js';
 export { FencedError, FenceOwnedError, LeaseLostError } from '../core/errors.js';

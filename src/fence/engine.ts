@@ -17,21 +17,32 @@
  */
 import { ConfigError, StoreUnavailableError } from '../core/errors.js';
 import type { Lease, Term, TermFenceWrite } from '../core/lease.js';
-import { refusedTermFence, type FenceDialect, type FenceExecute, type FencePlan, type TermFenceFailure } from '../backends/term-fence.js';
+import { refusedTermFence, type FenceDialect, type FenceExecute, type FencePlan, type TermFenceFailure, type TxFenceOptions } from '../backends/term-fence.js';
 
-export type { FenceExecute } from '../backends/term-fence.js';
+export type { FenceExecute, TxFenceOptions } from '../backends/term-fence.js';
 
 /**
- * Refuses a library handle on another database before any statement runs: the fence's SQL here
- * is PostgreSQL's, and on MySQL or SQLite it would fail as a syntax error that says nothing of
- * why. `dialect` is what the library says it talks to; undefined (it could not say) lets it run.
+ * The fence's SQL (`sql`, from the entry: this module names no backend) for the database a
+ * library handle talks to (`dialect`, as the library names it; undefined when it could not say,
+ * which is taken as PostgreSQL). A handle on a database
+ * with no dialect here is refused before any statement runs: the SQL would fail as a syntax
+ * error that says nothing of why.
  * @throws {ConfigError}
  */
-export function requirePostgres(library: string, dialect: string | undefined): void {
-  if (dialect === undefined || /^(postgres|postgresql|pg)$/i.test(dialect)) return;
+export function dialectFor(
+  library: string,
+  dialect: string | undefined,
+  sql: { postgres: FenceDialect<TxFenceOptions, FencePlan>; sqlite?: FenceDialect<TxFenceOptions, FencePlan>; mysql?: FenceDialect<TxFenceOptions, FencePlan> },
+): FenceDialect<TxFenceOptions, FencePlan> {
+  if (dialect === undefined || /^(postgres|postgresql|pg)$/i.test(dialect)) return sql.postgres;
+  if (sql.sqlite !== undefined && /^(sqlite|sqlite3|better-sqlite3)$/i.test(dialect)) return sql.sqlite;
+  if (sql.mysql !== undefined && /^(mysql|mysql2|mariadb)$/i.test(dialect)) return sql.mysql;
+  const has = ['PostgreSQL', sql.sqlite === undefined ? '' : 'SQLite', sql.mysql === undefined ? '' : 'MySQL/MariaDB'].filter((x) => x !== '').join(', ');
   throw new ConfigError(
-    `leasehold/fence/${library} fences writes on PostgreSQL, and this ${library} handle is on ${dialect}: ` +
-      'on SQLite use fencedWriteSync, on MySQL or MariaDB fencedMysqlTransaction, both from leasehold/fence, with that database\'s own driver',
+    `leasehold/fence/${library} fences writes on ${has}, and this ${library} handle is on ${dialect}: ` +
+      (/sqlite/i.test(dialect)
+        ? 'on SQLite use fencedWriteSync from leasehold/fence on the same connection (Drizzle: fencedWriteSync(db.$client, options, () => db.insert(...).run()))'
+        : 'on MySQL or MariaDB use fencedMysqlTransaction from leasehold/fence, with the mysql2 pool'),
   );
 }
 

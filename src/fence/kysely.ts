@@ -1,5 +1,5 @@
 /**
- * `leasehold/fence/kysely`: the fence inside a Kysely transaction (PostgreSQL dialect).
+ * `leasehold/fence/kysely`: the fence inside a Kysely transaction (PostgresDialect, SqliteDialect, MysqlDialect).
  *
  * ```ts
  * await fencedTransaction(db, { resource: 'invoices', term }, async (trx) => {
@@ -9,11 +9,15 @@
  * Kysely is a peer dependency; this module imports only its types.
  */
 import type { Kysely, Transaction } from 'kysely';
-import { pgFenceDialect, type PgTxFenceOptions } from '../backends/postgres/fence.js';
-import { fenceIn, fencedIn, type FenceExecute, requirePostgres } from './engine.js';
+import { fenceIn, fencedIn, questionMarks, type FenceExecute, dialectFor, type TxFenceOptions } from './engine.js';
+import { pgFenceDialect } from '../backends/postgres/fence.js';
+import { sqliteFenceDialect } from '../backends/sqlite/tx-fence.js';
+import { mysqlFenceDialect } from '../backends/mysql/tx-fence.js';
 
-/** The options of a Kysely fence: `{ resource, token }` or `{ resource, term }`, see {@link PgTxFenceOptions}. */
-export type KyselyFenceOptions = PgTxFenceOptions;
+const SQL = { postgres: pgFenceDialect, sqlite: sqliteFenceDialect, mysql: mysqlFenceDialect };
+
+/** The options of a Kysely fence: `{ resource, token }` or `{ resource, term }`, see {@link PgFenceOptions} (on SQLite `table` is a plain name and there is no `idleTimeout`). */
+export type KyselyFenceOptions = TxFenceOptions;
 
 /** What the fence uses of a Kysely instance or transaction. */
 export interface KyselyLike {
@@ -30,7 +34,12 @@ function raw(sql: string, parameters: readonly unknown[]): unknown {
 }
 
 function execOn(db: KyselyLike): FenceExecute {
-  return async (sql, params) => (await db.executeQuery(raw(sql, params) as never)).rows as Record<string, unknown>[];
+  // PostgreSQL takes `$n`; SQLite's drivers bind an array only to `?` (to them `$1` is a name), MySQL's take only `?`.
+  const positional = dialectOf(db) !== 'postgres';
+  return async (text, params) => {
+    const q = positional ? questionMarks(text, params) : { sql: text, params };
+    return (await db.executeQuery(raw(q.sql, q.params) as never)).rows as Record<string, unknown>[];
+  };
 }
 
 /** The database a Kysely handle talks to, from its dialect's adapter (PostgresAdapter, MysqlAdapter, SqliteAdapter). */
@@ -47,8 +56,7 @@ function dialectOf(h: unknown): string | undefined {
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export async function fence(trx: Transaction<any>, options: KyselyFenceOptions): Promise<void> {
-  requirePostgres('kysely', dialectOf(trx));
-  return fenceIn(pgFenceDialect, execOn(trx as unknown as KyselyLike), options);
+  return fenceIn(dialectFor('kysely', dialectOf(trx), SQL), execOn(trx as unknown as KyselyLike), options);
 }
 
 /**
@@ -58,12 +66,11 @@ export async function fence(trx: Transaction<any>, options: KyselyFenceOptions):
  * @throws {FencedError} a newer term has written: rolled back, nothing committed.
  * @throws {FenceOwnedError} the resource's mark belongs to another lease.
  * @throws {LeaseLostError} (with `term`) the term is over, or another process wrote with it ('cloned').
- * @throws {StoreUnavailableError} PostgreSQL ended the transaction after `idleTimeout`.
+ * @throws {StoreUnavailableError} PostgreSQL ended the transaction after `idleTimeout`; SQLite's write lock stayed busy.
  */
 export async function fencedTransaction<DB, T>(db: Kysely<DB>, options: KyselyFenceOptions, fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
-  requirePostgres('kysely', dialectOf(db));
   return fencedIn(
-    pgFenceDialect,
+    dialectFor('kysely', dialectOf(db), SQL),
     options,
     (body: (trx: Transaction<DB>) => Promise<T>) => db.transaction().execute(body),
     (trx) => execOn(trx as unknown as KyselyLike),
@@ -72,5 +79,7 @@ export async function fencedTransaction<DB, T>(db: Kysely<DB>, options: KyselyFe
   );
 }
 
-export { createPgFenceTable } from '../backends/postgres/fence.js';
+export { createPgFenceTable, type PgFenceOptions } from '../backends/postgres/fence.js';
+export { createSqliteFenceTable } from '../backends/sqlite/fence.js';
+export { createMysqlFenceTable } from '../backends/mysql/fence.js';
 export { FencedError, FenceOwnedError, LeaseLostError } from '../core/errors.js';

@@ -11,10 +11,13 @@
  */
 import type { Sequelize, Transaction } from 'sequelize';
 import { ConfigError } from '../core/errors.js';
-import { pgFenceDialect, type PgTxFenceOptions } from '../backends/postgres/fence.js';
-import { fenceIn, fencedIn, type FenceExecute, requirePostgres } from './engine.js';
+import { pgFenceDialect } from '../backends/postgres/fence.js';
+import { mysqlFenceDialect } from '../backends/mysql/tx-fence.js';
+import { dialectFor, fenceIn, fencedIn, type FenceExecute, type TxFenceOptions } from './engine.js';
 
-export type SequelizeFenceOptions = PgTxFenceOptions;
+export type SequelizeFenceOptions = TxFenceOptions;
+
+const DIALECTS = { postgres: pgFenceDialect, mysql: mysqlFenceDialect };
 
 /** What the fence uses of a Sequelize instance. */
 interface SequelizeLike {
@@ -22,9 +25,15 @@ interface SequelizeLike {
 }
 
 function execOn(sequelize: SequelizeLike, transaction: Transaction | undefined): FenceExecute {
-  // type 'SELECT' (QueryTypes.SELECT): Sequelize answers with the rows. bind: `$1` parameters.
-  return async (sql, params) =>
-    (await sequelize.query(sql, { bind: [...params], type: 'SELECT', ...(transaction === undefined ? {} : { transaction }) })) as Record<string, unknown>[];
+  const mysql = /mysql|mariadb/i.test(dialectOf(sequelize) ?? '');
+  const tx = transaction === undefined ? {} : { transaction };
+  return async (sql, params) => {
+    // bind: `$1` parameters, on every dialect. PostgreSQL: every statement is a SELECT, and type
+    // 'SELECT' answers with the rows. MySQL: a write answers a result header, so 'RAW' ([rows, meta]).
+    if (!mysql) return (await sequelize.query(sql, { bind: [...params], type: 'SELECT', ...tx })) as Record<string, unknown>[];
+    const r = (await sequelize.query(sql, { bind: [...params], type: 'RAW', ...tx })) as unknown[];
+    return (Array.isArray(r[0]) ? r[0] : []) as Record<string, unknown>[];
+  };
 }
 
 /** A transaction knows its Sequelize instance (Sequelize's types do not say so). */
@@ -48,8 +57,7 @@ function dialectOf(h: unknown): string | undefined {
  * @throws {LeaseLostError} (with `term`) the term is over or another process wrote with it.
  */
 export async function fence(transaction: Transaction, options: SequelizeFenceOptions): Promise<void> {
-  requirePostgres('sequelize', dialectOf(transaction));
-  return fenceIn(pgFenceDialect, execOn(ownerOf(transaction), transaction), options);
+  return fenceIn(dialectFor('sequelize', dialectOf(transaction), DIALECTS), execOn(ownerOf(transaction), transaction), options);
 }
 
 /**
@@ -63,9 +71,8 @@ export async function fence(transaction: Transaction, options: SequelizeFenceOpt
  */
 export async function fencedTransaction<T>(sequelize: Sequelize, options: SequelizeFenceOptions, fn: (transaction: Transaction) => Promise<T>): Promise<T> {
   const s = sequelize as unknown as SequelizeLike;
-  requirePostgres('sequelize', dialectOf(sequelize));
   return fencedIn(
-    pgFenceDialect,
+    dialectFor('sequelize', dialectOf(sequelize), DIALECTS),
     options,
     (body: (transaction: Transaction) => Promise<T>) => sequelize.transaction(body),
     (transaction) => execOn(s, transaction),
@@ -75,4 +82,5 @@ export async function fencedTransaction<T>(sequelize: Sequelize, options: Sequel
 }
 
 export { createPgFenceTable } from '../backends/postgres/fence.js';
+export { createMysqlFenceTable } from '../backends/mysql/fence.js';
 export { FencedError, FenceOwnedError, LeaseLostError } from '../core/errors.js';

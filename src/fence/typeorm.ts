@@ -9,10 +9,13 @@
  * TypeORM is a peer dependency; this module imports only its types.
  */
 import type { DataSource, EntityManager } from 'typeorm';
-import { pgFenceDialect, type PgTxFenceOptions } from '../backends/postgres/fence.js';
-import { fenceIn, fencedIn, type FenceExecute, requirePostgres } from './engine.js';
+import { pgFenceDialect } from '../backends/postgres/fence.js';
+import { mysqlFenceDialect } from '../backends/mysql/tx-fence.js';
+import { dialectFor, fenceIn, fencedIn, questionMarks, type FenceExecute, type TxFenceOptions } from './engine.js';
 
-export type TypeormFenceOptions = PgTxFenceOptions;
+export type TypeormFenceOptions = TxFenceOptions;
+
+const DIALECTS = { postgres: pgFenceDialect, mysql: mysqlFenceDialect };
 
 /** What the fence uses of a DataSource or an EntityManager. */
 interface TypeormLike {
@@ -20,8 +23,14 @@ interface TypeormLike {
 }
 
 function execOn(db: TypeormLike): FenceExecute {
-  // Every statement of the fence is a SELECT, which TypeORM answers with the rows.
-  return async (sql, params) => (await db.query(sql, [...params])) as Record<string, unknown>[];
+  const mysql = /mysql|mariadb/i.test(dialectOf(db) ?? '');
+  return async (sql, params) => {
+    if (!mysql) return (await db.query(sql, [...params])) as Record<string, unknown>[]; // PostgreSQL: every statement a SELECT, answered with rows
+    // mysql2 takes `?`, and answers a write with a result header, not rows.
+    const q = questionMarks(sql, params);
+    const r = await db.query(q.sql, q.params);
+    return (Array.isArray(r) ? r : []) as Record<string, unknown>[];
+  };
 }
 
 /** The database a TypeORM data source or entity manager talks to: its options' `type`. */
@@ -38,8 +47,7 @@ function dialectOf(h: unknown): string | undefined {
  * @throws {LeaseLostError} (with `term`) the term is over or another process wrote with it.
  */
 export async function fence(manager: EntityManager, options: TypeormFenceOptions): Promise<void> {
-  requirePostgres('typeorm', dialectOf(manager));
-  return fenceIn(pgFenceDialect, execOn(manager as unknown as TypeormLike), options);
+  return fenceIn(dialectFor('typeorm', dialectOf(manager), DIALECTS), execOn(manager as unknown as TypeormLike), options);
 }
 
 /**
@@ -52,9 +60,8 @@ export async function fence(manager: EntityManager, options: TypeormFenceOptions
  * @throws {StoreUnavailableError} PostgreSQL ended the transaction after `idleTimeout`.
  */
 export async function fencedTransaction<T>(dataSource: DataSource, options: TypeormFenceOptions, fn: (manager: EntityManager) => Promise<T>): Promise<T> {
-  requirePostgres('typeorm', dialectOf(dataSource));
   return fencedIn(
-    pgFenceDialect,
+    dialectFor('typeorm', dialectOf(dataSource), DIALECTS),
     options,
     (body: (manager: EntityManager) => Promise<T>) => dataSource.transaction(body),
     (manager) => execOn(manager as unknown as TypeormLike),
@@ -64,4 +71,5 @@ export async function fencedTransaction<T>(dataSource: DataSource, options: Type
 }
 
 export { createPgFenceTable } from '../backends/postgres/fence.js';
+export { createMysqlFenceTable } from '../backends/mysql/fence.js';
 export { FencedError, FenceOwnedError, LeaseLostError } from '../core/errors.js';

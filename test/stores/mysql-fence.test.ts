@@ -10,7 +10,9 @@ import { createRequire } from 'node:module';
 import type * as Mysql2 from 'mysql2';
 import type * as Mysql2Promise from 'mysql2/promise';
 import { Leasehold } from '../../src/core/leasehold.js';
-import { FencedError, LeaseLostError, StoreUnavailableError } from '../../src/core/errors.js';
+import { FenceOwnedError, FencedError, LeaseLostError, StoreUnavailableError } from '../../src/core/errors.js';
+import { MYSQL_SCHEMA_VERSION } from '../../src/backends/mysql/schema.js';
+import { migration005 } from '../../src/backends/mysql/sql/005-fence-lease.js';
 import { fencedMysqlTransaction } from '../../src/fence/index.js';
 import { resumeLease, snapshotLease } from '../../src/testing/index.js';
 import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
@@ -242,6 +244,49 @@ void describe('mysql: fencedMysqlTransaction', { skip: !selectedStores().include
     } finally {
       await lh1.close();
       await lh2.close();
+    }
+  });
+
+  void it('a resource belongs to one lease: another lease is refused with FenceOwnedError naming both, whatever its token; a mark with no lease is claimed by the first write that names one', async () => {
+    const r = uniq('owned');
+    const writeAs = (token: bigint, lease: string | undefined) =>
+      fencedMysqlTransaction(pool, { resource: r, token, ...(lease === undefined ? {} : { lease }) }, async (tx) => {
+        await tx.query('INSERT INTO writes (resource, token) VALUES (?, ?)', [r, token.toString()]);
+      });
+    await writeAs(1n, undefined); // an unclaimed mark, as every mark written before migration 5
+    await writeAs(3n, 'billing'); // claims it
+    for (const token of [2n, 99n]) {
+      await assert.rejects(writeAs(token, 'reports'), (err: unknown) => {
+        assert.ok(err instanceof FenceOwnedError, String(err));
+        assert.equal(err.code, 'FENCE_OWNED');
+        assert.match(err.message, /lease "reports".*lease "billing"/);
+        assert.doesNotMatch(err.message, /newer leader/);
+        return true;
+      });
+    }
+    await writeAs(4n, 'billing');
+    assert.equal(await count(r), 3, 'nothing of the refused transactions');
+    const [rows] = await pool.query<Mysql2Promise.RowDataPacket[]>('SELECT CAST(token AS CHAR) AS token, lease FROM leasehold_fences WHERE resource = ?', [r]);
+    assert.deepEqual({ ...rows[0] }, { token: '4', lease: 'billing' });
+  });
+
+  void it('a database at schema version 4 upgrades: its marks keep their tokens, unclaimed, and migration 5 run twice (cut short and rerun) is harmless', async () => {
+    const u = await makeTestStore('mysql');
+    const uri = u.url.replace(/^mariadb:/, 'mysql:');
+    const c = await (require('mysql2/promise') as typeof Mysql2Promise).createConnection({ uri, multipleStatements: true });
+    try {
+      // What leasehold at version 4 left: the first four migrations and a mark.
+      await c.query('DROP TABLE IF EXISTS leasehold_fences');
+      await c.query(`CREATE TABLE leasehold_fences (resource VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, token BIGINT NOT NULL, updated_at_us BIGINT NOT NULL, PRIMARY KEY (resource)) ENGINE = InnoDB`);
+      await c.query(`INSERT INTO leasehold_fences VALUES ('old', 7, 0)`);
+      await c.query('DELETE FROM leasehold_schema_version; INSERT INTO leasehold_schema_version (version) VALUES (4)');
+      assert.deepEqual(await u.store.migrate!(), { current: MYSQL_SCHEMA_VERSION, expected: MYSQL_SCHEMA_VERSION });
+      for (const stmt of migration005) await c.query(stmt); // a rerun finds the column and does nothing
+      const [rows] = await c.query<Mysql2Promise.RowDataPacket[]>(`SELECT CAST(token AS CHAR) AS token, lease FROM leasehold_fences WHERE resource = 'old'`);
+      assert.deepEqual({ ...rows[0] }, { token: '7', lease: null });
+    } finally {
+      await c.end();
+      await u.cleanup();
     }
   });
 });

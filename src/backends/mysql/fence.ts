@@ -1,11 +1,11 @@
-import { ConfigError, FencedError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ConfigError, FenceOwnedError, FencedError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term } from '../../core/lease.js';
 import { parseDuration, type Duration } from '../../core/config.js';
 import { isRetryableLockError, mapMysqlError } from './errors.js';
 import { LOCK_RETRY_BUDGET_MS } from './batch.js';
 import { NOW_US, T } from './schema.js';
 import { MysqlStore } from './store.js';
-import { refusedTermFence } from '../term-fence.js';
+import { ownerOf, refusedTermFence } from '../term-fence.js';
 import { classifyFenceFailure, qualified, rotateFenceNonce, type Exec } from './term-fence.js';
 
 export type MysqlFenceOptions = {
@@ -32,6 +32,13 @@ export type MysqlFenceOptions = {
    * `token` only, no bound of ours. `false` for none. A duration string or milliseconds.
    */
   idleTimeout?: Duration | false;
+  /**
+   * The lease name this resource's mark belongs to (tokens of two lease names are not
+   * comparable). With `term` it is the term's lease (and, if given, must match). The first write
+   * naming a lease claims an unclaimed mark; a write under another name is refused with
+   * FenceOwnedError. A write naming no lease (`token` only) is not checked: it cannot be.
+   */
+  lease?: string;
 } & (
   | {
       /** The token of the term doing this write. */
@@ -137,9 +144,14 @@ export async function createMysqlFenceTable(target: MysqlFenceTarget, table?: st
         resource      VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
         token         BIGINT NOT NULL,
         updated_at_us BIGINT NOT NULL,
+        lease         VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
         PRIMARY KEY (resource)
       ) ENGINE = InnoDB`,
     );
+    // A table an older leasehold created has no `lease` column (MySQL 8 has no ADD COLUMN IF NOT EXISTS).
+    await execOn(coreOf(conn))(`ALTER TABLE ${t} ADD COLUMN lease VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL`).catch((err: unknown) => {
+      if ((err as { errno?: unknown }).errno !== 1060) throw err; // duplicate column: already there
+    });
   } finally {
     if (conn !== target) (conn as unknown as Releasable).release();
   }
@@ -240,6 +252,7 @@ export async function fencedMysqlTransaction<T, P extends MysqlFenceTarget>(
     throw new ConfigError('fence resource must be a string of 1-200 characters');
   }
   const same = term === undefined ? undefined : sameServer(term);
+  const owner = ownerOf(options.lease, same?.lease.name);
   if (term?.signal.aborted) throw term.signal.reason as Error;
   const table = fenceTableName(options.table, same?.database);
   const idle = idleSeconds(options.idleTimeout, term);
@@ -278,12 +291,21 @@ export async function fencedMysqlTransaction<T, P extends MysqlFenceTarget>(
       throw err;
     });
     open = true;
-    await advanceMark(exec, table, options.table, resource, token, term);
+    await advanceMark(exec, table, options.table, resource, token, term, owner);
     // Not FOR UPDATE: the mark's row is already ours (locked by the advance). A plain read
     // also fixes REPEATABLE READ's snapshot here, after the lock, so `fn` sees what the
     // previous writer of this resource committed.
-    const hw = (await exec(`SELECT CAST(token AS CHAR) AS token FROM ${table} WHERE resource = ?`, [resource])) as { token: string }[];
+    const hw = (await exec(`SELECT CAST(token AS CHAR) AS token${owner === undefined ? '' : ', lease'} FROM ${table} WHERE resource = ?`, [resource])) as {
+      token: string;
+      lease?: string | null;
+    }[];
     const mark = hw[0] === undefined ? null : BigInt(hw[0].token);
+    const markOwner = hw[0]?.lease;
+    if (owner !== undefined && typeof markOwner === 'string' && markOwner !== owner) {
+      open = false;
+      await exec('ROLLBACK');
+      throw new FenceOwnedError(resource, owner, markOwner);
+    }
     if (mark !== token) {
       open = false;
       await exec('ROLLBACK');
@@ -340,7 +362,7 @@ export async function fencedMysqlTransaction<T, P extends MysqlFenceTarget>(
         () => false,
       );
     }
-    if (broken !== undefined && !(err instanceof FencedError)) {
+    if (broken !== undefined && !(err instanceof FencedError) && !(err instanceof FenceOwnedError)) {
       throw new StoreUnavailableError(
         `the connection of the fenced transaction on "${resource}" was lost ${commitSent ? 'during its COMMIT: whether it committed is unknown' : 'before its COMMIT: nothing was committed'}` +
           (idle === undefined ? '' : ` (with idleTimeout ${idle}s the server ends a transaction left idle that long, usually because this process was frozen inside it)`),
@@ -364,21 +386,42 @@ export async function fencedMysqlTransaction<T, P extends MysqlFenceTarget>(
  * VALUES() and not MySQL 8's row alias: MariaDB has no alias. updated_at_us first: assignments
  * run left to right and see the new `token`.
  */
-async function advanceMark(exec: Exec, table: string, tableOption: string | undefined, resource: string, token: bigint, term: Term | undefined): Promise<void> {
+async function advanceMark(
+  exec: Exec,
+  table: string,
+  tableOption: string | undefined,
+  resource: string,
+  token: bigint,
+  term: Term | undefined,
+  owner: string | undefined,
+): Promise<void> {
   const started = performance.now();
+  // With an owner, the mark moves only if it is unclaimed or this lease's, and is claimed by it.
+  // `lease` before `token`: it changes only when the condition holds, which it then still does.
+  const ok = owner === undefined ? 'token <= VALUES(token)' : 'token <= VALUES(token) AND (lease IS NULL OR lease = VALUES(lease))';
+  const sql =
+    owner === undefined
+      ? `INSERT INTO ${table} (resource, token, updated_at_us) VALUES (?, ${token}, ${NOW_US})
+         ON DUPLICATE KEY UPDATE updated_at_us = IF(${ok}, VALUES(updated_at_us), updated_at_us),
+                                 token = IF(${ok}, VALUES(token), token)`
+      : `INSERT INTO ${table} (resource, token, updated_at_us, lease) VALUES (?, ${token}, ${NOW_US}, ?)
+         ON DUPLICATE KEY UPDATE updated_at_us = IF(${ok}, VALUES(updated_at_us), updated_at_us),
+                                 lease = IF(${ok}, VALUES(lease), lease),
+                                 token = IF(${ok}, VALUES(token), token)`;
   for (let attempt = 1; ; attempt++) {
     try {
-      await exec(
-        `INSERT INTO ${table} (resource, token, updated_at_us) VALUES (?, ${token}, ${NOW_US})
-         ON DUPLICATE KEY UPDATE updated_at_us = IF(token <= VALUES(token), VALUES(updated_at_us), updated_at_us),
-                                 token = IF(token <= VALUES(token), VALUES(token), token)`,
-        [resource],
-      );
+      await exec(sql, owner === undefined ? [resource] : [resource, owner]);
       return;
     } catch (err) {
       const errno = (err as { errno?: unknown }).errno;
       if (errno === 1146 || errno === 1049) {
         throw new SchemaError(`fence table ${tableOption ?? T.fences} does not exist; run \`leasehold migrate\` or createMysqlFenceTable()`, { cause: err });
+      }
+      if (errno === 1054 && owner !== undefined) {
+        throw new SchemaError(
+          `fence table ${tableOption ?? T.fences} has no \`lease\` column (created by an older leasehold): run \`leasehold migrate\` (the store's own table) or createMysqlFenceTable(pool${tableOption === undefined ? '' : `, ${JSON.stringify(tableOption)}`}) once`,
+          { cause: err },
+        );
       }
       // The first statement of the transaction: a deadlock or a lock-wait timeout here left
       // nothing of fn's behind, so it is safe to roll back and take the mark again.

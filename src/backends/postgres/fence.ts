@@ -4,7 +4,7 @@ import { parseDuration, type Duration } from '../../core/config.js';
 import { mapPgError } from './errors.js';
 import { PostgresStore, type PgPoolLike, type PgQueryableLike, type PgResultLike } from './store.js';
 import { classifyFenceFailure, rotateFenceNonceAndCommit, sqlLiteral } from './term-fence.js';
-import { judge, refusedTermFence, type FenceDialect, type FencePlan, type TermFenceFailure, type TermFenceRequest } from '../term-fence.js';
+import { judge, ownerOf, refusedTermFence, type FenceDialect, type FencePlan, type TermFenceFailure, type TermFenceRequest } from '../term-fence.js';
 import { validateSchemaName } from './schema.js';
 
 export type PgFenceOptions = {
@@ -26,6 +26,14 @@ export type PgFenceOptions = {
    * `token` only, no bound of ours. `false` for none. A duration string or milliseconds.
    */
   idleTimeout?: Duration | false;
+  /**
+   * The lease name this resource's mark belongs to (tokens of two lease names are not
+   * comparable). With `term` it is the term's lease (and, if given, must match). The first write
+   * that names a lease claims an unclaimed mark (a mark written before schema version 9, or only
+   * by writes naming no lease); a write under another name is refused with FenceOwnedError,
+   * which names both. A write naming no lease (`token` only, no `lease`) is not checked: it cannot be.
+   */
+  lease?: string;
 } & (
   | {
       /** The token of the term doing this write. */
@@ -133,6 +141,7 @@ export async function fencedTransaction<T>(
   if (typeof token !== 'bigint') throw new ConfigError('fence token must be a bigint (the lease token), or pass the term');
   if (term !== undefined && token !== term.token) throw new ConfigError(`token ${token} is not the token of the term passed with it (${term.token})`);
   const same = term === undefined ? undefined : sameDatabase(term);
+  const owner = ownerOf(options.lease, same?.lease.name);
   if (term?.signal.aborted) throw term.signal.reason as Error;
   const tableOption = options.table ?? (same === undefined ? undefined : `${same.schema}.fences`);
   const table = fenceTableName(tableOption);
@@ -165,27 +174,17 @@ export async function fencedTransaction<T>(
     try {
       const results = (await client.query(
         `${begin};
-         INSERT INTO ${table} AS f (resource, token, updated_at) VALUES (${sqlLiteral(options.resource)}, ${token.toString()}, now())
-         ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
-          WHERE f.token <= EXCLUDED.token
-         RETURNING token`,
+         ${advanceSql(table, sqlLiteral(options.resource), token, owner === undefined ? undefined : sqlLiteral(owner))}`,
       )) as PgResultLike | PgResultLike[];
       advanced = Array.isArray(results) ? results[results.length - 1]! : results;
     } catch (err) {
-      const code = (err as { code?: string }).code;
-      if (code === '42P01' || code === '3F000') {
-        throw new SchemaError(`fence table ${tableOption ?? 'leasehold.fences'} does not exist; run \`leasehold migrate\` or createPgFenceTable()`, {
-          cause: err,
-        });
-      }
-      throw err;
+      throw fenceSchemaError(err, tableOption ?? 'leasehold.fences', owner);
     }
     if (advanced.rows.length === 0) {
-      const hw = await client.query(`SELECT token FROM ${table} WHERE resource = $1`, [options.resource]);
+      const hw = await client.query(`SELECT token::text AS token${owner === undefined ? '' : ', lease'} FROM ${table} WHERE resource = $1`, [options.resource]);
       open = false;
       await client.query('ROLLBACK');
-      const mark = hw.rows[0]?.['token'];
-      throw new FencedError(options.resource, token, mark == null ? null : BigInt(mark as string));
+      throw refusedMark(options.resource, token, owner, hw.rows[0]);
     }
     const result = await fn(client);
     if (same !== undefined && term !== undefined) {
@@ -253,19 +252,8 @@ async function commitAsTerm(client: PgQueryableLike, same: { lease: Lease; schem
   }
 }
 
-/**
- * The options of a fence inside a transaction your ORM opened (src/fence/<library>.ts): the
- * `pg` fence's, plus the lease the resource belongs to.
- */
-export type PgTxFenceOptions = PgFenceOptions & {
-  /**
-   * The lease name this resource's mark belongs to. With `term` it is the term's lease (and, if
-   * given, must match). The first write that names a lease claims an unclaimed mark; a write
-   * under another name is refused with FenceOwnedError. A write naming no lease (`token` only,
-   * no `lease`) is not checked: it cannot be.
-   */
-  lease?: string;
-};
+/** The options of a fence inside a transaction your ORM opened (src/fence/<library>.ts): the `pg` fence's. */
+export type PgTxFenceOptions = PgFenceOptions;
 
 interface PgPlan extends FencePlan {
   /** The quoted table, and the name the user knows it by. */
@@ -303,42 +291,18 @@ export const pgFenceDialect: FenceDialect<PgTxFenceOptions, PgPlan> = {
   },
 
   async advance(exec, plan) {
-    const tok = plan.token.toString();
     try {
       if (plan.idleMs !== undefined) await exec(`SELECT set_config('idle_in_transaction_session_timeout', '${plan.idleMs}', true) AS idle`, []);
-      const claim =
-        plan.owner === undefined
-          ? { cols: '', vals: '', set: '', where: '' }
-          : { cols: ', lease', vals: ', $2', set: ', lease = coalesce(f.lease, EXCLUDED.lease)', where: ' AND (f.lease IS NULL OR f.lease = EXCLUDED.lease)' };
       const rows = await exec(
-        `WITH a AS (
-           INSERT INTO ${plan.table} AS f (resource, token, updated_at${claim.cols}) VALUES ($1, ${tok}, now()${claim.vals})
-           ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()${claim.set}
-            WHERE f.token <= EXCLUDED.token${claim.where}
-           RETURNING token)
+        `WITH a AS (${advanceSql(plan.table, '$1', plan.token, plan.owner === undefined ? undefined : '$2')})
          SELECT token::text AS token FROM a`,
         plan.owner === undefined ? [plan.resource] : [plan.resource, plan.owner],
       );
       if (rows.length > 0) return;
-      const hw = await exec(`SELECT token::text AS token${claim.cols} FROM ${plan.table} WHERE resource = $1`, [plan.resource]);
-      const row = hw[0];
-      const mark = row?.['token'];
-      const markOwner = row?.['lease'];
-      if (plan.owner !== undefined && typeof markOwner === 'string' && markOwner !== plan.owner) throw new FenceOwnedError(plan.resource, plan.owner, markOwner);
-      throw new FencedError(plan.resource, plan.token, mark == null ? null : BigInt(mark as string));
+      const hw = await exec(`SELECT token::text AS token${plan.owner === undefined ? '' : ', lease'} FROM ${plan.table} WHERE resource = $1`, [plan.resource]);
+      throw refusedMark(plan.resource, plan.token, plan.owner, hw[0]);
     } catch (err) {
-      const code = (err as { code?: unknown } | undefined)?.code;
-      if (code === '42P01' || code === '3F000') {
-        throw new SchemaError(`fence table ${plan.tableLabel} does not exist; run \`leasehold migrate\` or createPgFenceTable()`, { cause: err });
-      }
-      if (code === UNDEFINED_COLUMN && plan.owner !== undefined) {
-        throw new SchemaError(
-          `fence table ${plan.tableLabel} has no \`lease\` column (it was created by an older leasehold): run createPgFenceTable(db, ${JSON.stringify(plan.tableLabel)}) once to add it, ` +
-            'or pass `token` without `lease` and `term` to fence without the owner check',
-          { cause: err },
-        );
-      }
-      throw err;
+      throw fenceSchemaError(err, plan.tableLabel, plan.owner);
     }
   },
 
@@ -429,11 +393,47 @@ function judgeRow(row: Record<string, unknown> | undefined, req: TermFenceReques
   return judge({ holder, token, endedBy: (row['endedby'] as string | null) ?? null, live, ours, conflict }, req);
 }
 
-/** The mark's owner: the term's lease name, or the `lease` option (which must then agree). */
-function ownerOf(option: string | undefined, termLease: string | undefined): string | undefined {
-  if (option !== undefined && (typeof option !== 'string' || option.length === 0)) throw new ConfigError('`lease` must be a non-empty lease name');
-  if (option !== undefined && termLease !== undefined && option !== termLease) {
-    throw new ConfigError(`\`lease\` is "${option}" but the term passed with it is of lease "${termLease}"; leave \`lease\` out when you pass \`term\``);
+/**
+ * Advances the mark to `token` unless it is higher, locking its row until the transaction ends;
+ * with an owner (a SQL expression: a literal or a placeholder), also unless another lease owns
+ * the mark, claiming it if unclaimed (NULL: written before schema version 9, or by writes that
+ * named no lease). Returns the new token as its one row, none when refused.
+ */
+function advanceSql(table: string, resource: string, token: bigint, owner: string | undefined): string {
+  const tok = token.toString();
+  if (owner === undefined) {
+    return `INSERT INTO ${table} AS f (resource, token, updated_at) VALUES (${resource}, ${tok}, now())
+     ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+      WHERE f.token <= EXCLUDED.token
+     RETURNING token`;
   }
-  return termLease ?? option;
+  return `INSERT INTO ${table} AS f (resource, token, updated_at, lease) VALUES (${resource}, ${tok}, now(), ${owner})
+     ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now(), lease = coalesce(f.lease, EXCLUDED.lease)
+      WHERE f.token <= EXCLUDED.token AND (f.lease IS NULL OR f.lease = EXCLUDED.lease)
+     RETURNING token`;
 }
+
+/** Why the advance changed nothing, from the mark's row: another lease's mark, or a newer token. */
+function refusedMark(resource: string, token: bigint, owner: string | undefined, row: Record<string, unknown> | undefined): Error {
+  const mark = row?.['token'];
+  const markOwner = row?.['lease'];
+  if (owner !== undefined && typeof markOwner === 'string' && markOwner !== owner) return new FenceOwnedError(resource, owner, markOwner);
+  return new FencedError(resource, token, mark == null ? null : BigInt(mark as string));
+}
+
+/** A missing fence table, or one created before the `lease` column, as a SchemaError that says what to run. */
+function fenceSchemaError(err: unknown, tableLabel: string, owner: string | undefined): unknown {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  if (code === '42P01' || code === '3F000') {
+    return new SchemaError(`fence table ${tableLabel} does not exist; run \`leasehold migrate\` or createPgFenceTable()`, { cause: err });
+  }
+  if (code === UNDEFINED_COLUMN && owner !== undefined) {
+    return new SchemaError(
+      `fence table ${tableLabel} has no \`lease\` column (it was created by an older leasehold): run \`leasehold migrate\` (the store's own table) or ` +
+        `createPgFenceTable(db, ${JSON.stringify(tableLabel)}) once (a table of your own) to add it, or pass \`token\` without \`lease\` and \`term\` to fence without the owner check`,
+      { cause: err },
+    );
+  }
+  return err;
+}
+

@@ -1,5 +1,6 @@
 -- PostgreSQL 15
 -- tables and columns
+fences.lease text
 fences.resource text NOT NULL
 fences.token bigint NOT NULL
 fences.updated_at timestamp with time zone NOT NULL DEFAULT now()

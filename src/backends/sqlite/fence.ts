@@ -1,17 +1,24 @@
 import { realpathSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { ConfigError, FencedError, SchemaError } from '../../core/errors.js';
+import { ConfigError, FenceOwnedError, FencedError, SchemaError } from '../../core/errors.js';
 import { leaseOf, type Lease, type Term, type TermFenceWrite } from '../../core/lease.js';
 import { asSqliteDatabase } from './driver.js';
 import type { DatabaseSyncLike } from './node-sqlite.js';
 import { SqliteStore, immediate, type SqliteDatabaseLike } from './store.js';
-import { refusedTermFence } from '../term-fence.js';
+import { ownerOf, refusedTermFence } from '../term-fence.js';
 import { classifyFenceFailureSync, rotateFenceNonceSync } from './term-fence.js';
 
 export type SqliteFenceOptions = {
   resource: string;
   /** Default `leasehold_fences` (created by the SQLite store's migration). */
   table?: string;
+  /**
+   * The lease name this resource's mark belongs to (tokens of two lease names are not
+   * comparable). With `term` it is the term's lease (and, if given, must match). The first write
+   * naming a lease claims an unclaimed mark; a write under another name is refused with
+   * FenceOwnedError. A write naming no lease (`token` only) is not checked: it cannot be.
+   */
+  lease?: string;
 } & (
   | {
       /** The token of the term doing this write. */
@@ -36,9 +43,54 @@ function tableName(table = 'leasehold_fences'): string {
   return `"${table}"`;
 }
 
+/** Creates a fence table (or adds the `lease` column to one an older leasehold created). */
 export function createSqliteFenceTable(db: SqliteDatabaseLike | DatabaseSyncLike, table?: string): void {
-  asSqliteDatabase(db).exec(`CREATE TABLE IF NOT EXISTS ${tableName(table)} (resource TEXT PRIMARY KEY, token INTEGER NOT NULL, updated_at INTEGER NOT NULL)`);
+  const d = asSqliteDatabase(db);
+  const t = tableName(table);
+  d.exec(`CREATE TABLE IF NOT EXISTS ${t} (resource TEXT PRIMARY KEY, token INTEGER NOT NULL, updated_at INTEGER NOT NULL, lease TEXT)`);
+  const cols = d.prepare(`SELECT name FROM pragma_table_info(?)`).all(table ?? 'leasehold_fences') as { name: string }[];
+  if (!cols.some((c) => c.name === 'lease')) d.exec(`ALTER TABLE ${t} ADD COLUMN lease TEXT`);
 }
+
+/**
+ * The mark's advance (SQLite's UPSERT), unless the mark is higher or, with an owner, another
+ * lease's; claims an unclaimed mark for the owner. `$n` placeholders in order, each once: the
+ * resource, the time, and the owner when there is one. Answers the new token, no row when refused.
+ */
+export function sqliteAdvanceSql(t: string, token: bigint, owned: boolean): string {
+  const tok = token.toString();
+  return owned
+    ? `INSERT INTO ${t} (resource, token, updated_at, lease) VALUES ($1, ${tok}, $2, $3)
+       ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at, lease = coalesce(${t}.lease, excluded.lease)
+        WHERE ${t}.token <= excluded.token AND (${t}.lease IS NULL OR ${t}.lease = excluded.lease)
+       RETURNING CAST(token AS TEXT) AS token`
+    : `INSERT INTO ${t} (resource, token, updated_at) VALUES ($1, ${tok}, $2)
+       ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+        WHERE ${t}.token <= excluded.token
+       RETURNING CAST(token AS TEXT) AS token`;
+}
+
+/** Why the advance changed nothing, from the mark's row (`token` as text, `lease` if asked for). */
+export function sqliteRefusal(resource: string, token: bigint, owner: string | undefined, row: Record<string, unknown> | undefined): Error {
+  const markOwner = row?.['lease'];
+  if (owner !== undefined && typeof markOwner === 'string' && markOwner !== owner) return new FenceOwnedError(resource, owner, markOwner);
+  const mark = row?.['token'];
+  return new FencedError(resource, token, mark == null ? null : BigInt(mark as string));
+}
+
+/** A missing table, or one without the `lease` column (created before schema version 5), as a SchemaError saying what to run. */
+export function sqliteSchemaError(err: unknown, label: string, owner: string | undefined): unknown {
+  const m = (err as Error | undefined)?.message ?? '';
+  if (/no such table/.test(m)) return new SchemaError(`fence table ${label} does not exist; run \`leasehold migrate\` or call createSqliteFenceTable(db)`, { cause: err });
+  if (owner !== undefined && /no column named lease|no such column: .*lease/.test(m)) {
+    return new SchemaError(
+      `fence table ${label} has no \`lease\` column (created by an older leasehold): run \`leasehold migrate\` (the store's own file) or createSqliteFenceTable(db${label === 'leasehold_fences' ? '' : `, ${JSON.stringify(label)}`}) once`,
+      { cause: err },
+    );
+  }
+  return err;
+}
+
 
 function canonical(path: string): string {
   try {
@@ -89,6 +141,7 @@ export function fencedWriteSync<T>(handle: SqliteDatabaseLike | DatabaseSyncLike
   if (typeof token !== 'bigint') throw new ConfigError('fence token must be a bigint (the lease token), or pass the term');
   if (term !== undefined && token !== term.token) throw new ConfigError(`token ${token} is not the token of the term passed with it (${term.token})`);
   const lease = term === undefined ? undefined : sameFile(db, term);
+  const owner = ownerOf(options.lease, lease?.name);
   if (term?.signal.aborted) throw term.signal.reason as Error;
   const t = tableName(options.table);
   let w: TermFenceWrite | undefined;
@@ -97,24 +150,18 @@ export function fencedWriteSync<T>(handle: SqliteDatabaseLike | DatabaseSyncLike
   try {
     result = immediate(db, () => {
       inside = true;
-      let changed: number;
+      let advanced: unknown[];
       try {
-        changed = db
-          .prepare(
-            `INSERT INTO ${t} (resource, token, updated_at) VALUES (?, ?, ?)
-             ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
-              WHERE ${t}.token <= excluded.token`,
-          )
-          .run(options.resource, token, Date.now()).changes;
+        const params = owner === undefined ? [options.resource, Date.now()] : [options.resource, Date.now(), owner];
+        advanced = db.prepare(sqliteAdvanceSql(t, token, owner !== undefined).replace(/\$\d+/g, '?')).all(...params);
       } catch (err) {
-        if (/no such table/.test((err as Error).message)) {
-          throw new SchemaError(`fence table ${options.table ?? 'leasehold_fences'} does not exist; call createSqliteFenceTable(db)`, { cause: err });
-        }
-        throw err;
+        throw sqliteSchemaError(err, options.table ?? 'leasehold_fences', owner);
       }
-      if (changed === 0) {
-        const row = db.prepare(`SELECT token FROM ${t} WHERE resource = ?`).safeIntegers(true).get(options.resource) as { token: bigint } | undefined;
-        throw new FencedError(options.resource, token, row?.token ?? null);
+      if (advanced.length === 0) {
+        const row = db.prepare(`SELECT CAST(token AS TEXT) AS token${owner === undefined ? '' : ', lease'} FROM ${t} WHERE resource = ?`).get(options.resource) as
+          | Record<string, unknown>
+          | undefined;
+        throw sqliteRefusal(options.resource, token, owner, row);
       }
       const r = fn(db);
       if (lease !== undefined && term !== undefined) {

@@ -9,7 +9,7 @@ CREATE TABLE leasehold_fences (
   resource   TEXT PRIMARY KEY,
   token      INTEGER NOT NULL,
   updated_at INTEGER NOT NULL
-);
+, lease TEXT);
 -- table leasehold_fleet_agents
 CREATE TABLE leasehold_fleet_agents (
   id              TEXT PRIMARY KEY,

@@ -52,6 +52,12 @@ ALTER TABLE ${T.leases} ADD COLUMN fence_nonce TEXT;
   SQLITE_SLOTS_MIGRATION,
   // The fleet registry (src/fleet): agents, ownership, the generation counter.
   SQLITE_FLEET_MIGRATION,
+  // A resource's mark belongs to one lease (issue 26): the lease name of the first fenced write
+  // that named one. NULL is unclaimed (every mark written before this, or only by writes that
+  // named no lease); the first write that names a lease claims it, and another name is refused.
+  `
+ALTER TABLE ${T.fences} ADD COLUMN lease TEXT;
+`,
 ];
 
 /** The version a migrated file is at: every entry of MIGRATIONS has run. */
