@@ -167,6 +167,27 @@ export class FreedChannel {
     this.closeIdleHolding();
   }
 
+  /**
+   * {@link unhold} for a batch release: the locks go in one statement per 500 names rather than
+   * one round trip each on the one holding connection (a process closing with 1,000 leases would
+   * otherwise queue 1,000 statements there before the last follower heard).
+   */
+  async unholdMany(names: readonly string[]): Promise<void> {
+    const locks: string[] = [];
+    for (const name of names) {
+      this.held.delete(name);
+      if (this.locked.delete(name)) locks.push(lockName(this.target.database, name));
+    }
+    const c = this.holding;
+    if (c !== undefined) {
+      for (let i = 0; i < locks.length; i += 500) {
+        const part = locks.slice(i, i + 500);
+        await q(c, `DO ${part.map(() => 'RELEASE_LOCK(?)').join(', ')}`, part, 5000).catch(() => {});
+      }
+    }
+    this.closeIdleHolding();
+  }
+
   private closeIdleHolding(): void {
     const c = this.holding;
     if (c === undefined || this.held.size > 0 || this.locked.size > 0 || this.taking.size > 0) return;

@@ -1,4 +1,4 @@
-import { ClosedError, ConfigError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
+import { ClosedError, ConfigError, SchemaError, StoreError, StoreUnavailableError } from '../../core/errors.js';
 import { leaseState } from '../../core/claim-rule.js';
 import type {
   CallOptions,
@@ -21,6 +21,7 @@ import { planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js
 import { loadMysql2, MysqlConnector, run, type MysqlConnectionLike } from './driver.js';
 import { runBatch } from './batch.js';
 import { FreedChannel, knockTargets } from './freed.js';
+import { endTermStatements, planReleaseMany } from './release.js';
 import { mapMysqlError } from './errors.js';
 import { MIGRATIONS, MYSQL_SCHEMA_VERSION, NOW_US, T } from './schema.js';
 import { parseMysqlUrl } from './url.js';
@@ -159,25 +160,34 @@ export class MysqlStore implements LeaseStore {
 
   /** Ends a term in one round trip: lock the row, end it if the caller may, record it. */
   private async endTerm(name: string, event: 'released' | 'revoked', detail: string | null, by: ReleaseRequest | null, options?: CallOptions): Promise<RevokeResult> {
-    const who = by === null ? 'holder IS NOT NULL' : 'holder = ? AND nonce IS NOT NULL AND FIND_IN_SET(nonce, ?) > 0';
+    const one = endTermStatements(name, event, detail, by);
     const r = (await this.withLockRetry(() => ({
-      sql: [
-        'START TRANSACTION',
-        'SET @lh_prev = NULL, @lh_tok = NULL, @lh_seen = NULL',
-        `SELECT token INTO @lh_seen FROM ${T.leases} WHERE name = ? FOR UPDATE`,
-        `SELECT holder, token INTO @lh_prev, @lh_tok FROM ${T.leases} WHERE name = ? AND ${who}`,
-        `SET @lh_now = ${NOW_US}`,
-        `UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at_us = @lh_now, ended_by = ? WHERE name = ? AND @lh_prev IS NOT NULL`,
-        `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at_us, detail)
-           SELECT ?, ?, NULL, @lh_prev, @lh_tok, @lh_now, ? FROM DUAL WHERE @lh_prev IS NOT NULL`,
-        'COMMIT',
-        'SELECT @lh_prev AS prev, @lh_seen AS seen',
-      ].join(';\n'),
-      values: [name, name, ...(by === null ? [] : [by.holder, by.expect.join(',')]), event, name, name, event, detail],
+      sql: ['START TRANSACTION', ...one.sql, 'COMMIT', 'SELECT @lh_prev AS prev, @lh_seen AS seen'].join(';\n'),
+      values: one.values,
     }), options)) as unknown[];
     const row = (r[r.length - 1] as { prev: string | null; seen: string | null }[])[0]!;
     if (row.seen === null) return { revoked: false, previousHolder: null, token: null };
     return { revoked: row.prev !== null, previousHolder: row.prev, token: BigInt(row.seen) };
+  }
+
+  /**
+   * Many releases in one round trip and one transaction, each row ended exactly as `release`
+   * ends it (the same statements, ./release.ts). Rows are locked in name order, the order a claim
+   * locks its contenders in (./claim.ts), so a batch release and another process's batch claim
+   * take turns instead of deadlocking. The named locks go after the commit, in one statement.
+   */
+  async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
+    if (requests.length === 0) return [];
+    const order = requests.map((_, i) => i).sort((a, b) => (requests[a]!.name < requests[b]!.name ? -1 : requests[a]!.name > requests[b]!.name ? 1 : a - b));
+    const plan = planReleaseMany(order.map((i) => requests[i]!));
+    const r = (await this.withLockRetry(() => plan, options)) as unknown[];
+    const out = String((r[r.length - 1] as { out: string | null }[])[0]!.out ?? '');
+    if (out.length !== requests.length) throw new StoreError(`MySQL answered ${out.length} of ${requests.length} releases; report this`);
+    const answers = requests.map(() => false);
+    order.forEach((i, k) => (answers[i] = out[k] === '1'));
+    // After the commit: a follower woken by a lock must find the lease free.
+    await this.freed.unholdMany(requests.map((q) => q.name));
+    return answers;
   }
 
   async list(options?: CallOptions & { name?: string }): Promise<LeaseInfo[]> {
