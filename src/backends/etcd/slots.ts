@@ -19,10 +19,13 @@
 import { AbortedError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import {
   decideSlotClaim,
+  slotPruneCutoff,
   type SlotClaimRequest,
   type SlotClaimResult,
   type SlotCompletion,
   type SlotLedgerPort,
+  type SlotPruneRequest,
+  type SlotPruneResult,
   type SlotRecord,
   type SlotSkipRequest,
   type SlotStatus,
@@ -259,6 +262,51 @@ export class EtcdSlotLedger implements SlotLedgerPort {
       .filter((x) => options.untilMs === undefined || x.slotAtMs! <= options.untilMs)
       .sort((a, b) => at(a) - at(b) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     return rows.slice(Math.max(0, rows.length - (options.limit ?? 1000)));
+  }
+
+  /**
+   * Reads the name's rows (as records() does), applies slotPruneCutoff (ledger.ts) by the
+   * ledger's clock, and deletes up to `limit` rows in Txns of CHUNK, each key only if its mod
+   * revision is still the one read: a row claimed or rewritten since stays. Not fenced by a term:
+   * it deletes no row a term reads.
+   */
+  async prune(req: SlotPruneRequest): Promise<SlotPruneResult> {
+    const r = await this.txn({ compare: [], success: [rangePrefix(this.slotsOf(req.name))], failure: [] }, 'prune');
+    const nowMs = await this.now();
+    const rows = all(r.responses[0]).map((kv) => ({ kv, row: JSON.parse(kv.value.toString()) as Row }));
+    const times = rows.flatMap((x) => (x.row.slotAtMs === null ? [] : [x.row.slotAtMs])).sort((a, b) => b - a);
+    const cutoff = slotPruneCutoff(times, nowMs - req.olderThanMs, req.keep);
+    const once = req.oncePerOlderThanMs === undefined ? undefined : nowMs - req.oncePerOlderThanMs;
+    const victims = rows
+      .filter(({ row }) =>
+        row.status !== 'claimed' &&
+        (row.slotAtMs !== null ? cutoff !== null && row.slotAtMs < cutoff : once !== undefined && row.endedAtMs !== null && row.endedAtMs < once),
+      )
+      .sort((a, b) => (a.row.slotAtMs ?? a.row.endedAtMs ?? 0) - (b.row.slotAtMs ?? b.row.endedAtMs ?? 0));
+    const chosen = victims.slice(0, req.limit);
+    let deleted = 0;
+    for (let i = 0; i < chosen.length; i += CHUNK) {
+      const ops: EtcdRequestOp[] = chosen.slice(i, i + CHUNK).map(({ kv }) => ({
+        request_txn: {
+          compare: [{ key: kv.key, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }],
+          success: [{ request_delete_range: { key: kv.key } }],
+          failure: [],
+        },
+      }));
+      const w = await this.txn({ compare: [], success: ops, failure: [] }, 'prune');
+      deleted += w.responses.filter((x) => x.response_txn?.succeeded === true).length;
+    }
+    return { deleted, more: victims.length > chosen.length, storeNowMs: nowMs };
+  }
+
+  async names(): Promise<string[]> {
+    const r = await this.txn({ compare: [], success: [rangePrefix(this.keys.slotsPrefix, { keys_only: true })], failure: [] }, 'names');
+    const names = new Set<string>();
+    for (const kv of all(r.responses[0])) {
+      const rest = kv.key.toString().slice(this.keys.slotsPrefix.length);
+      names.add(decodeURIComponent(rest.slice(0, rest.indexOf('/'))));
+    }
+    return [...names].sort();
   }
 
   close(): Promise<void> {
