@@ -2,7 +2,8 @@
  * `leasehold prune`: retention for the slot ledger (src/scheduler/retention.ts says what stays
  * and why). The library's pruneLedger does the work; this parses, opens the store, and reports.
  */
-import { openSlotLedger } from '../backends/index.js';
+import { openFleetPort, openSlotLedger } from '../backends/index.js';
+import { pruneFleet, type PruneFleetResult } from '../fleet/retention.js';
 import { DEFAULT_RETENTION, pruneLedger } from '../scheduler/retention.js';
 import { errorMessage } from '../core/errors.js';
 import { parseDuration } from '../core/config.js';
@@ -17,7 +18,9 @@ short batches that running schedules' claims go between. Never deleted: the newe
 of each schedule, the newest row older than the horizon (without it a new leader would take the
 schedule for a new one and owe nothing), rows inside the catch-up window (--older-than may not
 be shorter than --catch-up-window), and 'claimed' rows (a job not finished). \`run --once-per\`
-keys are kept unless --once-per is given: a pruned key runs again.`,
+keys are kept unless --once-per is given: a pruned key runs again. With --fleet, the records
+of agents deregistered before --older-than, and their ownership records, go too; a registered
+agent's never do, and generations keep increasing (their counter is never pruned).`,
   flags: {
     'older-than': { type: 'string', value: 'D', required: true, help: 'delete rows whose slot is older than this, by the store\'s clock (30d is the library\'s default)' },
     name: { type: 'string', value: 'NAME', help: 'only this schedule (default: every name in the ledger)' },
@@ -29,7 +32,11 @@ keys are kept unless --once-per is given: a pruned key runs again.`,
       help: 'the longest --catch-up-window of the schedules pruned: --older-than may not be shorter',
       default: '1h',
     },
-    json: { type: 'boolean', help: 'print the result as one JSON object: { store, deleted, byName, batches, ... }' },
+    fleet: {
+      type: 'boolean',
+      help: 'also the fleet: ownership and agent records of agents deregistered before --older-than (never a registered agent\'s)',
+    },
+    json: { type: 'boolean', help: 'print the result as one JSON object: { store, deleted, byName, batches, fleet, ... }' },
     ...STORE_FLAGS,
     ...LOG_FLAGS,
   },
@@ -72,8 +79,29 @@ export async function pruneCommand(argv: string[]): Promise<number> {
         oncePer: values['once-per'] === true,
         ...(values.name === undefined ? {} : { name: values.name }),
       });
+      let fleet: PruneFleetResult | undefined;
+      if (values.fleet === true) {
+        const port = await openFleetPort(store);
+        try {
+          fleet = await pruneFleet(port, { olderThan: olderThanMs });
+        } finally {
+          await port.close();
+        }
+      }
       if (values.json === true) {
-        out(toJson({ store: store.description, kind: store.kind, olderThanMs, keep, oncePer: values['once-per'] === true, deleted: r.deleted, byName: r.byName, batches: r.batches }));
+        out(
+          toJson({
+            store: store.description,
+            kind: store.kind,
+            olderThanMs,
+            keep,
+            oncePer: values['once-per'] === true,
+            deleted: r.deleted,
+            byName: r.byName,
+            batches: r.batches,
+            fleet: fleet === undefined ? null : { ownership: fleet.ownership, agents: fleet.agents },
+          }),
+        );
         return EXIT.OK;
       }
       const names = Object.keys(r.byName);
@@ -82,6 +110,9 @@ export async function pruneCommand(argv: string[]): Promise<number> {
           ` (the newest ${keep} of each kept${values['once-per'] === true ? '; once-per keys included' : ''})`,
       );
       for (const [name, n] of Object.entries(r.byName)) if (n > 0) out(`  ${name}: ${n}`);
+      if (fleet !== undefined) {
+        out(`${store.description}: deleted ${fleet.ownership} ownership record${fleet.ownership === 1 ? '' : 's'} and ${fleet.agents} agent record${fleet.agents === 1 ? '' : 's'} of agents deregistered more than ${formatMs(olderThanMs)} ago`);
+      }
       return EXIT.OK;
     } finally {
       await ledger.close();
