@@ -4,9 +4,8 @@
  */
 import { openFleetPort, openSlotLedger } from '../backends/index.js';
 import { pruneFleet, type PruneFleetResult } from '../fleet/retention.js';
-import { DEFAULT_RETENTION, pruneLedger } from '../scheduler/retention.js';
+import { DEFAULT_RETENTION, parseHorizon, pruneLedger } from '../scheduler/retention.js';
 import { errorMessage } from '../core/errors.js';
-import { parseDuration } from '../core/config.js';
 import { EXIT, formatMs, logFormatOption, openStoreFromFlags, out, requireCurrentSchema, setLogContext, toJson, usageError } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 
@@ -124,7 +123,7 @@ export async function pruneCommand(argv: string[]): Promise<number> {
 
 function duration(value: string, flag: string): number {
   try {
-    return parseDuration(value, `--${flag}`);
+    return parseHorizon(value, `--${flag}`);
   } catch (err) {
     throw usageError(errorMessage(err));
   }

@@ -6,7 +6,8 @@
  * agents' own records. A registered agent's records, live or stale, are never touched: a stale
  * owner is exactly what "owner dead" must keep reporting until someone reassigns it.
  */
-import { parseDuration, type Duration } from '../core/config.js';
+import type { Duration } from '../core/config.js';
+import { parseHorizon } from '../scheduler/retention.js';
 import { ConfigError } from '../core/errors.js';
 import type { FleetPort } from './port.js';
 
@@ -26,7 +27,7 @@ export interface PruneFleetResult {
 
 /** @throws {ConfigError} a bad option, or a port without prune. */
 export async function pruneFleet(port: FleetPort, options: PruneFleetOptions = {}): Promise<PruneFleetResult> {
-  const olderThanMs = parseDuration(options.olderThan ?? '30d', 'olderThan');
+  const olderThanMs = parseHorizon(options.olderThan ?? '30d', 'olderThan');
   const limit = options.batchSize ?? 500;
   if (!Number.isInteger(limit) || limit < 1) throw new ConfigError(`batchSize must be a whole number of records, at least 1; got ${limit}`);
   const prune = port.prune?.bind(port);

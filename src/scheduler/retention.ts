@@ -53,13 +53,32 @@ export interface PruneLedgerResult {
 
 export const DEFAULT_RETENTION = { olderThan: '30d', keep: 100 } as const;
 
+const DAY_MS = 86_400_000;
+
+/**
+ * A retention horizon: a duration as parseDuration reads it, but not capped at a Node.js timer's
+ * 24.8 days (nothing waits on it; "90d" is an ordinary retention). Whole days come off first.
+ * @throws {ConfigError}
+ */
+export function parseHorizon(value: Duration, what: string): number {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+  try {
+    return parseDuration(value, what);
+  } catch (err) {
+    const days = typeof value === 'string' ? /^\s*(\d+)\s*d(.*)$/.exec(value) : null;
+    if (days === null) throw err;
+    const rest = days[2]!.trim();
+    return Number(days[1]) * DAY_MS + (rest === '' ? 0 : parseDuration(rest, what));
+  }
+}
+
 /**
  * Prunes `ledger` per `options` (see the file's comment for what stays).
  * @throws {ConfigError} a horizon shorter than the catch-up window, a bad number, or a ledger without prune.
  */
 export async function pruneLedger(ledger: SlotLedgerPort, options: PruneLedgerOptions = {}): Promise<PruneLedgerResult> {
-  const olderThanMs = parseDuration(options.olderThan ?? DEFAULT_RETENTION.olderThan, 'olderThan');
-  const windowMs = parseDuration(options.catchUpWindow ?? '1h', 'catchUpWindow');
+  const olderThanMs = parseHorizon(options.olderThan ?? DEFAULT_RETENTION.olderThan, 'olderThan');
+  const windowMs = parseHorizon(options.catchUpWindow ?? '1h', 'catchUpWindow');
   if (olderThanMs < windowMs) {
     throw new ConfigError(
       `olderThan ${olderThanMs}ms is shorter than the catch-up window ${windowMs}ms: rows inside the window are what a new leader reads to tell a missed slot from one that ran; prune older than the window (or pass the schedules' catchUpWindow)`,
@@ -71,7 +90,7 @@ export async function pruneLedger(ledger: SlotLedgerPort, options: PruneLedgerOp
   if (!Number.isInteger(batchSize) || batchSize < 1) throw new ConfigError(`batchSize must be a whole number of rows, at least 1; got ${batchSize}`);
   const pauseMs = parseDuration(options.pause ?? 5, 'pause');
   const op = options.oncePer;
-  const oncePerOlderThanMs = op === undefined || op === false ? undefined : op === true ? olderThanMs : parseDuration(op, 'oncePer');
+  const oncePerOlderThanMs = op === undefined || op === false ? undefined : op === true ? olderThanMs : parseHorizon(op, 'oncePer');
   const prune = ledger.prune?.bind(ledger);
   const names = ledger.names?.bind(ledger);
   if (prune === undefined || (options.name === undefined && names === undefined)) {
