@@ -235,11 +235,13 @@ export class PostgresSlotLedger implements SlotLedgerPort {
              (SELECT slot_at FROM ${this.s}.slots WHERE name = $1 AND slot_at IS NOT NULL ORDER BY slot_at DESC OFFSET $3 LIMIT 1) AS k,
              (SELECT max(slot_at) FROM ${this.s}.slots WHERE name = $1 AND slot_at < now() - $2::float8 * interval '1 millisecond') AS b) x),
          v AS (
-           (SELECT slot FROM ${this.s}.slots WHERE name = $1 AND slot_at < (SELECT cutoff FROM c) AND status <> 'claimed' ORDER BY slot_at LIMIT $5)
+           (SELECT ctid AS t FROM ${this.s}.slots WHERE name = $1 AND slot_at < (SELECT cutoff FROM c) AND status <> 'claimed' ORDER BY slot_at LIMIT $5)
            UNION ALL
-           (SELECT slot FROM ${this.s}.slots WHERE $4::float8 IS NOT NULL AND name = $1 AND slot_at IS NULL AND status <> 'claimed'
+           (SELECT ctid FROM ${this.s}.slots WHERE $4::float8 IS NOT NULL AND name = $1 AND slot_at IS NULL AND status <> 'claimed'
               AND ended_at < now() - $4::float8 * interval '1 millisecond' LIMIT $5)),
-         d AS (DELETE FROM ${this.s}.slots s USING (SELECT slot FROM v LIMIT $5) v WHERE s.name = $1 AND s.slot = v.slot RETURNING 1)
+         -- By ctid (a TID scan, not a join over the name's rows); a row changed since the read has a
+         -- new ctid and is left alone, and the status is checked again on the row deleted.
+         d AS (DELETE FROM ${this.s}.slots WHERE ctid = ANY (ARRAY(SELECT t FROM v LIMIT $5)) AND name = $1 AND status <> 'claimed' RETURNING 1)
          SELECT (SELECT count(*) FROM d)::int AS n, (extract(epoch FROM now()) * 1000)::float8 AS now`,
         [req.name, req.olderThanMs, Math.max(1, req.keep) - 1, req.oncePerOlderThanMs ?? null, req.limit],
       )
