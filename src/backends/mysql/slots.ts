@@ -225,11 +225,22 @@ export class MysqlSlotLedger implements SlotLedgerPort {
     let deleted = 0;
     if (c.k !== null && c.b !== null) {
       const cutoff = BigInt(c.k) < BigInt(c.b) ? c.k : c.b;
-      const r = (await this.store.q(
-        `DELETE FROM ${SLOTS} WHERE name = ? AND slot_at_us < CAST(? AS SIGNED) AND status <> 'claimed' ORDER BY slot_at_us LIMIT ?`,
+      // The keys first, through (name, slot_at_us): a DELETE ... ORDER BY slot_at_us LIMIT is
+      // planned on the primary key with a filesort of the name's every row (0.4-0.8 s a batch at
+      // 20,000 rows on MariaDB), this in a few ms. The DELETE by primary key checks again.
+      const keys = ((await this.store.q(
+        `SELECT slot FROM ${SLOTS} FORCE INDEX (leasehold_slots_name_slot_at)
+          WHERE name = ? AND slot_at_us < CAST(? AS SIGNED) AND status <> 'claimed' ORDER BY slot_at_us LIMIT ?`,
         [req.name, cutoff, req.limit],
-      )) as { affectedRows: number };
-      deleted += r.affectedRows;
+      )) as { slot: string }[]).map((x) => x.slot);
+      if (keys.length > 0) {
+        const r = (await this.store.q(`DELETE FROM ${SLOTS} WHERE name = ? AND slot IN (?) AND slot_at_us < CAST(? AS SIGNED) AND status <> 'claimed'`, [
+          req.name,
+          keys,
+          cutoff,
+        ])) as { affectedRows: number };
+        deleted += r.affectedRows;
+      }
     }
     if (req.oncePerOlderThanMs !== undefined && deleted < req.limit) {
       const r = (await this.store.q(
