@@ -49,6 +49,7 @@ const COMMANDS: Record<string, Entry> = {
   fleet: { load: async () => (await import('./fleet.js')).fleetCommand, spec: async () => (await import('./fleet.js')).FLEET_SPEC },
   demo: { load: async () => (await import('./demo.js')).demoCommand, spec: async () => (await import('./demo.js')).DEMO_SPEC },
   cron: { load: async () => (await import('./cron.js')).cronCommand, spec: async () => (await import('./cron.js')).CRON_SPEC },
+  prune: { load: async () => (await import('./prune.js')).pruneCommand, spec: async () => (await import('./prune.js')).PRUNE_SPEC },
 };
 
 interface CommandInfo {

@@ -11,6 +11,7 @@ import { newNonce } from '../core/identity.js';
 import { NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../fleet/errors.js';
 import type { LeaseStore } from '../backends/store.js';
 import { Fleet } from '../fleet/fleet.js';
+import { pruneFleet } from '../fleet/retention.js';
 import { AGENT_LEASE_PREFIX, type FleetPort, type Labels } from '../fleet/port.js';
 
 /** One isolated namespace of the store under test, with its fleet. */
@@ -328,6 +329,45 @@ export function runFleetConformance(label: string, factory: FleetConformanceFact
       }
       const owned = await ownedOf(...ids);
       assert.equal(owned.reduce((a, b) => a + b, 0), 3, `owned counts ${owned.join(',')}: one per resource`);
+    });
+
+    void it('prune deletes the records of agents deregistered before the horizon and their ownership, never a registered agent\'s, and generations keep increasing', async () => {
+      assert.equal(typeof t.fleet.prune, 'function', 'the fleet has prune');
+      const pool = uniq('prune');
+      const gone = await agent(uniq('gone'), { pool, who: 'gone' });
+      const stays = await agent(uniq('stays'), { pool, who: 'stays' });
+      const stale = await agent(uniq('stale'), { pool, who: 'stale' }, null);
+      const resources = [uniq('r1'), uniq('r2'), uniq('r3')];
+      const generations: bigint[] = [];
+      for (const r of resources) {
+        const p = await t.fleet.place(r, { pool, who: 'gone' });
+        assert.ok(p.outcome === 'placed' && p.agent === gone.id);
+        generations.push(p.generation);
+      }
+      const kept = uniq('kept');
+      const k = await t.fleet.place(kept, { pool, who: 'stays' });
+      assert.ok(k.outcome === 'placed');
+      generations.push(k.generation);
+      await t.fleet.deregisterAgent(gone.id);
+      assert.equal((await t.fleet.owner(resources[0]!))?.deregistered, true, 'a deregistered owner is on record until pruned');
+      assert.deepEqual(await pruneFleet(t.fleet, { olderThan: '1d' }), { ownership: 0, agents: 0, batches: 1 }, 'nothing is that old');
+      // Past the deregistration by the store's clock, whatever its resolution.
+      await sleep(1100);
+      const r = await pruneFleet(t.fleet, { olderThan: 500, batchSize: 2 });
+      // Other cases' deregistered agents go too; this case's three records and its agent at least.
+      assert.ok(r.ownership >= 3 && r.agents >= 1 && r.batches >= 2, JSON.stringify(r));
+      for (const res of resources) assert.equal(await t.fleet.owner(res), undefined, `${res} has no owner on record`);
+      const after = (await t.fleet.owner(kept))!;
+      assert.deepEqual([after.agent, after.generation], [stays.id, k.generation], 'a registered agent\'s ownership stays');
+      const ids = (await t.fleet.agents()).map((a) => a.id);
+      assert.ok(!ids.includes(gone.id), 'the deregistered agent is gone');
+      assert.ok(ids.includes(stays.id) && ids.includes(stale.id), 'registered agents stay, live or not');
+      assert.deepEqual(await ownedOf(stays.id), [1]);
+      // The generation floor survives the prune: a pruned resource placed again gets a larger one.
+      const again = await t.fleet.place(resources[2]!, { pool, who: 'stays' });
+      assert.ok(again.outcome === 'placed');
+      const highest = generations.reduce((a, b) => (a > b ? a : b));
+      assert.ok(again.generation > highest, `generation ${again.generation} after the prune is not above ${highest}`);
     });
 
     // Last: raising the floor ends the namespace's live terms (agents' liveness leases included).

@@ -13,7 +13,8 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { newNonce } from '../core/identity.js';
 import type { LeaseStore } from '../backends/store.js';
-import type { SlotClaimRequest, SlotLedgerPort, SlotTerm } from '../scheduler/ledger.js';
+import type { SlotClaimRequest, SlotLedgerPort, SlotPruneRequest, SlotTerm } from '../scheduler/ledger.js';
+import { pruneLedger } from '../scheduler/retention.js';
 
 /** One isolated namespace of the store under test, with its ledger. */
 export interface SlotLedgerTarget {
@@ -34,6 +35,8 @@ export interface SlotLedgerConformanceOptions {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const uniq = (p: string): string => `${p}-${randomBytes(4).toString('hex')}`;
 const LONG_TTL = 60_000;
+const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
 
 export function runSlotLedgerConformance(label: string, factory: (label: string) => Promise<SlotLedgerTarget>, options: SlotLedgerConformanceOptions = {}): void {
   const shortTtl = options.shortTtlMs ?? 800;
@@ -201,6 +204,97 @@ export function runSlotLedgerConformance(label: string, factory: (label: string)
       assert.deepEqual((await t.ledger.records(name, { sinceMs: 0, untilMs: base + 2000 })).map((r) => r.key), ['s1', 's2']);
       assert.deepEqual((await t.ledger.records(name, { limit: 2 })).map((r) => r.key), ['s2', 's3'], 'limit keeps the newest');
       assert.deepEqual(await t.ledger.records(uniq('empty')), []);
+    });
+
+    /** `count` skipped rows of `name`, one a second from `fromMs` (a whole second). */
+    async function history(term: SlotTerm, fromMs: number, count: number): Promise<void> {
+      const slots = Array.from({ length: count }, (_, i) => ({ key: new Date(fromMs + i * 1000).toISOString(), slotAtMs: fromMs + i * 1000 }));
+      const r = await t.ledger.skip({ ...term, reason: 'history (test)', slots });
+      assert.deepEqual([r.fenced, r.skipped], [false, count]);
+    }
+    const pruneAll = async (req: Omit<SlotPruneRequest, 'limit'>, limit = 1000): Promise<number[]> => {
+      const batches: number[] = [];
+      for (let more = true; more; ) {
+        const r = await t.ledger.prune!({ ...req, limit });
+        assert.ok(r.deleted <= limit, `a batch of at most ${limit} deleted ${r.deleted}`);
+        batches.push(r.deleted);
+        more = r.more && r.deleted > 0;
+      }
+      return batches;
+    };
+
+    void it('prune keeps the newest `keep` rows, every row newer than the horizon and every claimed row, in batches of at most `limit`; other names are untouched', async () => {
+      assert.equal(typeof t.ledger.prune, 'function', 'the ledger has prune');
+      const name = uniq('prune');
+      const other = uniq('prune-other');
+      const a = await take(name, 'host-a');
+      const o = await take(other, 'host-a');
+      const now = Math.floor((await t.store.now()) / 1000) * 1000;
+      const old = now - 2 * DAY;
+      await history(a, old, 150);
+      await history(a, now - 60_000, 5);
+      await history(o, old, 10);
+      // A claim no term completed, older than everything: the next term marks it interrupted.
+      const unfinished = new Date(old - 5000).toISOString();
+      assert.equal((await claim(a, unfinished, { slotAtMs: old - 5000 })).outcome, 'claimed');
+      const batches = await pruneAll({ name, olderThanMs: HOUR, keep: 100 }, 20);
+      // 5 rows inside the horizon and the 95 newest before it make the 100 kept; 55 go.
+      assert.equal(batches.reduce((x, y) => x + y, 0), 55, `batches ${batches.join(', ')}`);
+      assert.ok(batches.length >= 3, `55 rows in batches of 20 took ${batches.length} calls`);
+      const left = await t.ledger.records(name, { limit: 1_000_000 });
+      assert.equal(left.length, 101);
+      assert.deepEqual([left[0]!.key, left[0]!.status], [unfinished, 'claimed'], 'the unfinished claim stays');
+      assert.equal(left[1]!.slotAtMs, old + 55 * 1000, 'the oldest row kept is the 100th newest');
+      assert.equal(left.filter((r) => r.slotAtMs! >= now - 60_000).length, 5);
+      assert.equal((await t.ledger.records(other)).length, 10, 'another name is not pruned');
+      assert.deepEqual(await pruneAll({ name, olderThanMs: HOUR, keep: 100 }), [0], 'a second prune finds nothing');
+      assert.ok((await t.ledger.names!()).includes(name) && (await t.ledger.names!()).includes(other), 'names lists both');
+    });
+
+    void it('prune never makes a schedule look new: its newest row, and the newest row before the horizon, stay whatever `keep` says', async () => {
+      const HORIZON = HOUR;
+      const stopped = uniq('prune-stopped');
+      const running = uniq('prune-running');
+      const s = await take(stopped, 'host-a');
+      const r = await take(running, 'host-a');
+      const now = Math.floor((await t.store.now()) / 1000) * 1000;
+      await history(s, now - 2 * DAY, 20);
+      await history(r, now - 2 * DAY, 20);
+      await history(r, now - 30_000, 3);
+      await pruneAll({ name: stopped, olderThanMs: HORIZON, keep: 1 });
+      await pruneAll({ name: running, olderThanMs: HORIZON, keep: 1 });
+      // A schedule stopped two days ago still has run before: a new leader's catch-up owes its window.
+      assert.deepEqual((await t.ledger.records(stopped)).map((x) => x.slotAtMs), [now - 2 * DAY + 19_000]);
+      // cron.ts's "older rows before the window" read: one row before the horizon stays.
+      const before = await t.ledger.records(running, { sinceMs: 0, untilMs: now - HORIZON, limit: 1 });
+      assert.deepEqual(before.map((x) => x.slotAtMs), [now - 2 * DAY + 19_000]);
+      assert.equal((await t.ledger.records(running)).length, 4, 'the 3 rows inside the horizon and the boundary row');
+    });
+
+    void it('once-per rows are pruned only when asked, by when they ended, and never while claimed', async () => {
+      const name = uniq('prune-once');
+      const a = await take(name, 'host-a');
+      for (const k of ['done-1', 'done-2', 'running']) assert.equal((await claim(a, k)).outcome, 'claimed');
+      await complete(a, 'done-1');
+      await complete(a, 'done-2', 'failed');
+      assert.deepEqual(await pruneAll({ name, olderThanMs: HOUR, keep: 1 }), [0], 'once-per rows stay by default');
+      // Past the ends by the store's clock (etcd's is read from a Date header, to the second).
+      await sleep(1100);
+      assert.deepEqual(await pruneAll({ name, olderThanMs: HOUR, keep: 1, oncePerOlderThanMs: 500 }), [2]);
+      assert.deepEqual(await rows(name), [['running', 'claimed', a.token]]);
+    });
+
+    void it('pruneLedger prunes every name in batches and refuses a horizon inside the catch-up window', async () => {
+      const name = uniq('prune-all');
+      const a = await take(name, 'host-a');
+      const now = Math.floor((await t.store.now()) / 1000) * 1000;
+      await history(a, now - 40 * DAY, 30);
+      await assert.rejects(pruneLedger(t.ledger, { olderThan: '30m' }), { code: 'CONFIG' });
+      await assert.rejects(pruneLedger(t.ledger, { name, keep: 0 }), { code: 'CONFIG' });
+      const r = await pruneLedger(t.ledger, { keep: 10, batchSize: 7 });
+      assert.equal(r.byName[name], 20);
+      assert.ok(r.batches >= 3, `${r.batches} batches`);
+      assert.equal((await t.ledger.records(name)).length, 10);
     });
   });
 }

@@ -60,6 +60,18 @@ export type ReassignResult =
   /** No live, non-draining agent other than `from` (or `to` is not one). */
   | { outcome: 'no-agent' };
 
+export interface FleetPruneRequest {
+  olderThanMs: number;
+  limit: number;
+}
+
+export interface FleetPruneResult {
+  ownership: number;
+  agents: number;
+  /** The call stopped at `limit`: there may be more. */
+  more: boolean;
+}
+
 export interface FleetPort {
   readonly kind: string;
   readonly description: string;
@@ -77,5 +89,14 @@ export interface FleetPort {
   reassign(resource: string, from: string, to: string | null, options?: CallOptions): Promise<ReassignResult>;
   /** Deletes the record if owned by `from`. The next placement still gets a larger generation. */
   remove(resource: string, from: string, options?: CallOptions): Promise<boolean>;
+  /**
+   * Retention (optional, so a port of the caller's still fits; every built-in one has it): deletes
+   * up to `limit` ownership records whose owner deregistered more than `olderThanMs` before the
+   * store's now (the resource then has no owner; its next placement gets a larger generation,
+   * from the one counter every placement draws on, which is never pruned), then, once none is
+   * left, up to `limit` agent records deregistered that long ago that own nothing. Never a record
+   * of a registered agent, live or stale.
+   */
+  prune?(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult>;
   close(): Promise<void>;
 }

@@ -25,7 +25,10 @@ export { SlotGate, type SlotGateOptions, type SlotRun, type Admission, type Decl
 export { openScheduling, type SchedulingSource, type Scheduling } from './open.js';
 export {
   slotIdempotencyKey,
+  slotPruneCutoff,
   type SlotLedgerPort,
+  type SlotPruneRequest,
+  type SlotPruneResult,
   type SlotRecord,
   type SlotStatus,
   type SlotTerm,
@@ -34,6 +37,7 @@ export {
   type SlotSkipRequest,
   type SlotCompletion,
 } from './ledger.js';
+export { pruneLedger, DEFAULT_RETENTION, type PruneLedgerOptions, type PruneLedgerResult } from './retention.js';
 export { PostgresSlotLedger, type PostgresSlotLedgerOptions } from '../backends/postgres/slots.js';
 export { SqliteSlotLedger } from '../backends/sqlite/slots.js';
 export { RedisSlotLedger } from '../backends/redis/slots.js';

@@ -85,6 +85,52 @@ export interface SlotCompletion extends SlotTerm {
   reason: string | null;
 }
 
+/**
+ * One batch of a prune of one schedule's rows (see ./retention.ts, which loops it). Horizons are
+ * measured back from the store's clock, at the call.
+ */
+export interface SlotPruneRequest {
+  name: string;
+  /**
+   * Scheduled rows (slotAtMs set) whose slot time is more than this before the store's now are
+   * candidates. Never kept from deletion by it alone: the newest `keep` rows, the newest row older
+   * than the horizon, and every 'claimed' row stay (see {@link slotPruneCutoff}).
+   */
+  olderThanMs: number;
+  /** The newest scheduled rows kept whatever their age; at least 1. */
+  keep: number;
+  /**
+   * `--once-per` rows (slotAtMs null) that ended more than this before the store's now are
+   * deleted too; undefined: never (a pruned key runs again when `run --once-per` is given it).
+   */
+  oncePerOlderThanMs?: number;
+  /** At most this many rows are deleted by this call (one short transaction or script). */
+  limit: number;
+}
+
+export interface SlotPruneResult {
+  deleted: number;
+  /** The call stopped at `limit`: there may be more to delete. */
+  more: boolean;
+  storeNowMs: number;
+}
+
+/**
+ * The slot time below which a schedule's rows may be deleted, given its scheduled slot times
+ * newest first as far as needed: the older of the `keep`-th newest row and the newest row older
+ * than the horizon. Null: nothing may go. Why the second: the catch-up (scheduler/cron.ts) reads
+ * "is there a row before the window" to tell a schedule that ran before (its missed slots in
+ * the window are owed) from a new one (nothing is owed before its first row); that row is kept,
+ * so a pruned schedule never looks new, and no row inside the window is touched (the horizon is
+ * at least the window: retention.ts checks it), so no slot that ran looks missed.
+ */
+export function slotPruneCutoff(newestFirst: readonly number[], horizonMs: number, keep: number): number | null {
+  const kept = newestFirst[Math.max(1, keep) - 1];
+  const boundary = newestFirst.find((t) => t < horizonMs);
+  if (kept === undefined || boundary === undefined) return null;
+  return Math.min(kept, boundary);
+}
+
 /** The calls the scheduler makes; a store implements them (structurally: nothing to extend). */
 export interface SlotLedgerPort {
   readonly kind: string;
@@ -100,6 +146,14 @@ export interface SlotLedgerPort {
    * only scheduled slots in (sinceMs, untilMs].
    */
   records(name: string, options?: { sinceMs?: number; untilMs?: number; limit?: number }): Promise<SlotRecord[]>;
+  /**
+   * Retention (optional, so a ledger of the caller's still fits the port; every built-in one has
+   * it): deletes up to `limit` of `name`'s rows that nothing depends on. Not fenced: it touches no
+   * row a term reads (see {@link SlotPruneRequest}). `pruneLedger` (./retention.ts) loops it.
+   */
+  prune?(req: SlotPruneRequest): Promise<SlotPruneResult>;
+  /** The names with rows in the ledger (for a prune of every schedule). */
+  names?(): Promise<string[]>;
   close(): Promise<void>;
 }
 

@@ -2,7 +2,7 @@ import { randomInt } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import { estimateExpiry, leaseRemaining } from './claim.js';
 import { mapEtcdError, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { newNonce } from '../../core/identity.js';
@@ -41,6 +41,8 @@ import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
  */
 
 const GUESS_CAP = 10_000;
+/** Ownership records deleted per Txn by prune: well under etcd's default --max-txn-ops (128). */
+const PRUNE_CHUNK = 50;
 
 interface AgentValue {
   labels: Labels;
@@ -437,6 +439,55 @@ export class EtcdFleet implements FleetPort {
       await backoff(attempt, c.deadline);
     }
     throw this.conflicted(`reassigning "${resource}"`, attempt);
+  }
+
+  /**
+   * One snapshot of the agents and the ownership records; then, per agent deregistered before the
+   * horizon (by this process's clock, which stamped deregisteredAtMs), its records deleted with
+   * its owned count in one Txn pinned on every key read (a record reassigned, or the agent
+   * registered again, since: the Txn fails and this batch leaves them), at most PRUNE_CHUNK per
+   * Txn; then agents that own nothing, likewise pinned.
+   */
+  async prune(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult> {
+    const c = await this.store.fleetContext(options);
+    const k = c.keys;
+    const r = await this.read(c, [rangePrefix(this.agentPrefix(k)), rangePrefix(`${k.fleetPrefix}own/`)], 'fleet prune');
+    const horizon = Date.now() - req.olderThanMs;
+    const gone = new Map<string, { kv: EtcdKeyValue; value: AgentValue }>();
+    for (const kv of all(r.responses[0])) {
+      const id = k.nameIn(kv.key, this.agentPrefix(k));
+      const value = parseAgent(kv);
+      if (id !== null && value?.deregisteredAtMs !== undefined && value.deregisteredAtMs < horizon) gone.set(id, { kv, value });
+    }
+    const records = new Map<string, EtcdKeyValue[]>();
+    for (const kv of all(r.responses[1])) {
+      const agent = parseOwn(kv)?.agent;
+      if (agent !== undefined && gone.has(agent)) records.set(agent, [...(records.get(agent) ?? []), kv]);
+    }
+    let ownership = 0;
+    let agents = 0;
+    let conflicted = false;
+    for (const [id, a] of gone) {
+      const mine = (records.get(id) ?? []).slice(0, Math.min(PRUNE_CHUNK, req.limit - ownership - agents));
+      if (mine.length === 0 && records.has(id)) break;
+      const ops: EtcdRequestOp[] = mine.map((kv) => ({ request_delete_range: { key: kv.key } }));
+      const whole = mine.length === (records.get(id)?.length ?? 0);
+      // Every record of the agent goes in this Txn: the agent record goes too, else its count drops.
+      ops.push(whole ? { request_delete_range: { key: a.kv.key } } : { request_put: { key: a.kv.key, value: json({ ...a.value, owned: Math.max(0, a.value.owned - mine.length) }) } });
+      const w = await this.write(
+        c,
+        ops,
+        [{ key: a.kv.key, target: 'Mod', result: 'Equal', mod_revision: a.kv.mod_revision }, ...mine.map((kv) => ({ key: kv.key, target: 'Mod' as const, result: 'Equal' as const, mod_revision: kv.mod_revision }))],
+        'fleet prune',
+      );
+      // A conflict, or an agent with more records than one Txn takes: the next call goes on.
+      if (w === null || !whole) conflicted = true;
+      if (w === null) continue;
+      ownership += mine.length;
+      if (whole) agents++;
+      if (ownership + agents >= req.limit) break;
+    }
+    return { ownership, agents, more: conflicted || ownership + agents >= req.limit };
   }
 
   async remove(resource: string, from: string, options?: CallOptions): Promise<boolean> {

@@ -19,10 +19,13 @@
 import { AbortedError, SchemaError, StoreUnavailableError } from '../../core/errors.js';
 import {
   decideSlotClaim,
+  slotKey,
   type SlotClaimRequest,
   type SlotClaimResult,
   type SlotCompletion,
   type SlotLedgerPort,
+  type SlotPruneRequest,
+  type SlotPruneResult,
   type SlotRecord,
   type SlotSkipRequest,
   type SlotStatus,
@@ -30,7 +33,7 @@ import {
 } from '../../scheduler/ledger.js';
 import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { etcdClockOf, type StoreClock } from './clock.js';
-import { EtcdKeys, SCHEMA_VERSION } from './keys.js';
+import { EtcdKeys, SCHEMA_VERSION, prefixEnd } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 
 /** All the ledger calls: a Txn with a deadline (an etcd3 client, or the store's member pool). */
@@ -66,6 +69,8 @@ interface Row {
 const ATTEMPTS = 8;
 /** Slots per Txn: well under etcd's default --max-txn-ops (128), with the guard's compares. */
 const CHUNK = 50;
+/** Rows per read of a prune: well under gRPC's 4 MB answer limit. */
+const PAGE = 500;
 
 export class EtcdSlotLedger implements SlotLedgerPort {
   readonly kind = 'etcd';
@@ -259,6 +264,87 @@ export class EtcdSlotLedger implements SlotLedgerPort {
       .filter((x) => options.untilMs === undefined || x.slotAtMs! <= options.untilMs)
       .sort((a, b) => at(a) - at(b) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     return rows.slice(Math.max(0, rows.length - (options.limit ?? 1000)));
+  }
+
+  /**
+   * A prune batch in pages, never the name's whole prefix in one answer (an every-second
+   * schedule's rows pass gRPC's 4 MB answer limit within hours). Keys are read in key order,
+   * which is slot order for the keys a schedule writes (ISO 8601 times); every decision is on the
+   * row's own slotAtMs. slotPruneCutoff's rule (ledger.ts): the keep-th newest scheduled row,
+   * read downwards from the top, and the newest before the horizon, read downwards from it; then
+   * the rows below the cutoff, upwards. Each is deleted only if its mod revision is still the one
+   * read (a row claimed or rewritten since stays), CHUNK per Txn. Not fenced by a term: it
+   * deletes no row a term reads.
+   */
+  async prune(req: SlotPruneRequest): Promise<SlotPruneResult> {
+    const prefix = Buffer.from(this.slotsOf(req.name));
+    const end = prefixEnd(prefix);
+    const nowMs = await this.now();
+    const at = (ms: number): Buffer => this.slot(req.name, slotKey(ms));
+    const parse = (kv: EtcdKeyValue): Row => JSON.parse(kv.value.toString()) as Row;
+    /** The n-th scheduled row below `hi` (exclusive), downwards, whose slot is below `below`. */
+    const nth = async (hi: Buffer, n: number, below: number): Promise<number | null> => {
+      let seen = 0;
+      for (;;) {
+        const kvs = await this.page(prefix, hi, PAGE, 'Descend');
+        for (const kv of kvs) {
+          const t = parse(kv).slotAtMs;
+          if (t !== null && t < below && ++seen === n) return t;
+        }
+        if (kvs.length < PAGE) return null;
+        hi = kvs.at(-1)!.key;
+      }
+    };
+    const kept = await nth(end, Math.max(1, req.keep), Infinity);
+    const boundary = kept === null ? null : await nth(at(nowMs - req.olderThanMs), 1, nowMs - req.olderThanMs);
+    const cutoff = kept === null || boundary === null ? null : Math.min(kept, boundary);
+    const once = req.oncePerOlderThanMs === undefined ? undefined : nowMs - req.oncePerOlderThanMs;
+    const victims: EtcdKeyValue[] = [];
+    /** Upwards from `lo` to `hi`, the rows `take` accepts, until the batch is full. */
+    const collect = async (lo: Buffer, hi: Buffer, take: (row: Row) => boolean): Promise<void> => {
+      while (victims.length < req.limit) {
+        const kvs = await this.page(lo, hi, PAGE, 'Ascend');
+        for (const kv of kvs) if (victims.length < req.limit && take(parse(kv))) victims.push(kv);
+        if (kvs.length < PAGE) return;
+        lo = Buffer.concat([kvs.at(-1)!.key, Buffer.from([0])]);
+      }
+    };
+    if (cutoff !== null) await collect(prefix, at(cutoff), (row) => row.status !== 'claimed' && row.slotAtMs !== null && row.slotAtMs < cutoff);
+    // Once-per keys sort anywhere among the slot times: only this reads the whole prefix, in pages.
+    if (once !== undefined) await collect(prefix, end, (row) => row.status !== 'claimed' && row.slotAtMs === null && row.endedAtMs !== null && row.endedAtMs < once);
+    let deleted = 0;
+    for (let i = 0; i < victims.length; i += CHUNK) {
+      const ops: EtcdRequestOp[] = victims.slice(i, i + CHUNK).map((kv) => ({
+        request_txn: {
+          compare: [{ key: kv.key, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }],
+          success: [{ request_delete_range: { key: kv.key } }],
+          failure: [],
+        },
+      }));
+      const w = await this.txn({ compare: [], success: ops, failure: [] }, 'prune');
+      deleted += w.responses.filter((x) => x.response_txn?.succeeded === true).length;
+    }
+    return { deleted, more: victims.length >= req.limit, storeNowMs: nowMs };
+  }
+
+  private async page(from: Buffer, to: Buffer, limit: number, order: 'Ascend' | 'Descend'): Promise<EtcdKeyValue[]> {
+    const r = await this.txn({ compare: [], success: [{ request_range: { key: from, range_end: to, limit, sort_order: order, sort_target: 'Key' } }], failure: [] }, 'prune');
+    return all(r.responses[0]);
+  }
+
+  /** One range per name: each answer's one key names a schedule, and the next read starts past its keys. */
+  async names(): Promise<string[]> {
+    const names: string[] = [];
+    const prefix = Buffer.from(this.keys.slotsPrefix);
+    const end = prefixEnd(prefix);
+    for (let from: Buffer = prefix; ; ) {
+      const [kv] = await this.page(from, end, 1, 'Ascend');
+      if (kv === undefined) return names;
+      const rest = kv.key.toString().slice(this.keys.slotsPrefix.length);
+      const encoded = rest.slice(0, rest.indexOf('/'));
+      names.push(decodeURIComponent(encoded));
+      from = prefixEnd(Buffer.from(`${this.keys.slotsPrefix}${encoded}/`));
+    }
   }
 
   close(): Promise<void> {

@@ -12,7 +12,7 @@
  * and an expiry after the server's clock, and it has not deregistered.
  */
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import { runBatch } from './batch.js';
 import { NOW_US, T } from './schema.js';
 import type { MysqlStore } from './store.js';
@@ -254,6 +254,44 @@ export class MysqlFleet implements FleetPort {
       options,
     );
     return Number(last<{ n: number | string }>(r).n) > 0;
+  }
+
+  /**
+   * The candidates read without locks, then each removed by the batch remove() uses, re-checked
+   * there: a record a reassign moved, or whose agent registered again, in between stays. Fleet
+   * records are few beside slot rows, so one short transaction per record is no burden.
+   */
+  async prune(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult> {
+    const gone = `deregistered_at_us < ${NOW_US} - ?`;
+    const victims = (await this.store.q(
+      `SELECT o.resource, o.agent FROM ${OWNERSHIP} o JOIN ${AGENTS} a ON a.id = o.agent WHERE a.${gone} LIMIT ?`,
+      [req.olderThanMs * 1000, req.limit],
+      options,
+    )) as { resource: string; agent: string }[];
+    let ownership = 0;
+    for (const v of victims) {
+      const r = await runBatch(
+        this.store,
+        [
+          'START TRANSACTION',
+          `DELETE FROM ${OWNERSHIP} WHERE resource = ? AND agent = ? AND agent IN (SELECT id FROM ${AGENTS} WHERE ${gone})`,
+          'SET @lf_removed = ROW_COUNT()',
+          `UPDATE ${AGENTS} SET owned = owned - 1 WHERE id = ? AND @lf_removed > 0`,
+          'COMMIT',
+          'SELECT @lf_removed AS n',
+        ].join(';\n'),
+        [v.resource, v.agent, req.olderThanMs * 1000, v.agent],
+        options,
+      );
+      ownership += Number(last<{ n: number | string }>(r).n);
+    }
+    if (victims.length >= req.limit) return { ownership, agents: 0, more: true };
+    const d = (await this.store.q(
+      `DELETE FROM ${AGENTS} WHERE ${gone} AND NOT EXISTS (SELECT 1 FROM ${OWNERSHIP} o WHERE o.agent = ${AGENTS}.id) LIMIT ?`,
+      [req.olderThanMs * 1000, req.limit - victims.length],
+      options,
+    )) as { affectedRows: number };
+    return { ownership, agents: d.affectedRows, more: victims.length + d.affectedRows >= req.limit };
   }
 
   /** The connections are the lease store's: closing the fleet leaves them to the store's owner. */

@@ -25,6 +25,8 @@ import {
   type SlotClaimResult,
   type SlotCompletion,
   type SlotLedgerPort,
+  type SlotPruneRequest,
+  type SlotPruneResult,
   type SlotRecord,
   type SlotSkipRequest,
   type SlotStatus,
@@ -206,6 +208,52 @@ export class MysqlSlotLedger implements SlotLedgerPort {
     const now = Number(r.now_us) / 1000;
     if (Number(r.held) === 0) return { fenced: true, interrupted: 0, storeNowMs: now };
     return { fenced: false, interrupted: Number(r.n), storeNowMs: now };
+  }
+
+  /**
+   * Two statements, each autocommitted: the cutoff (slotPruneCutoff's rule, ledger.ts) read
+   * without locks, then a DELETE ... LIMIT that locks only the old, final rows it removes. The
+   * cutoff stays safe between them: rows only arrive newer than it.
+   */
+  async prune(req: SlotPruneRequest): Promise<SlotPruneResult> {
+    const [c] = (await this.store.q(
+      `SELECT ${NOW_US} AS now_us,
+         (SELECT slot_at_us FROM ${SLOTS} WHERE name = ? AND slot_at_us IS NOT NULL ORDER BY slot_at_us DESC LIMIT 1 OFFSET ?) AS k,
+         (SELECT MAX(slot_at_us) FROM ${SLOTS} WHERE name = ? AND slot_at_us < ${NOW_US} - ?) AS b`,
+      [req.name, Math.max(1, req.keep) - 1, req.name, us(req.olderThanMs)],
+    )) as [{ now_us: string; k: string | null; b: string | null }];
+    let deleted = 0;
+    if (c.k !== null && c.b !== null) {
+      const cutoff = BigInt(c.k) < BigInt(c.b) ? c.k : c.b;
+      // The keys first, through (name, slot_at_us): a DELETE ... ORDER BY slot_at_us LIMIT is
+      // planned on the primary key with a filesort of the name's every row (0.4-0.8 s a batch at
+      // 20,000 rows on MariaDB), this in a few ms. The DELETE by primary key checks again.
+      const keys = ((await this.store.q(
+        `SELECT slot FROM ${SLOTS} FORCE INDEX (leasehold_slots_name_slot_at)
+          WHERE name = ? AND slot_at_us < CAST(? AS SIGNED) AND status <> 'claimed' ORDER BY slot_at_us LIMIT ?`,
+        [req.name, cutoff, req.limit],
+      )) as { slot: string }[]).map((x) => x.slot);
+      if (keys.length > 0) {
+        const r = (await this.store.q(`DELETE FROM ${SLOTS} WHERE name = ? AND slot IN (?) AND slot_at_us < CAST(? AS SIGNED) AND status <> 'claimed'`, [
+          req.name,
+          keys,
+          cutoff,
+        ])) as { affectedRows: number };
+        deleted += r.affectedRows;
+      }
+    }
+    if (req.oncePerOlderThanMs !== undefined && deleted < req.limit) {
+      const r = (await this.store.q(
+        `DELETE FROM ${SLOTS} WHERE name = ? AND slot_at_us IS NULL AND status <> 'claimed' AND ended_at_us < CAST(? AS SIGNED) - ? LIMIT ?`,
+        [req.name, c.now_us, us(req.oncePerOlderThanMs), req.limit - deleted],
+      )) as { affectedRows: number };
+      deleted += r.affectedRows;
+    }
+    return { deleted, more: deleted >= req.limit, storeNowMs: Number(c.now_us) / 1000 };
+  }
+
+  async names(): Promise<string[]> {
+    return ((await this.store.q(`SELECT DISTINCT name FROM ${SLOTS} ORDER BY name`)) as { name: string }[]).map((r) => r.name);
   }
 
   async records(name: string, options: { sinceMs?: number; untilMs?: number; limit?: number } = {}): Promise<SlotRecord[]> {

@@ -1,6 +1,6 @@
 import { StoreUnavailableError } from '../../core/errors.js';
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import type { PostgresStore } from './store.js';
 
 const ms = (col: string): string => `(extract(epoch FROM ${col}) * 1000)::float8`;
@@ -207,6 +207,35 @@ export class PostgresFleet implements FleetPort {
       options,
     );
     return (r.rows[0]?.['n'] as number) > 0;
+  }
+
+  /**
+   * One statement per batch. A row a concurrent call changes (a reassign, a re-registration) is
+   * re-checked against the condition after its lock and left alone if it no longer holds.
+   */
+  async prune(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult> {
+    const gone = `deregistered_at < now() - $1::float8 * interval '1 millisecond'`;
+    const own = await this.q(
+      `WITH gone AS (SELECT id FROM ${this.s}.fleet_agents WHERE ${gone}),
+       v AS (SELECT resource FROM ${this.s}.fleet_ownership WHERE agent IN (SELECT id FROM gone) LIMIT $2),
+       del AS (DELETE FROM ${this.s}.fleet_ownership o USING v WHERE o.resource = v.resource AND o.agent IN (SELECT id FROM gone) RETURNING o.agent),
+       dec AS (UPDATE ${this.s}.fleet_agents a SET owned = a.owned - c.n FROM (SELECT agent, count(*) AS n FROM del GROUP BY agent) c WHERE a.id = c.agent)
+       SELECT count(*)::int AS n FROM del`,
+      [req.olderThanMs, req.limit],
+      options,
+    );
+    const ownership = Number(own.rows[0]!['n']);
+    if (ownership >= req.limit) return { ownership, agents: 0, more: true };
+    const ag = await this.q(
+      `WITH d AS (DELETE FROM ${this.s}.fleet_agents a WHERE a.${gone} AND NOT EXISTS (SELECT 1 FROM ${this.s}.fleet_ownership o WHERE o.agent = a.id)
+          AND a.id IN (SELECT x.id FROM ${this.s}.fleet_agents x WHERE x.${gone}
+                        AND NOT EXISTS (SELECT 1 FROM ${this.s}.fleet_ownership o WHERE o.agent = x.id) LIMIT $2) RETURNING 1)
+       SELECT count(*)::int AS n FROM d`,
+      [req.olderThanMs, req.limit - ownership],
+      options,
+    );
+    const agents = Number(ag.rows[0]!['n']);
+    return { ownership, agents, more: ownership + agents >= req.limit };
   }
 
   /** The pool is the lease store's: closing the fleet leaves it to the store's owner. */

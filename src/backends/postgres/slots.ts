@@ -13,6 +13,8 @@ import {
   type SlotClaimResult,
   type SlotCompletion,
   type SlotLedgerPort,
+  type SlotPruneRequest,
+  type SlotPruneResult,
   type SlotRecord,
   type SlotSkipRequest,
   type SlotStatus,
@@ -217,6 +219,44 @@ export class PostgresSlotLedger implements SlotLedgerPort {
         throw mapPgError(err, this.schema);
       });
     return r.rows.map(toRecord);
+  }
+
+  /**
+   * One statement, autocommitted: it locks only the rows it deletes (old, final rows no term
+   * reads), never the lease row, so a running schedule's claims do not wait on it beyond the
+   * batch. The cutoff is the rule of slotPruneCutoff (ledger.ts) in SQL: the `keep`-th newest
+   * slot time and the newest one before the horizon, both read through (name, slot_at).
+   */
+  async prune(req: SlotPruneRequest): Promise<SlotPruneResult> {
+    const r = await this.pool
+      .query(
+        `WITH c AS (
+           SELECT CASE WHEN k IS NULL OR b IS NULL THEN NULL ELSE least(k, b) END AS cutoff FROM (SELECT
+             (SELECT slot_at FROM ${this.s}.slots WHERE name = $1 AND slot_at IS NOT NULL ORDER BY slot_at DESC OFFSET $3 LIMIT 1) AS k,
+             (SELECT max(slot_at) FROM ${this.s}.slots WHERE name = $1 AND slot_at < now() - $2::float8 * interval '1 millisecond') AS b) x),
+         v AS (
+           (SELECT ctid AS t FROM ${this.s}.slots WHERE name = $1 AND slot_at < (SELECT cutoff FROM c) AND status <> 'claimed' ORDER BY slot_at LIMIT $5)
+           UNION ALL
+           (SELECT ctid FROM ${this.s}.slots WHERE $4::float8 IS NOT NULL AND name = $1 AND slot_at IS NULL AND status <> 'claimed'
+              AND ended_at < now() - $4::float8 * interval '1 millisecond' LIMIT $5)),
+         -- By ctid (a TID scan, not a join over the name's rows); a row changed since the read has a
+         -- new ctid and is left alone, and the status is checked again on the row deleted.
+         d AS (DELETE FROM ${this.s}.slots WHERE ctid = ANY (ARRAY(SELECT t FROM v LIMIT $5)) AND name = $1 AND status <> 'claimed' RETURNING 1)
+         SELECT (SELECT count(*) FROM d)::int AS n, (extract(epoch FROM now()) * 1000)::float8 AS now`,
+        [req.name, req.olderThanMs, Math.max(1, req.keep) - 1, req.oncePerOlderThanMs ?? null, req.limit],
+      )
+      .catch((err: unknown) => {
+        throw mapPgError(err, this.schema);
+      });
+    const deleted = Number(r.rows[0]!['n']);
+    return { deleted, more: deleted >= req.limit, storeNowMs: Number(r.rows[0]!['now']) };
+  }
+
+  async names(): Promise<string[]> {
+    const r = await this.pool.query(`SELECT DISTINCT name FROM ${this.s}.slots ORDER BY name`).catch((err: unknown) => {
+      throw mapPgError(err, this.schema);
+    });
+    return r.rows.map((x) => x['name'] as string);
   }
 
   async close(): Promise<void> {

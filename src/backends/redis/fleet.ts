@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import { keysFor } from './keys.js';
 import { LUA_CLOCK, lua, toStrings, type LuaScript } from './scripts.js';
 import type { RedisStore } from './store.js';
@@ -213,6 +213,49 @@ return { '1' }
 `,
 );
 
+/**
+ * KEYS: [1] the agents set. ARGV: AP, LP, the ownership keys' match pattern, older-than ms, limit.
+ * The agents deregistered before the horizon; then their ownership hashes, found by SCAN (there
+ * is no index by agent: placements never needed one), up to `limit`; then, if that found fewer,
+ * the agents themselves. Reply: [ownership deleted, agents deleted, more 1/0].
+ */
+const PRUNE = lua(
+  'fleet-prune',
+  `${LUA_CLOCK}local AP = ARGV[1]
+local horizon, limit = now - tonumber(ARGV[4]), tonumber(ARGV[5])
+local gone, any = {}, false
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local d = redis.call('HGET', AP .. id, 'dereg')
+  if d and tonumber(d) and tonumber(d) < horizon then gone[id], any = true, true end
+end
+if not any then return { '0', '0', '0' } end
+local owned, cursor = 0, '0'
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[3], 'COUNT', 500)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do
+    local a = redis.call('HGET', k, 'agent')
+    if a and gone[a] and owned < limit then
+      redis.call('DEL', k)
+      redis.call('HINCRBY', AP .. a, 'owned', -1)
+      owned = owned + 1
+    end
+  end
+until cursor == '0' or owned >= limit
+if owned >= limit then return { tostring(owned), '0', '1' } end
+local agents = 0
+for id in pairs(gone) do
+  if agents + owned >= limit then break end
+  redis.call('DEL', AP .. id)
+  redis.call('SREM', KEYS[1], id)
+  agents = agents + 1
+end
+local more = '0'
+if owned + agents >= limit then more = '1' end
+return { tostring(owned), tostring(agents), more }
+`,
+);
+
 const num = (s: string | undefined): number | null => (s === undefined || s === '' ? null : Number(s));
 
 interface ParsedAgent {
@@ -339,6 +382,12 @@ export class RedisFleet implements FleetPort {
   async remove(resource: string, from: string, options?: CallOptions): Promise<boolean> {
     const [ok] = await this.run(REMOVE, [this.ownKey(resource)], [from], options);
     return ok === '1';
+  }
+
+  async prune(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult> {
+    const pattern = `${this.ownKey('').replace(/[*?[\]\\]/g, '\\$&')}*`;
+    const [owned, agents, more] = await this.run(PRUNE, [this.agentsKey], [pattern, String(Math.round(req.olderThanMs)), String(req.limit)], options);
+    return { ownership: Number(owned), agents: Number(agents), more: more === '1' };
   }
 
   /** The connection is the lease store's: closing the fleet leaves it to the store's owner. */

@@ -22,6 +22,8 @@ import type {
   SlotClaimResult,
   SlotCompletion,
   SlotLedgerPort,
+  SlotPruneRequest,
+  SlotPruneResult,
   SlotRecord,
   SlotSkipRequest,
   SlotStatus,
@@ -173,6 +175,95 @@ return out
 `,
 );
 
+/**
+ * KEYS: rows hash, index zset, claimed set. ARGV: older-than ms, keep, once-per older-than ms or
+ * '', limit. Deletes up to `limit` rows below the cutoff of slotPruneCutoff (ledger.ts): the
+ * keep-th newest scheduled slot and the newest one before the horizon, found by walking the
+ * index from the top (a name's rows are a schedule's or once-per keys', rarely both). Reply:
+ * [now, deleted, more 1/0]. Scans at most 20 x limit index entries per call, so one call stays
+ * short however many kept rows ('claimed', once-per) sit below the cutoff.
+ */
+const PRUNE = lua(
+  'slot-prune',
+  `${LUA_CLOCK}
+local keep, limit = tonumber(ARGV[2]), tonumber(ARGV[4])
+local horizon = now - tonumber(ARGV[1])
+local function get(key)
+  local cur = redis.call('HGET', KEYS[1], key)
+  if cur then return cjson.decode(cur) end
+  return nil
+end
+-- The first scheduled row of the index walked newest first from 'hi', the n-th one.
+local function nth(hi, n)
+  local seen, offset = 0, 0
+  while true do
+    local keys = redis.call('ZREVRANGEBYSCORE', KEYS[2], hi, '-inf', 'LIMIT', offset, 200)
+    if #keys == 0 then return nil end
+    offset = offset + #keys
+    for _, key in ipairs(keys) do
+      local r = get(key)
+      if r and r.slot_at ~= '' then
+        seen = seen + 1
+        if seen == n then return tonumber(r.slot_at) end
+      end
+    end
+  end
+end
+local kept = nth('+inf', keep)
+local boundary = nil
+if kept then boundary = nth('(' .. fmt(horizon), 1) end
+local cutoff = nil
+if kept and boundary then cutoff = math.min(kept, boundary) end
+local once = nil
+if ARGV[3] ~= '' then once = now - tonumber(ARGV[3]) end
+local top = cutoff
+if once and (not top or once > top) then top = once end
+local deleted, scanned, skipped = 0, 0, 0
+if top then
+  while deleted < limit and scanned < 20 * limit do
+    local keys = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(top), 'LIMIT', skipped, 200)
+    if #keys == 0 then break end
+    for _, key in ipairs(keys) do
+      scanned = scanned + 1
+      local r = get(key)
+      local del = false
+      if not r then del = true
+      elseif r.status ~= 'claimed' then
+        if r.slot_at ~= '' then del = cutoff ~= nil and tonumber(r.slot_at) < cutoff
+        else del = once ~= nil and r.ended ~= '' and tonumber(r.ended) < once end
+      end
+      if del then
+        redis.call('HDEL', KEYS[1], key)
+        redis.call('ZREM', KEYS[2], key)
+        redis.call('SREM', KEYS[3], key)
+        deleted = deleted + 1
+        if deleted >= limit then break end
+      else
+        skipped = skipped + 1
+      end
+    end
+  end
+end
+local more = '0'
+if deleted >= limit or scanned >= 20 * limit then more = '1' end
+return { fmt(now), tostring(deleted), more }
+`,
+);
+
+/** KEYS: any key under the store's hash tag (routes the call). ARGV: the index keys' match pattern. Reply: the index keys. */
+const NAMES = lua(
+  'slot-names',
+  `
+local out, cursor = {}, '0'
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do out[#out + 1] = k end
+until cursor == '0'
+return out
+`,
+);
+
 interface EncodedRow {
   status: SlotStatus;
   token: string;
@@ -261,6 +352,25 @@ export class RedisSlotLedger implements SlotLedgerPort {
     const rows: SlotRecord[] = [];
     for (let i = 0; i < out.length; i += 2) rows.push(decode(name, out[i]!, out[i + 1]!));
     return rows.reverse();
+  }
+
+  async prune(req: SlotPruneRequest): Promise<SlotPruneResult> {
+    const k = this.keys(req.name);
+    const [now, deleted, more] = await this.run(PRUNE, [k.rows, k.index, k.claimed], [
+      String(Math.round(req.olderThanMs)),
+      String(Math.max(1, req.keep)),
+      req.oncePerOlderThanMs === undefined ? '' : String(Math.round(req.oncePerOlderThanMs)),
+      String(req.limit),
+    ]);
+    return { deleted: Number(deleted), more: more === '1', storeNowMs: Number(now) };
+  }
+
+  async names(): Promise<string[]> {
+    const head = `${this.tag}:slotidx:`;
+    // A glob: the prefix's own glob characters escaped.
+    const pattern = `${head.replace(/[*?[\]\\]/g, '\\$&')}*`;
+    const keys = await this.run(NAMES, [`${head}`], [pattern]);
+    return keys.map((x) => x.slice(head.length)).sort();
   }
 
   /** The connection is the store's: closing the store closes it. */

@@ -1,5 +1,5 @@
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import type { SqliteDatabaseLike, SqliteStore } from './store.js';
 
 interface LivenessRow {
@@ -168,6 +168,31 @@ export class SqliteFleet implements FleetPort {
       if (db.prepare(`DELETE FROM leasehold_fleet_ownership WHERE resource = ? AND agent = ?`).run(resource, from).changes === 0) return false;
       db.prepare(`UPDATE leasehold_fleet_agents SET owned = owned - 1 WHERE id = ?`).run(from);
       return true;
+    }, options);
+  }
+
+  /** One transaction per batch (see FleetPort.prune). */
+  prune(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult> {
+    return this.run((db, now) => {
+      const horizon = now - req.olderThanMs;
+      const victims = db
+        .prepare(
+          `SELECT o.resource, o.agent FROM leasehold_fleet_ownership o JOIN leasehold_fleet_agents a ON a.id = o.agent
+            WHERE a.deregistered_at < ? LIMIT ?`,
+        )
+        .all(horizon, req.limit) as { resource: string; agent: string }[];
+      const del = db.prepare(`DELETE FROM leasehold_fleet_ownership WHERE resource = ? AND agent = ?`);
+      const dec = db.prepare(`UPDATE leasehold_fleet_agents SET owned = owned - 1 WHERE id = ?`);
+      for (const v of victims) if (del.run(v.resource, v.agent).changes > 0) dec.run(v.agent);
+      const ownership = victims.length;
+      if (ownership >= req.limit) return { ownership, agents: 0, more: true };
+      const agents = db
+        .prepare(
+          `DELETE FROM leasehold_fleet_agents WHERE id IN (SELECT a.id FROM leasehold_fleet_agents a WHERE a.deregistered_at < ?
+             AND NOT EXISTS (SELECT 1 FROM leasehold_fleet_ownership o WHERE o.agent = a.id) LIMIT ?)`,
+        )
+        .run(horizon, req.limit - ownership).changes;
+      return { ownership, agents, more: ownership + agents >= req.limit };
     }, options);
   }
 

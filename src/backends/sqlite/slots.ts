@@ -12,6 +12,8 @@ import {
   type SlotClaimResult,
   type SlotCompletion,
   type SlotLedgerPort,
+  type SlotPruneRequest,
+  type SlotPruneResult,
   type SlotRecord,
   type SlotSkipRequest,
   type SlotStatus,
@@ -128,6 +130,49 @@ export class SqliteSlotLedger implements SlotLedgerPort {
         .safeIntegers(true)
         .all(name, options.sinceMs ?? null, options.sinceMs ?? null, options.untilMs ?? null, options.untilMs ?? null, options.limit ?? 1000) as Row[];
       return Promise.resolve(rows.map(toRecord));
+    } catch (err) {
+      return Promise.reject(mapSqliteError(err));
+    }
+  }
+
+  /**
+   * One BEGIN IMMEDIATE transaction per batch: it holds the write lock for the batch alone, and a
+   * schedule's claims (on this connection or another process's) go between batches. The cutoff
+   * is slotPruneCutoff's rule (ledger.ts), read through (name, slot_at).
+   */
+  prune(req: SlotPruneRequest): Promise<SlotPruneResult> {
+    return this.tx((now) => {
+      const cutoff = this.db
+        .prepare(
+          `SELECT min(
+             (SELECT slot_at FROM ${SLOTS} WHERE name = @name AND slot_at IS NOT NULL ORDER BY slot_at DESC LIMIT 1 OFFSET @offset),
+             (SELECT max(slot_at) FROM ${SLOTS} WHERE name = @name AND slot_at < @horizon)) AS cutoff`,
+        )
+        .get({ name: req.name, offset: Math.max(1, req.keep) - 1, horizon: now - req.olderThanMs }) as { cutoff: number | null };
+      let deleted = 0;
+      if (cutoff.cutoff !== null) {
+        deleted += this.db
+          .prepare(
+            `DELETE FROM ${SLOTS} WHERE name = @name AND slot IN
+               (SELECT slot FROM ${SLOTS} WHERE name = @name AND slot_at < @cutoff AND status <> 'claimed' ORDER BY slot_at LIMIT @limit)`,
+          )
+          .run({ name: req.name, cutoff: cutoff.cutoff, limit: req.limit }).changes;
+      }
+      if (req.oncePerOlderThanMs !== undefined && deleted < req.limit) {
+        deleted += this.db
+          .prepare(
+            `DELETE FROM ${SLOTS} WHERE name = @name AND slot IN
+               (SELECT slot FROM ${SLOTS} WHERE name = @name AND slot_at IS NULL AND status <> 'claimed' AND ended_at < @horizon LIMIT @limit)`,
+          )
+          .run({ name: req.name, horizon: now - req.oncePerOlderThanMs, limit: req.limit - deleted }).changes;
+      }
+      return { deleted, more: deleted >= req.limit, storeNowMs: now };
+    });
+  }
+
+  names(): Promise<string[]> {
+    try {
+      return Promise.resolve((this.db.prepare(`SELECT DISTINCT name FROM ${SLOTS} ORDER BY name`).all() as { name: string }[]).map((r) => r.name));
     } catch (err) {
       return Promise.reject(mapSqliteError(err));
     }
