@@ -21,10 +21,25 @@ export interface CronOptions extends LeaseOptions {
   onInterrupted?: 'rerun' | 'skip';
   /** Default 'per-slot': the lease is held only while a slot's job runs. See the file's comment. */
   mode?: CronMode;
+  /**
+   * The ledger's old rows of this schedule are pruned (pruneLedger, ./retention.ts) by whichever
+   * replica has just run a slot, at most once per `every` on each replica. Default
+   * `{ olderThan: '30d', keep: 100, every: '1h' }`; `false` keeps every row for ever.
+   */
+  retention?: CronRetention | false;
   signal?: AbortSignal;
 }
 
 export type CronMode = 'per-slot' | 'leader';
+
+export interface CronRetention {
+  /** Rows whose slot is older than this go (never one inside the catch-up window). Default 30d. */
+  olderThan?: Duration;
+  /** The newest rows kept whatever their age. Default 100. */
+  keep?: number;
+  /** How often this replica prunes, at most. Default 1h. */
+  every?: Duration;
+}
 
 export interface SlotContext {
   name: string;

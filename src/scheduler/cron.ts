@@ -45,10 +45,11 @@ import { ConfigError, LeaseLostError, NotAcquiredError, errorMessage, isRetryabl
 import type { Lease, Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
 import { slotsBetween } from './schedule.js';
-import { CronHandle, type CronOptions, type SlotEvent, type SlotJob } from './cron-handle.js';
+import { CronHandle, type CronOptions, type CronRetention, type SlotEvent, type SlotJob } from './cron-handle.js';
+import { DEFAULT_RETENTION, parseHorizon, pruneLedger } from './retention.js';
 import { ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
-export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
+export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
 
 /**
  * Per-slot: a term keeps the lease for a slot due within this much of its end, and runs it. Its
@@ -73,6 +74,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const onInterrupted = options.onInterrupted ?? 'rerun';
   if (onInterrupted !== 'rerun' && onInterrupted !== 'skip') throw new ConfigError(`onInterrupted ${JSON.stringify(onInterrupted)} is not rerun or skip`);
   const windowMs = parseDuration(options.catchUpWindow ?? '1h', 'catchUpWindow');
+  const retention = retentionOf(options.retention, windowMs, ledger);
   const mode = options.mode ?? 'per-slot';
   if (mode !== 'per-slot' && mode !== 'leader') throw new ConfigError(`mode ${JSON.stringify(mode)} is not per-slot or leader`);
   const stop = new AbortController();
@@ -90,7 +92,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     void handle.stop().catch(() => undefined);
     handle.emit('error', e);
   };
-  const { schedule: _s, catchUp: _c, catchUpWindow: _w, onInterrupted: _o, mode: _m, signal: _g, ...leaseOptions } = options;
+  const { schedule: _s, catchUp: _c, catchUpWindow: _w, onInterrupted: _o, mode: _m, signal: _g, retention: _r, ...leaseOptions } = options;
   let handle: CronHandle;
   if (mode === 'leader') {
     const elector = leasehold.elect(
@@ -355,6 +357,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       if (e === undefined) return undefined;
       ended = Math.max(ended, e);
     }
+    if (slots.length > 0) prune();
     if (!(await skip(term, slotsBetween(schedule, last, ended), `overlap: the job of an earlier slot was still running`))) return undefined;
     return ended;
   }
@@ -456,6 +459,24 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     return done.storeNowMs;
   }
 
+  /**
+   * Retention, by the replica that has just run a slot (so not every replica at once), at most
+   * once per `every` here. Not awaited: a prune is batches of short deletes that never touch
+   * what a term reads, and a failed one is only said (the next one tries again).
+   */
+  let prunedAt: number | undefined;
+  let pruning = false;
+  function prune(): void {
+    if (retention === undefined || pruning || (prunedAt !== undefined && clock.monoNow() - prunedAt < retention.everyMs)) return;
+    pruning = true;
+    prunedAt = clock.monoNow();
+    pruneLedger(ledger, { name, olderThan: retention.olderThanMs, keep: retention.keep, catchUpWindow: windowMs, signal })
+      .catch((e: unknown) => {
+        if (!signal.aborted) leasehold.logger.warn({ lease: name, err: errorMessage(e) }, 'leasehold: pruning the slot ledger failed; the next prune tries again');
+      })
+      .finally(() => (pruning = false));
+  }
+
   // Started last: the loop reads the state above (the store-clock offset) from its first line.
   if (mode === 'per-slot') {
     handle.track(
@@ -465,6 +486,21 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     );
   }
   return handle;
+}
+
+/** The retention to apply, or undefined for none; a bad one is a ConfigError at start, not at the first prune. */
+function retentionOf(r: CronRetention | false | undefined, windowMs: number, ledger: SlotLedgerPort): { olderThanMs: number; keep: number; everyMs: number } | undefined {
+  if (r === false) return undefined;
+  if (ledger.prune === undefined) {
+    // Every built-in ledger prunes; a caller's own may not: by default that is no retention.
+    if (r === undefined) return undefined;
+    throw new ConfigError(`retention was asked for, but this ${ledger.kind} slot ledger has no prune method; pass retention: false`);
+  }
+  const olderThanMs = parseHorizon(r?.olderThan ?? DEFAULT_RETENTION.olderThan, 'retention.olderThan');
+  if (olderThanMs < windowMs) throw new ConfigError(`retention.olderThan (${olderThanMs}ms) is shorter than the catch-up window (${windowMs}ms): a new leader reads the window to tell a missed slot from one that ran`);
+  const keep = r?.keep ?? DEFAULT_RETENTION.keep;
+  if (!Number.isInteger(keep) || keep < 1) throw new ConfigError(`retention.keep must be a whole number of rows, at least 1; got ${keep}`);
+  return { olderThanMs, keep, everyMs: parseHorizon(r?.every ?? '1h', 'retention.every') };
 }
 
 function stopReason(signal: AbortSignal): string {

@@ -63,5 +63,39 @@ for (const kind of kinds) {
       assert.ok(skipped.every((e) => e.reason?.includes('missed') === true));
       await cron.stop();
     });
+
+    void it("startCron prunes by itself: the replica that runs a slot deletes the rows past retention, keeping the newest, and `retention: false` keeps all", async () => {
+      const ts = await makeTestStore(kind);
+      cleanups.push(() => ts.cleanup());
+      const store = await ts.open();
+      const ledger = await openSlotLedger(store, ts.url);
+      const leasehold = new Leasehold({ store });
+      cleanups.push(() => ledger.close(), () => leasehold.close());
+      // 300 rows of each schedule from 40 days ago (past the default 30 d), written by a term that ended.
+      const old = Math.floor(((await store.now()) - 40 * DAY) / MINUTE) * MINUTE;
+      for (const name of ['kept-all', 'pruned']) {
+        const nonce = newNonce();
+        const [term] = await store.claim([{ name, holder: 'old-host', ttlMs: 60_000, expect: null, nextNonce: nonce }]);
+        assert.ok(term?.outcome === 'acquired');
+        const slots = Array.from({ length: 300 }, (_, i) => old + i * MINUTE).map((t) => ({ key: new Date(t).toISOString(), slotAtMs: t }));
+        await ledger.skip({ name, holder: 'old-host', token: term.token, reason: 'history (test)', slots });
+        assert.equal(await store.release({ name, holder: 'old-host', expect: [nonce] }), true);
+      }
+      const runs = new Map<string, number>();
+      const job = (name: string) => () => void runs.set(name, (runs.get(name) ?? 0) + 1);
+      const defaults = startCron(leasehold, ledger, 'pruned', { schedule: everySchedule(1000), ttl: '3s' }, job('pruned'));
+      const none = startCron(leasehold, ledger, 'kept-all', { schedule: everySchedule(1000), ttl: '3s', retention: false }, job('kept-all'));
+      cleanups.push(() => defaults.stop(), () => none.stop());
+      // The default keeps the newest 100 rows: the 300 old ones go down to what 100 leaves.
+      await until('the default retention pruned', async () => (await ledger.records('pruned', { sinceMs: 0, untilMs: old + DAY, limit: 1000 })).length < 300, 20_000);
+      await until('both schedules ran a slot', () => (runs.get('pruned') ?? 0) > 0 && (runs.get('kept-all') ?? 0) > 0, 20_000);
+      await defaults.stop();
+      await none.stop();
+      const left = await ledger.records('pruned', { limit: 1000 });
+      assert.ok(left.length >= 100, `the newest 100 rows are kept (${left.length} left)`);
+      assert.ok(left.filter((r) => r.slotAtMs! < old + DAY).length <= 100, 'only rows the keep count holds are older than the horizon');
+      assert.equal((await ledger.records('kept-all', { sinceMs: 0, untilMs: old + DAY, limit: 1000 })).length, 300, 'retention: false deleted nothing');
+      assert.throws(() => startCron(leasehold, ledger, 'x', { schedule: everySchedule(1000), retention: { olderThan: '10m' } }, () => undefined), /shorter than the catch-up window/);
+    });
   });
 }
