@@ -37,12 +37,24 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'sql
         assert.equal(r!.outcome, 'acquired');
         return { holder, token: r!.token!, name };
       };
-      const termA = await take('host-a', 400);
+      // 3 s, not less: a ledger call's transaction is bounded by what is left of its term
+      // (idle_in_transaction_session_timeout on PostgreSQL), so on a loaded host a very short
+      // term ends its own claim's transaction before it commits (CI saw a 400 ms term's claim
+      // fail with "Connection terminated unexpectedly").
+      const A_TTL_MS = 3000;
+      const termA = await take('host-a', A_TTL_MS);
       const refA = { name, holder: termA.holder, token: termA.token };
       assert.equal((await claimFor(refA, 's1')).outcome, 'claimed');
       // A's claim is idempotent within its term (a retry after an unknown outcome).
       assert.equal((await claimFor(refA, 's1')).outcome, 'claimed');
-      await new Promise((r) => setTimeout(r, 500));
+      // A's term ends by the store's clock: wait until the store says so.
+      for (const end = Date.now() + 10 * A_TTL_MS; ; ) {
+        const row = (await ts.store.list({ name }))[0];
+        if (row === undefined || row.expiresAtMs === null || row.expiresAtMs <= row.storeNowMs || row.holder !== 'host-a') break;
+        assert.ok(Date.now() < end, 'term A never expired');
+        const left = Math.max(10, row.expiresAtMs - row.storeNowMs);
+        await new Promise((r) => setTimeout(r, left));
+      }
       const termB = await take('host-b', 10_000);
       assert.ok(termB.token > termA.token);
       const refB = { name, holder: termB.holder, token: termB.token };
