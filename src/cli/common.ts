@@ -136,7 +136,7 @@ export function durationOption(flag: string | undefined, flagName: string, envNa
  * The store flags as a command has them: parseArgs values (`'store-file'`) or settings built by
  * hand (`storeFile`). Either spelling is accepted so every caller can pass what it holds.
  */
-interface StoreFlagValues {
+export interface StoreFlagValues {
   store?: string | undefined;
   storeFile?: string | undefined;
   'store-file'?: string | undefined;

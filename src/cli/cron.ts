@@ -3,12 +3,22 @@
  * the replica that wins a term of lease NAME for it (--mode leader: by the leader), claimed in the
  * slot ledger with that term's fencing token before COMMAND starts (see src/scheduler/cron.ts for the rules). COMMAND runs under the same
  * supervision as `leasehold run` (own process group, reaper, SIGTERM then SIGKILL on lease loss).
- * `leasehold cron history NAME` prints the ledger.
+ * `leasehold cron history NAME` and `leasehold cron ls` read the ledger (cron-admin.ts).
+ *
+ * What a replica says on stderr besides its slots, one line each, so that a log shows who runs
+ * the schedule without a line per slot from every replica:
+ *  - following: the first time it finds another replica holding the lease (per-slot: that
+ *    replica won a slot this one tried; leader: it leads). Per-slot, once per other replica for
+ *    the life of the process (replicas race for every slot, and who wins changes all the time);
+ *    leader, once per change of leader.
+ *  - taking over: the first term it wins after a "following" line (leader: it now leads).
+ *  - stopping: on SIGTERM/SIGINT/SIGHUP (or npx's exit), what it waits for before exiting.
  */
 import { DEFAULT_TTL_MS, parseDuration, resolveTiming, validateLeaseName } from '../core/config.js';
 import { LeaseholdError, errorMessage } from '../core/errors.js';
 import { Leasehold } from '../core/leasehold.js';
 import { openSlotLedger } from '../backends/index.js';
+import type { Term } from '../core/lease.js';
 import { startCron, type CatchUp, type CronMode, type SlotEvent } from '../scheduler/cron.js';
 import { cronSchedule, everySchedule, type Schedule } from '../scheduler/schedule.js';
 import type { SlotLedgerPort } from '../scheduler/ledger.js';
@@ -24,21 +34,21 @@ import {
   out,
   requireCurrentSchema,
   setLogContext,
-  table,
-  toJson,
   usageError,
 } from './common.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+import { cronHistory, cronList } from './cron-admin.js';
 import { Reporter } from './reporter.js';
 import { RUN_SPEC } from './run-args.js';
 import { FORWARDED, Supervisor, checkCommand, childStoreUrl } from './supervisor.js';
 
 export const CRON_SPEC = defineCommand({
   name: 'cron',
-  operands: '[history NAME]',
+  operands: '[history [NAME] | ls]',
   summary:
     'Run COMMAND once per slot of a schedule across every replica running the same line: any live replica may claim a due slot under ' +
-    'its own term of lease NAME (--mode leader: only the leader fires), in the slot ledger with that fencing token first. `cron history NAME` lists the slots.',
+    'its own term of lease NAME (--mode leader: only the leader fires), in the slot ledger with that fencing token first. ' +
+    '`cron history NAME` lists the slots; `cron ls` lists the schedules.',
   trailing: '-- COMMAND [ARGS...]',
   about: `Every replica runs the same \`leasehold cron\` line. When a slot comes due, each tries lease
 NAME once; the winner holds it for that slot alone (a new term, a new fencing token), claims the
@@ -51,7 +61,10 @@ same for a rerun of the slot). A slot is due by the store's clock (on etcd, whic
 the leader's). A slot that comes due while COMMAND still runs is
 recorded skipped (overlap). A new leader marks slots an ended term left running as interrupted
 and reruns them (--on-interrupted), and handles slots missed within --catch-up-window per
---catch-up. \`leasehold cron history NAME [--json]\` lists the ledger of NAME.`,
+--catch-up. A replica says once when it follows another and when it takes over.
+\`leasehold cron history NAME\` (or \`--name NAME\`) lists the ledger of NAME. \`leasehold cron ls\`
+lists every schedule in the store with its last slot, its last success and its lease (the next
+due slot is not in the store: the expression is in the replicas' command lines).`,
   flags: {
     name: { type: 'string', value: 'NAME', env: 'LEASEHOLD_NAME', required: true, help: 'the lease (and ledger name) that makes the schedule a singleton' },
     schedule: { type: 'string', value: 'EXPR', or: 'every', help: 'a cron expression: 5 fields, or 6 with seconds first ("30 2 * * *")' },
@@ -88,14 +101,16 @@ and reruns them (--on-interrupted), and handles slots missed within --catch-up-w
       type: 'boolean',
       help:
         'cron: every stderr line is a JSON object (events slot-started with delayMs, slot-succeeded, slot-failed, slot-interrupted, slot-skipped, ...); ' +
-        'cron history: an array of { name, slot, slotAt, status, token, holder, startedAt, endedAt, exitCode, reason } on stdout',
+        'cron history: an array of { name, slot, slotAt, status, token, holder, startedAt, endedAt, exitCode, reason } on stdout; ' +
+        'cron ls: an array of { name, lease: { state, holder, token, expiresInMs }, last (a history row), lastSuccess: { slot, endedAt, holder } | null, recent: { succeeded: N, ... }, storeNow }',
     },
     ...LOG_FLAGS,
   },
   footer: `Exit (cron): runs until SIGTERM/SIGINT/SIGHUP (a running COMMAND gets the signal and is waited
 for), then 128+N; 2 usage (bad expression, unknown zone, conflicting flags); 3 store unreachable or
 schema missing.
-Exit (cron history): 0 with the slots; 2 usage; 3 store unreachable or schema missing.`,
+Exit (cron history, cron ls): 0 with the slots or schedules (none is 0 too); 2 usage; 3 store
+unreachable or schema missing.`,
 });
 
 interface CronSettings {
@@ -106,19 +121,36 @@ interface CronSettings {
   catchUpWindowMs: number;
   onInterrupted: 'rerun' | 'skip';
   mode: CronMode;
-  values: ReturnType<typeof parseCommand<typeof CRON_SPEC.flags>>['values'];
+  values: CronValues;
 }
 
-function parseCronArgs(argv: string[], env: NodeJS.ProcessEnv): CronSettings | 'help' | { history: string } {
+type CronValues = ReturnType<typeof parseCommand<typeof CRON_SPEC.flags>>['values'];
+
+function parseCronArgs(argv: string[], env: NodeJS.ProcessEnv): CronSettings | 'help' | { history: string; values: CronValues } | { ls: true; values: CronValues } {
   const sep = argv.indexOf('--');
   const { values, positionals } = parseCommand(CRON_SPEC, sep === -1 ? argv : argv.slice(0, sep));
   if (values.help === true) return 'help';
   setLogContext({ format: logFormatOption(values['log-format']) });
   if (positionals[0] === 'history') {
-    if (positionals.length !== 2) throw usageError('cron history takes one lease name: leasehold cron history NAME [--json]');
-    return { history: validateLeaseName(positionals[1]) };
+    // The usage line reads `cron [history [NAME] | ls] --name NAME`: either spelling names it.
+    const named = flagOrEnv(values.name, 'LEASEHOLD_NAME', env);
+    if (positionals.length > 2) throw usageError(`cron history takes one lease name, not ${positionals.length - 1}: leasehold cron history NAME [--json]`);
+    const operand = positionals[1];
+    if (operand !== undefined && values.name !== undefined && operand !== values.name) {
+      throw usageError(`cron history ${JSON.stringify(operand)} and --name ${JSON.stringify(values.name)} name two schedules; give one`);
+    }
+    const name = operand ?? named?.value;
+    if (name === undefined) throw usageError('cron history needs a schedule: leasehold cron history NAME, or --name NAME (or LEASEHOLD_NAME)');
+    return { history: validateLeaseName(name), values };
   }
-  if (positionals.length > 0) throw usageError(`unexpected argument ${JSON.stringify(positionals[0])} before \`--\`; options go before \`--\`, the command after it`);
+  if (positionals[0] === 'ls') {
+    if (positionals.length > 1) throw usageError(`cron ls takes no operand (got ${JSON.stringify(positionals[1])}); for one schedule, add --name NAME`);
+    if (values.name !== undefined) validateLeaseName(values.name);
+    return { ls: true, values };
+  }
+  if (positionals.length > 0) {
+    throw usageError(`unexpected argument ${JSON.stringify(positionals[0])} before \`--\`; options go before \`--\`, the command after it (the subcommands are history and ls)`);
+  }
   const command = sep === -1 ? [] : argv.slice(sep + 1);
   if (command.length === 0 || command[0] === '') throw usageError('cron needs a command after `--`; write leasehold cron --name NAME --schedule EXPR -- COMMAND [ARGS...]');
   const nameOpt = flagOrEnv(values.name, 'LEASEHOLD_NAME', env);
@@ -150,7 +182,8 @@ export async function cronCommand(argv: string[]): Promise<number> {
     out(helpText(CRON_SPEC));
     return EXIT.OK;
   }
-  if ('history' in parsed) return history(parsed.history, argv);
+  if ('history' in parsed) return cronHistory(parsed.history, parsed.values);
+  if ('ls' in parsed) return cronList(parsed.values);
   const { name, command, values } = parsed;
   const ttlMs = durationOption(values.ttl, 'ttl', 'LEASEHOLD_TTL', env) ?? DEFAULT_TTL_MS;
   const renewMs = durationOption(values.renew, 'renew', 'LEASEHOLD_RENEW', env);
@@ -209,14 +242,37 @@ export async function cronCommand(argv: string[]): Promise<number> {
         }
       },
     );
+    const roles = new RoleLines(report, parsed.mode, parsed.schedule.description);
+    cron.lease.on('busy', (holder, expiresInMs) => roles.busy(holder, expiresInMs));
+    /** A slot event in the current term: a per-slot term that had none (a startup's check) says nothing on release. */
+    let slotInTerm = false;
     cron.lease.on('acquired', (t) => {
       report.forTerm(t);
-      // Per-slot, a term is one slot's: its slot-started line says so, once per slot.
-      if (parsed.mode === 'leader') report.event('acquired', `leader: token ${t.token} (holder ${t.holder}); schedule ${parsed.schedule.description}`);
+      slotInTerm = false;
+      roles.acquired(t);
     });
+    if (parsed.mode === 'leader') cron.lease.on('lost', () => roles.lost());
     // Per-slot: the moment this replica stops blocking others; a kill after it costs no slot.
-    if (parsed.mode === 'per-slot') cron.lease.on('released', (t) => report.event('released', `slot term ${t.token} released`));
-    cron.on('slot', (e) => reportSlot(report, e));
+    if (parsed.mode === 'per-slot') {
+      cron.lease.on('released', (t) => {
+        if (slotInTerm) report.event('released', `slot term ${t.token} released`);
+      });
+    }
+    /** The slot whose job runs now, for the stopping line. */
+    let running: string | undefined;
+    cron.on('slot', (e) => {
+      slotInTerm = true;
+      if (e.event === 'started') running = e.slot;
+      else if (e.slot === running) running = undefined;
+      reportSlot(report, e);
+    });
+    // Otherwise a replica between slots is silent: a newcomer sees that it is scheduled, and when.
+    const first = parsed.schedule.next(Date.now());
+    report.event(
+      'scheduled',
+      `scheduled: ${parsed.schedule.description}, --mode ${parsed.mode}; next slot ${first === null ? 'none' : new Date(first).toISOString()} (by this host's clock; the store's decides)`,
+      { schedule: parsed.schedule.description, mode: parsed.mode, ...(first === null ? {} : { nextSlot: new Date(first).toISOString() }) },
+    );
     return await new Promise<number>((resolve) => {
       let stopping = false;
       const finish = (code: number): void => {
@@ -231,10 +287,17 @@ export async function cronCommand(argv: string[]): Promise<number> {
         const code = 128 + (sig === 'SIGINT' ? 2 : sig === 'SIGHUP' ? 1 : 15);
         if (stopping) return;
         stopping = true;
-        const running = supervisor;
-        if (running === undefined) return finish(code);
+        const job = supervisor;
+        report.event(
+          'stopping',
+          job === undefined
+            ? `stopping on ${sig}: no job running; ${cron.lease.currentTerm === undefined ? 'this replica holds no term' : 'releasing the lease'}, and no slot starts after this`
+            : `stopping on ${sig}: the job of slot ${running ?? '?'} gets the signal and is waited for; no slot starts after it`,
+          { signal: sig, ...(running === undefined ? {} : { slot: running }) },
+        );
+        if (job === undefined) return finish(code);
         // A running COMMAND gets the signal and is waited for before the lease is released.
-        running.forward(sig);
+        job.forward(sig);
         const wait = (): void => (supervisor === undefined ? finish(code) : void setTimeout(wait, 50));
         wait();
       }
@@ -251,6 +314,56 @@ export async function cronCommand(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * The following and taking-over lines (see the file's comment). Per-slot, every replica tries
+ * the lease once per slot and the winner changes all the time, so "following" is said once per
+ * other replica (its holder id: a restarted replica is a new one) and "taking over" once after
+ * each such line; leader, each is said once per change of leader.
+ */
+class RoleLines {
+  private readonly followed = new Set<string>();
+  private following: string | undefined;
+
+  constructor(
+    private readonly report: Reporter,
+    private readonly mode: CronMode,
+    private readonly schedule: string,
+  ) {}
+
+  busy(holder: string | null, expiresInMs: number | null): void {
+    const who = holder ?? 'another replica';
+    if (this.followed.has(who)) return;
+    this.followed.add(who);
+    this.following = who;
+    const fields = { holder, expiresInMs };
+    if (this.mode === 'per-slot') {
+      this.report.event('following', `following: ${who} holds the lease for this slot; this replica tries every slot and runs those it wins (said once per replica)`, fields);
+    } else {
+      const left = expiresInMs === null ? '' : ` (its lease ends in ${formatMs(expiresInMs)} by the store's clock unless renewed)`;
+      this.report.event('following', `following: ${who} leads${left}; this replica takes over if it stops renewing`, fields);
+    }
+  }
+
+  acquired(t: Term): void {
+    const from = this.following;
+    this.following = undefined;
+    if (this.mode === 'leader') {
+      // A new leader may follow the same holder again after it loses: said again then.
+      this.followed.clear();
+      const how = from === undefined ? 'leader' : `taking over from ${from}: leader`;
+      this.report.event('acquired', `${how}: token ${t.token} (holder ${t.holder}); schedule ${this.schedule}`, from === undefined ? {} : { previous: from });
+    } else if (from !== undefined) {
+      this.report.event('taking-over', `taking over: won the slot's term (token ${t.token}) after following ${from}; this replica runs the slots it wins`, { previous: from });
+    }
+    // Per-slot, a term is one slot's: its slot-started line says so, once per slot.
+  }
+
+  /** Leader mode: the term ended without this replica stopping; it contends again. */
+  lost(): void {
+    this.followed.clear();
+  }
+}
+
 function reportSlot(report: Reporter, e: SlotEvent): void {
   const fields = { slot: e.slot, slotToken: e.token.toString(), ...(e.delayMs === undefined ? {} : { delayMs: e.delayMs }), ...(e.reason === undefined ? {} : { reason: e.reason }), ...(e.exitCode === undefined ? {} : { exitCode: e.exitCode }) };
   const what: Record<SlotEvent['event'], string> = {
@@ -264,53 +377,4 @@ function reportSlot(report: Reporter, e: SlotEvent): void {
   };
   if (e.event === 'failed' || e.event === 'completion-refused') report.problem(`slot-${e.event}`, what[e.event], fields);
   else report.event(`slot-${e.event}`, what[e.event], fields);
-}
-
-async function history(name: string, argv: string[]): Promise<number> {
-  const { values } = parseCommand(CRON_SPEC, argv);
-  let limit = 50;
-  if (values.limit !== undefined) {
-    if (!/^\d+$/.test(values.limit) || Number(values.limit) < 1 || Number(values.limit) > 100_000) {
-      throw usageError(`--limit ${JSON.stringify(values.limit)} is not a count; give a whole number from 1 to 100000`);
-    }
-    limit = Number(values.limit);
-  }
-  const { store, url } = await openStoreFromFlags(values);
-  try {
-    await requireCurrentSchema(store);
-    const ledger = await openSlotLedger(store, url);
-    try {
-      const rows = (await ledger.records(name, { limit })).map((r) => ({
-        name: r.name,
-        slot: r.key,
-        slotAt: r.slotAtMs === null ? null : new Date(r.slotAtMs).toISOString(),
-        status: r.status,
-        token: r.token.toString(),
-        holder: r.holder,
-        startedAt: r.startedAtMs === null ? null : new Date(r.startedAtMs).toISOString(),
-        endedAt: r.endedAtMs === null ? null : new Date(r.endedAtMs).toISOString(),
-        exitCode: r.exitCode,
-        reason: r.reason,
-      }));
-      if (values.json === true) {
-        out(toJson(rows));
-        return EXIT.OK;
-      }
-      if (rows.length === 0) {
-        out(`no slots for ${JSON.stringify(name)} in ${store.description}`);
-        return EXIT.OK;
-      }
-      out(
-        table(
-          ['SLOT', 'STATUS', 'TOKEN', 'HOLDER', 'STARTED (STORE CLOCK)', 'ENDED', 'EXIT', 'REASON'],
-          rows.map((r) => [r.slot, r.status, r.token, r.holder ?? '-', r.startedAt ?? '-', r.endedAt ?? '-', r.exitCode === null ? '-' : String(r.exitCode), r.reason ?? '']),
-        ),
-      );
-      return EXIT.OK;
-    } finally {
-      await ledger.close();
-    }
-  } finally {
-    await store.close();
-  }
 }

@@ -1,8 +1,9 @@
 /**
  * Flags, declared once per command. From one `CommandSpec` come the node:util parseArgs options
  * (`optionsOf`), the command's `--help` (`helpText`) and its line in the top-level usage
- * (`synopsis`); test/cli/flags-readme.test.ts checks the CLI reference (docs/cli.md) against the same
- * specs, so help, usage and the reference cannot drift apart.
+ * (`synopsis`); `npm run docs:cli` (reference.ts) writes the CLI reference's usage lines, variables
+ * and flag tables (docs/cli.md) from the same specs, and test/cli/flags-readme.test.ts fails when
+ * the file differs, so help, usage and the reference cannot drift apart.
  *
  * Converting a command that still declares its own options (run.ts and migrate.ts at the time of
  * writing) takes three steps:
@@ -17,8 +18,8 @@
  *     `options: optionsOf(SPEC)` (the values keep their types), and print `helpText(SPEC)` for
  *     --help. Pass `'store-file'` on to openStoreFromFlags with `store` and `schema`.
  *  3. In main.ts's COMMANDS, give the entry `spec: async () => (await import('./x.js')).X_SPEC` and
- *     delete its hand-written `synopsis`. The top-level usage and the docs/cli.md drift test pick
- *     the command up from there.
+ *     delete its hand-written `synopsis`. The top-level usage and `npm run docs:cli` pick the
+ *     command up from there.
  */
 import { parseArgs } from 'node:util';
 

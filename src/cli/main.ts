@@ -35,7 +35,7 @@ interface Entry {
 
 /**
  * Every command. Its `spec` gives its usage line, summary and variables in `leasehold --help`,
- * and its docs/cli.md line is checked against the same spec by test/cli/flags-readme.test.ts.
+ * and `npm run docs:cli` writes its docs/cli.md line and flag table from the same spec.
  */
 const COMMANDS: Record<string, Entry> = {
   run: { load: async () => (await import('./run.js')).runCommand, spec: async () => (await import('./run-args.js')).RUN_SPEC },

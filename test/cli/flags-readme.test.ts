@@ -1,9 +1,9 @@
 /**
- * One source of truth for flags: the CLI reference (docs/cli.md, "Commands"; the README links
- * it), `leasehold --help` and each `leasehold CMD --help` are checked against the command specs
- * (src/cli/flags.ts). A command
- * registered with a spec in main.ts is checked exactly; one that still declares its own options
- * is checked against its hand-written usage line, and the test says so.
+ * One source of truth for flags: the CLI reference (docs/cli.md; the README links it),
+ * `leasehold --help` and each `leasehold CMD --help` come from the command specs
+ * (src/cli/flags.ts, each command's *_SPEC). docs/cli.md's generated parts (between marker
+ * comments) must be exactly what `npm run docs:cli` writes; the prose around them is checked
+ * for flags and variables no command has.
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { commandIndex, usage } from '../../src/cli/main.js';
 import { envNames, flagNames, helpText, synopsis, WIDTH } from '../../src/cli/flags.js';
+import { CLI_REFERENCE_PARTS, generatedPart, renderCliReference } from '../../src/cli/reference.js';
 import { ROOT, Sandbox } from './helpers.js';
 
 /** docs/cli.md from `## Commands` to the next `## `. */
@@ -44,6 +45,19 @@ void describe('flags: one declaration per command; help, usage and the CLI refer
   const commands = await commandIndex();
   const section = readmeCliSection();
   const lines = readmeLines(section);
+
+  void it('docs/cli.md is what `npm run docs:cli` writes from the specs', async () => {
+    const doc = readFileSync(join(ROOT, 'docs', 'cli.md'), 'utf8');
+    const want = await renderCliReference(doc);
+    for (const part of CLI_REFERENCE_PARTS) {
+      assert.equal(
+        generatedPart(doc, part),
+        generatedPart(want, part),
+        `docs/cli.md's generated part "${part}" differs from the command specs: run \`npm run docs:cli\` and commit docs/cli.md`,
+      );
+    }
+    assert.equal(doc, want, 'docs/cli.md differs from what `npm run docs:cli` writes: run it and commit docs/cli.md');
+  });
 
   void it('the CLI reference lists every command, and only those', () => {
     assert.deepEqual([...lines.keys()].sort(), commands.map((c) => c.name).sort());

@@ -14,6 +14,11 @@ after(async () => {
   for (const s of schemas) await dropSchema(s);
 });
 
+/** A failed assertion must not leave replicas running (the test file would never end): SIGKILL what is left. */
+function killLeft(...rs: { proc: import('node:child_process').ChildProcess }[]): void {
+  for (const r of rs) if (r.proc.exitCode === null && r.proc.signalCode === null) r.proc.kill('SIGKILL');
+}
+
 function storeFor(kind: 'sqlite' | 'postgres'): string {
   if (kind === 'sqlite') return `sqlite:${sb.path(`${randomBytes(4).toString('hex')}.db`)}`;
   const s = freshSchema();
@@ -37,6 +42,33 @@ void describe('leasehold cron: usage errors are exit 2 with one line', () => {
     void it(what, async () => {
       const r = await sb.run(['cron', '--name', 'x', '--store', `sqlite:${sb.path('usage.db')}`, ...flags, '--', 'true']);
       assertOneLineError(r, 2, pattern);
+    });
+  }
+});
+
+void describe('leasehold cron history and cron ls: how the schedule is named', () => {
+  void it('cron history --name NAME reads the same ledger as cron history NAME (the usage line offers both)', async () => {
+    const store = `sqlite:${sb.path('history-name.db')}`;
+    const job = sb.script('history-name.sh', 'true');
+    assert.equal((await sb.run(['run', '--name', 'nightly', '--once-per', 'k1', '--store', store, '--', job])).code, 0);
+    const byOperand = await sb.run(['cron', 'history', 'nightly', '--json', '--store', store]);
+    const byFlag = await sb.run(['cron', 'history', '--name', 'nightly', '--json', '--store', store]);
+    const byEnv = await sb.run(['cron', 'history', '--json', '--store', store], { LEASEHOLD_NAME: 'nightly' });
+    for (const r of [byOperand, byFlag, byEnv]) assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual((JSON.parse(byOperand.stdout) as { slot: string }[]).map((r) => r.slot), ['k1']);
+    assert.equal(byFlag.stdout, byOperand.stdout);
+    assert.equal(byEnv.stdout, byOperand.stdout);
+  });
+  const cases: Array<[string, string[], RegExp]> = [
+    ['history with two different names', ['history', 'a', '--name', 'b'], /"a" and --name "b" name two schedules/],
+    ['history with no name at all', ['history'], /needs a schedule: leasehold cron history NAME, or --name NAME/],
+    ['history with two operands', ['history', 'a', 'b'], /takes one lease name/],
+    ['ls with an operand', ['ls', 'a'], /cron ls takes no operand/],
+    ['an unknown subcommand', ['list'], /unexpected argument "list".*history and ls/],
+  ];
+  for (const [what, args, pattern] of cases) {
+    void it(`${what}: exit 2, one line`, async () => {
+      assertOneLineError(await sb.run(['cron', ...args, '--store', `sqlite:${sb.path('usage.db')}`], { LEASEHOLD_NAME: '' }), 2, pattern);
     });
   }
 });
@@ -115,6 +147,90 @@ for (const kind of (['sqlite', 'postgres'] as const).filter((k) => selectedStore
       // Without --busy-exit the default is 75.
       const again = await sb.run(['run', '--name', 'minute-report', '--once-per', '2026-12-01T03:00', '--store', store, '--', job]);
       assert.equal(again.code, 75);
+    });
+
+    void it('cron ls lists each schedule with its last slot, last success and lease; a --once-per key is not a schedule', async (t) => {
+      const store = storeFor(kind);
+      if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
+      const empty = await sb.run(['cron', 'ls', '--json', '--store', store]);
+      assert.equal(empty.code, 0, empty.stderr);
+      assert.deepEqual(JSON.parse(empty.stdout), []);
+      const ok = sb.script(`ls-ok-${kind}.sh`, 'true');
+      const fail = sb.script(`ls-fail-${kind}.sh`, 'exit 4');
+      assert.equal((await sb.run(['run', '--name', 'once', '--once-per', 'k1', '--store', store, '--', ok])).code, 0);
+      const a = sb.start(['cron', '--name', 'good', '--every', '1s', '--ttl', '3s', '--store', store, '--', ok]);
+      const b = sb.start(['cron', '--name', 'bad', '--every', '1s', '--ttl', '3s', '--store', store, '--', fail]);
+      t.after(() => killLeft(a, b));
+      await until('two slots each', () => (a.stderr.match(/: succeeded/g) ?? []).length >= 2 && (b.stderr.match(/: failed/g) ?? []).length >= 2, 15_000);
+      for (const r of [a, b]) r.proc.kill('SIGTERM');
+      for (const d of await Promise.all([a.done, b.done])) assert.equal(d.code, 143, d.stderr);
+      const ls = await sb.run(['cron', 'ls', '--json', '--store', store]);
+      assert.equal(ls.code, 0, ls.stderr);
+      type Summary = { name: string; lease: { state: string }; last: { status: string; slotAt: string }; lastSuccess: { slot: string } | null; recent: Record<string, number> };
+      const list = JSON.parse(ls.stdout) as Summary[];
+      assert.deepEqual(list.map((s) => s.name), ['bad', 'good'], 'the --once-per lease "once" is not listed');
+      const [bad, good] = list as [Summary, Summary];
+      assert.equal(good.last.status, 'succeeded');
+      assert.equal(good.lastSuccess?.slot, good.last.slotAt);
+      assert.ok((good.recent['succeeded'] ?? 0) >= 2, JSON.stringify(good));
+      assert.equal(bad.last.status, 'failed');
+      assert.equal(bad.lastSuccess, null);
+      for (const s of list) assert.equal(s.lease.state, 'free', 'both stopped: per-slot holds nothing between slots');
+      const text = await sb.run(['cron', 'ls', '--store', store]);
+      assert.equal(text.code, 0, text.stderr);
+      assert.match(text.stdout, /^NAME\s+LAST SLOT\s+OUTCOME/);
+      assert.match(text.stdout, /\nbad\s+\S+\s+failed/);
+      const one = await sb.run(['cron', 'ls', '--name', 'good', '--json', '--store', store]);
+      assert.deepEqual((JSON.parse(one.stdout) as Summary[]).map((s) => s.name), ['good']);
+    });
+
+    void it('per-slot replicas: a loser says "following" once per other replica, not every slot; each says one line when stopping', async (t) => {
+      const store = storeFor(kind);
+      if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
+      const out = sb.path(`follow-${kind}.log`);
+      const job = sb.script(`follow-${kind}.sh`, `echo "$LEASEHOLD_SLOT" >> ${out}`);
+      const args = ['cron', '--name', 'follow', '--every', '1s', '--ttl', '3s', '--store', store, '--', job];
+      const replicas = [sb.start(args), sb.start(args)];
+      t.after(() => killLeft(...replicas));
+      // Six slots: every slot one replica loses, so one loses several times.
+      await until('six slots ran', () => existsSync(out) && sb.read(`follow-${kind}.log`).trim().split('\n').length >= 6, 20_000);
+      for (const r of replicas) r.proc.kill('SIGTERM');
+      const done = await Promise.all(replicas.map((r) => r.done));
+      for (const d of done) assert.equal(d.code, 143, d.stderr);
+      const following = done.map((d) => (d.stderr.match(/following: /g) ?? []).length);
+      assert.ok(following.some((n) => n === 1), `a replica that lost slots said so: ${following.join(', ')}\n${done.map((d) => d.stderr).join('\n---\n')}`);
+      for (const d of done) {
+        assert.ok((d.stderr.match(/following: /g) ?? []).length <= 1, `"following" more than once per other replica:\n${d.stderr}`);
+        assert.ok((d.stderr.match(/taking over: /g) ?? []).length <= 1, `"taking over" more than once after one "following":\n${d.stderr}`);
+        // Taking over comes only after following.
+        if (/taking over: /.test(d.stderr)) assert.ok(d.stderr.indexOf('following: ') < d.stderr.indexOf('taking over: '), d.stderr);
+        assert.equal((d.stderr.match(/stopping on SIGTERM: /g) ?? []).length, 1, d.stderr);
+      }
+    });
+
+    void it('--mode leader: the follower says whom it follows, then that it takes over when the leader stops', async (t) => {
+      const store = storeFor(kind);
+      if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
+      const job = sb.script(`leader-${kind}.sh`, 'true');
+      const args = ['cron', '--name', 'lead', '--mode', 'leader', '--every', '1s', '--ttl', '3s', '--store', store, '--', job];
+      const first = sb.start(args);
+      t.after(() => killLeft(first));
+      await until('the first replica leads', () => /leader: token/.test(first.stderr), 15_000);
+      const second = sb.start(args);
+      t.after(() => killLeft(second));
+      await until('the second follows', () => /following: /.test(second.stderr), 15_000);
+      // Several slots pass while it follows: still one line.
+      await until('three more slots ran on the leader', () => (first.stderr.match(/: succeeded/g) ?? []).length >= 4, 15_000);
+      assert.equal((second.stderr.match(/following: /g) ?? []).length, 1, second.stderr);
+      assert.match(second.stderr, /following: \S+ leads/);
+      first.proc.kill('SIGTERM');
+      const d1 = await first.done;
+      assert.equal(d1.code, 143, d1.stderr);
+      assert.match(d1.stderr, /stopping on SIGTERM: no job running; releasing the lease|stopping on SIGTERM: the job of slot/);
+      // The leader released on its way out: the follower takes over well within a TTL (3s) plus its retry.
+      await until('the follower takes over', () => /taking over from \S+: leader: token/.test(second.stderr), 10_000);
+      second.proc.kill('SIGTERM');
+      assert.equal((await second.done).code, 143);
     });
 
     void it('SIGTERM while a job runs: forwarded, and the slot is recorded interrupted (owed), not failed', async () => {
