@@ -9,6 +9,9 @@
  * Timeline colours follow the chaos timeline's: one hue per token (golden-angle steps over the
  * hues no event mark uses), a term
  * as a bar in its token's colour, events as ticks.
+ *
+ * Three views on the one page, each with an anchor (#view-leases, #view-schedules, #view-fleet): plain links,
+ * no buttons or forms, so nothing on the page can look like a write action.
  */
 export const PAGE_HTML = `<!doctype html>
 <html lang="en">
@@ -36,6 +39,16 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 .legend span{display:inline-block;margin-right:14px}
 .legend i{display:inline-block;width:14px;height:8px;margin-right:4px;vertical-align:middle}
 .empty{color:#777}
+nav{margin:0 0 12px;font-size:13px}nav a{margin-right:14px;color:#1f5f99}
+h2{font-size:15px;margin:18px 0 6px}
+.state.live{background:#2e8b57}.state.draining{background:#b7950b}.state.stale{background:#c0392b}.state.deregistered{background:#7f8c8d}
+.slot{display:inline-block;padding:0 6px;border-radius:8px;font-size:11px;color:#fff}
+.slot.succeeded{background:#2e8b57}.slot.failed{background:#c0392b}.slot.interrupted{background:#d35400}.slot.skipped{background:#7f8c8d}.slot.claimed{background:#2471a3}
+.mark{display:inline-block;margin-left:6px;padding:0 5px;border:1px solid #c0392b;color:#c0392b;border-radius:3px;font-size:11px}
+tr.gap td{color:#c0392b;font-size:12px;background:#fdf2f1}
+tr.ownerdead td{background:#fde2e1}
+.sched{margin:0 0 16px}.sched h3{font-size:13px;margin:6px 0 2px}
+.meta{font-size:12px;color:#555;margin-bottom:4px}
 </style>
 </head>
 <body>
@@ -43,13 +56,25 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 <div class="sub"><span class="dot" id="conn"></span><span id="connText">connecting…</span> · <span id="storeDesc" class="mono"></span> · store clock <span id="storeClock" class="mono"></span> · read-only</div>
 <div id="remote" class="warn" hidden></div>
 <div id="error" class="err" hidden></div>
+<nav><a href="#view-leases">Leases</a><a href="#view-schedules">Schedules</a><a href="#view-fleet">Fleet</a></nav>
+<h2 id="view-leases">Leases <span class="legend">(job leases; agents' liveness leases are under Fleet)</span></h2>
 <table>
 <thead><tr><th>lease</th><th>state</th><th>holder</th><th>token</th><th>expires in (store clock)</th><th>last change</th></tr></thead>
 <tbody id="leases"><tr><td colspan="6" class="empty">waiting for the first reading…</td></tr></tbody>
 </table>
-<h2 style="font-size:15px;margin:6px 0">Timeline <span class="legend" id="window"></span></h2>
+<h2 style="font-size:14px;margin:6px 0">Timeline <span class="legend" id="window"></span></h2>
 <div class="legend"><span><i style="background:hsl(200,65%,45%)"></i>term (colour per token)</span><span><i style="background:#c0392b;width:3px"></i>revoked</span><span><i style="background:#555;width:3px"></i>released</span><span><i style="background:#8e44ad;width:3px"></i>conflict (clone)</span><span><i style="background:repeating-linear-gradient(-45deg,#e67e22 0 2px,#fff 2px 4px)"></i>expired, not yet taken</span></div>
 <div id="timelines"></div>
+<h2 id="view-schedules">Schedules <span class="legend">(leases with slots in the slot ledger, newest slot first; times by the store's clock)</span></h2>
+<div id="schedErr" class="err" hidden></div>
+<div id="schedList"><div class="empty">waiting for the first reading…</div></div>
+<h2 id="view-fleet">Fleet <span class="legend" id="fleetRead"></span></h2>
+<div id="fleetErr" class="err" hidden></div>
+<table>
+<thead><tr><th>agent</th><th>state</th><th>heartbeat age (store clock)</th><th>labels</th><th>owned</th><th>started</th></tr></thead>
+<tbody id="agents"><tr><td colspan="6" class="empty">waiting for the first reading…</td></tr></tbody>
+</table>
+<div class="legend">Resources: the fleet registry has no call that lists ownership records; <span class="mono">leasehold fleet owner RESOURCE</span> looks one up. A highlighted agent is stale or deregistered and still owns resources: their owner is dead until they are reassigned.</div>
 <div class="sub" id="stats"></div>
 <script>
 (function () {
@@ -115,6 +140,12 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
       var left = Number(at) - now;
       cells[i].textContent = left >= 0 ? fmt(left) : 'expired ' + fmt(-left) + ' ago';
     }
+    // Heartbeat age keeps growing by the store's clock between fleet readings.
+    var hbs = document.querySelectorAll('td.heartbeat');
+    for (var j = 0; j < hbs.length; j++) {
+      var age = hbs[j].getAttribute('data-age');
+      hbs[j].textContent = age ? fmt(Number(age) + Math.max(0, now - Number(hbs[j].getAttribute('data-at')))) : '-';
+    }
   }
   function renderTimelines() {
     var box = $('timelines');
@@ -158,6 +189,65 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
       box.appendChild(wrap);
     });
   }
+  function when(ms) { return ms === null || ms === undefined ? '-' : new Date(ms).toISOString().slice(0, 19).replace('T', ' '); }
+  function row(cells) { var tr = el('tr'); cells.forEach(function (c) { tr.appendChild(c); }); return tr; }
+  function renderSchedules() {
+    var box = $('schedList');
+    box.textContent = '';
+    var se = $('schedErr');
+    if (state.schedulesError) { se.hidden = false; se.textContent = 'schedules: ' + state.schedulesError; } else se.hidden = true;
+    if (state.schedules.length === 0) { box.appendChild(el('div', 'empty', 'no schedules in this store (no lease has slots in the slot ledger)')); return; }
+    state.schedules.forEach(function (sc) {
+      var wrap = el('div', 'sched'); wrap.setAttribute('data-schedule', sc.name);
+      var h = el('h3', 'mono', sc.name + ' '); var b = el('span', 'state ' + sc.state, sc.state); b.setAttribute('data-state', sc.state); h.appendChild(b); wrap.appendChild(h);
+      var meta = el('div', 'meta');
+      if (sc.state === 'held') {
+        meta.appendChild(document.createTextNode('held by ')); meta.appendChild(el('span', 'mono sched-holder', sc.holder));
+        meta.appendChild(document.createTextNode(' · token ')); var tk = el('span', 'mono sched-token', sc.token); tk.style.color = color(sc.token, 35); meta.appendChild(tk);
+      } else {
+        meta.appendChild(document.createTextNode((sc.state === 'expired' ? 'expired, not yet taken (its holder stopped renewing)' : 'not held: between slots (per-slot mode holds the lease only while a slot runs)') + ' · last token ' + sc.token));
+      }
+      meta.appendChild(document.createTextNode(' · period (from the ledger) ' + (sc.periodMs === null ? '?' : fmt(sc.periodMs)) +
+        ' · next due ≈ ' + when(sc.nextDueEstimateMs) + ' (estimated: the expression is not stored) · last success ' + (sc.lastSuccessAtMs === null ? 'never (in the rows read)' : when(sc.lastSuccessAtMs))));
+      wrap.appendChild(meta);
+      var t = el('table'); var th = el('thead');
+      th.appendChild(row(['slot', 'outcome', 'token', 'ran by', 'started', 'took', 'reason'].map(function (x) { return el('th', null, x); })));
+      t.appendChild(th);
+      var tb = el('tbody');
+      sc.slots.forEach(function (sl) {
+        var out = el('td'); var badge = el('span', 'slot ' + sl.status, sl.status === 'claimed' ? 'running' : sl.status); out.appendChild(badge);
+        if (sl.missed) out.appendChild(el('span', 'mark', 'missed'));
+        if (sl.status === 'interrupted' || /interrupted/.test(sl.reason || '')) out.appendChild(el('span', 'mark', sl.status === 'interrupted' ? 'interrupted' : 'rerun'));
+        var tr = row([el('td', 'mono', when(sl.slotAtMs)), out, el('td', 'mono', sl.token), el('td', 'mono', sl.holder || '-'), el('td', 'mono', when(sl.startedAtMs)),
+          el('td', 'mono', sl.startedAtMs !== null && sl.endedAtMs !== null ? fmt(sl.endedAtMs - sl.startedAtMs) : '-'), el('td', 'reason', (sl.reason || '') + (sl.exitCode !== null && sl.exitCode !== 0 ? ' (exit ' + sl.exitCode + ')' : ''))]);
+        tr.setAttribute('data-slot', sl.key); tr.setAttribute('data-status', sl.status); if (sl.missed) tr.setAttribute('data-missed', 'true');
+        tb.appendChild(tr);
+        if (sl.gapBefore > 0) {
+          var g = el('tr', 'gap'); g.setAttribute('data-gap', String(sl.gapBefore));
+          var gc = el('td', null, sl.gapBefore + ' slot' + (sl.gapBefore > 1 ? 's' : '') + ' before this one have no record: missed beyond the catch-up window, or never due'); gc.colSpan = 7; g.appendChild(gc); tb.appendChild(g);
+        }
+      });
+      t.appendChild(tb); wrap.appendChild(t); box.appendChild(wrap);
+    });
+  }
+  function renderFleet() {
+    var f = state.fleet, body = $('agents');
+    var fe = $('fleetErr');
+    if (f.error) { fe.hidden = false; fe.textContent = (f.available ? '' : 'fleet: ') + f.error; } else fe.hidden = true;
+    $('fleetRead').textContent = f.readAtMs ? '(read ' + fmt(Date.now() - f.readAtMs) + ' ago; every 2s while a page is open)' : '';
+    body.textContent = '';
+    if (f.agents.length === 0) { var tr0 = el('tr'); var td0 = el('td', 'empty', f.available ? 'no agents registered' : 'no fleet registry on this store'); td0.colSpan = 6; tr0.appendChild(td0); body.appendChild(tr0); return; }
+    f.agents.forEach(function (a) {
+      var st = el('td'); var b = el('span', 'state ' + a.state, a.state); b.setAttribute('data-state', a.state); st.appendChild(b);
+      if (a.ownerDead) st.appendChild(el('span', 'mark', 'owner dead: ' + a.owned + ' resource' + (a.owned > 1 ? 's' : '')));
+      var hb = el('td', 'mono heartbeat'); hb.setAttribute('data-age', a.heartbeatAgeMs === null ? '' : String(a.heartbeatAgeMs)); hb.setAttribute('data-at', String(a.storeNowMs));
+      var labels = Object.keys(a.labels).map(function (k) { return k + '=' + a.labels[k]; }).join(', ');
+      var tr = row([el('td', 'mono', a.id), st, hb, el('td', 'mono', labels || '-'), el('td', 'mono owned', String(a.owned)), el('td', 'mono', when(a.startedAtMs))]);
+      tr.setAttribute('data-agent', a.id); if (a.ownerDead) tr.className = 'ownerdead';
+      body.appendChild(tr);
+    });
+    tick();
+  }
   function render() {
     $('storeDesc').textContent = state.store;
     var r = $('remote');
@@ -166,7 +256,9 @@ td.mono,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
     if (state.error) { e.hidden = false; e.textContent = 'store unreachable: ' + state.error + ' (showing the last reading; retrying)'; } else e.hidden = true;
     renderTable();
     renderTimelines();
-    $('stats').textContent = 'store reads: ' + state.reads.total + ' (lists ' + state.reads.list + ', histories ' + state.reads.history + ') since ' + fmt(state.uptimeMs) + ' ago · browsers connected: ' + state.clients;
+    renderSchedules();
+    renderFleet();
+    $('stats').textContent = 'store reads: ' + state.reads.total + ' (lists ' + state.reads.list + ', histories ' + state.reads.history + ', slot ledgers ' + state.reads.ledger + ', fleet ' + state.reads.fleet + ') since ' + fmt(state.uptimeMs) + ' ago · browsers connected: ' + state.clients;
   }
   function connect() {
     var es = new EventSource('events');

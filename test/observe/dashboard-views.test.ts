@@ -1,0 +1,244 @@
+/**
+ * The dashboard's three views in a real browser (Debian's Chromium via playwright-core), against
+ * real `leasehold cron` and `leasehold agent` processes and a `leasehold dashboard`, on SQLite and
+ * on PostgreSQL (issue 31 item 1):
+ *  - leases: job leases only; the agents' liveness leases `agent/*` are not in the table;
+ *  - schedules: a per-slot cron's slots with outcome and who ran them; its replica is SIGKILLed
+ *    mid-slot, nothing runs for a few periods, another replica takes over: the page shows the
+ *    interrupted slot, the missed slots, and the new replica as the one that ran the latest;
+ *  - fleet: two agents live; one that owns a resource is SIGKILLed and shows stale and
+ *    owner-dead; the other stops gracefully and shows deregistered;
+ * and counts the dashboard's store reads by kind with 0, 1 and 10 browsers connected.
+ *
+ * LEASEHOLD_DASHBOARD_SCREENSHOT=docs/dashboard-schedules.png saves the docs' screenshot (taken after the fleet test);
+ * LEASEHOLD_DASHBOARD_WINDOW=60s measures reads over a minute per browser count (default 20s,
+ * scaled to a minute in the printed figures).
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { tmpdir } from 'node:os';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { ROOT, Sandbox, until, type Running } from '../cli/helpers.js';
+import { parseDuration } from '../../src/core/config.js';
+import type { BoardState } from '../../src/cli/dashboard.js';
+import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
+
+declare const document: {
+  querySelector(selector: string): { textContent: string | null; getAttribute(n: string): string | null } | null;
+  querySelectorAll(selector: string): { length: number };
+};
+
+const candidates = process.env['LEASEHOLD_TEST_CHROMIUM'] !== undefined ? [process.env['LEASEHOLD_TEST_CHROMIUM']] : ['/usr/bin/chromium', '/usr/bin/chromium-browser'];
+const CHROMIUM = candidates.find((p) => p !== '' && existsSync(p));
+const skip = CHROMIUM === undefined ? 'Chromium is not installed (node scripts/services/chromium.mjs install, or apt-get install chromium)' : false;
+if (skip !== false) process.stdout.write(`# skipping the dashboard views test: ${skip}\n`);
+
+/** The cron period: long enough for a 1s job on a loaded machine, short enough to miss several slots in a test. */
+const PERIOD_MS = 2000;
+/** The agents' liveness TTL (--stale-after): an agent SIGKILLed shows stale this long after its last heartbeat. */
+const STALE_MS = 2000;
+const WINDOW_MS = parseDuration(process.env['LEASEHOLD_DASHBOARD_WINDOW'] ?? '20s', 'LEASEHOLD_DASHBOARD_WINDOW');
+
+function events(r: Running): Array<Record<string, unknown>> {
+  return r.stderr
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+const eventOf = (r: Running, name: string): Record<string, unknown> | undefined => events(r).find((e) => e['event'] === name);
+const stdoutEvent = (r: Running, name: string): boolean => r.stdout.split('\n').some((l) => l.includes(`"event":"${name}"`));
+
+async function stop(r: Running): Promise<void> {
+  if (r.proc.exitCode === null && r.proc.signalCode === null) r.proc.kill('SIGTERM');
+  await r.done;
+}
+
+// SQLite and PostgreSQL: the two stores whose ledger and fleet are SQL; the others' dashboards differ only in the watcher.
+const KINDS = (['sqlite', 'postgres'] as StoreKind[]).filter((k) => selectedStores().includes(k));
+
+for (const kind of KINDS) views(kind);
+
+function views(kind: StoreKind): void {
+  void describe(`dashboard views in Chromium (${kind}, loopback)`, { skip }, () => {
+    let sb: Sandbox;
+    let ts: TestStore | undefined;
+    let store: string;
+    let dash: Running;
+    let url: string;
+    let browser: Browser;
+    const procs: Running[] = [];
+    /** The cron replica left running by the schedules test, for the read counts. */
+    let liveCron: Running | undefined;
+    const startCli = (args: string[]): Running => {
+      const r = sb.start(args);
+      procs.push(r);
+      return r;
+    };
+    const cron = (): Running => startCli(['cron', '--name', 'billing', '--every', `${PERIOD_MS}ms`, '--ttl', '2s', '--json', '--store', store, '--', 'sleep', '1']);
+    const agent = (id: string, labels: string): Running =>
+      startCli(['agent', '--id', id, '--labels', labels, '--heartbeat', '500ms', '--stale-after', `${STALE_MS}ms`, '--json', '--store', store]);
+    const boardState = async (): Promise<BoardState> => (await (await fetch(`${url}state.json`)).json()) as BoardState;
+
+    before(async () => {
+      sb = new Sandbox('dashboard-views');
+      // A fresh file or schema, migrated; everything below reaches it through its URL as a user would.
+      ts = await makeTestStore(kind);
+      store = ts.url;
+      dash = sb.start(['dashboard', '--store', store, '--port', '0']);
+      await until('the dashboard prints its URL', () => /dashboard at http:\/\/127\.0\.0\.1:\d+\//.test(dash.stdout));
+      url = /(http:\/\/127\.0\.0\.1:\d+\/)/.exec(dash.stdout)![1]!;
+      const { chromium } = await import('playwright-core');
+      browser = await chromium.launch({ executablePath: CHROMIUM!, headless: true, args: ['--no-sandbox'] });
+    });
+
+    after(async () => {
+      await browser?.close();
+      for (const r of procs) await stop(r);
+      if (dash !== undefined) {
+        dash.proc.kill('SIGINT');
+        await dash.done;
+      }
+      sb?.cleanup();
+      await ts?.cleanup();
+    });
+
+    void it('schedules: a killed replica’s slot shows interrupted, the slots nobody ran show missed, the new replica ran the latest', async (t) => {
+      const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+      await page.goto(url);
+      const first = cron();
+      // The first replica runs a whole slot, and the page shows it with who ran it.
+      await until('the first replica finishes a slot', () => eventOf(first, 'slot-succeeded') !== undefined, 5 * PERIOD_MS + 5000);
+      const a = String(eventOf(first, 'slot-succeeded')!['holder']);
+      await page.waitForFunction((h) => {
+        const row = document.querySelector('[data-schedule="billing"] tr[data-status="succeeded"] td:nth-child(4)');
+        return row?.textContent === h;
+      }, a, { timeout: 15_000 });
+      assert.equal(await page.$$eval('#leases tr[data-lease="billing"]', (r) => r.length), 1, 'the schedule is a job lease in the leases view too');
+
+      // SIGKILL it mid-slot (its reaper kills the job): the slot stays 'claimed' under a term that
+      // ends when its lease expires; nobody runs the slots meanwhile.
+      const startedBefore = events(first).filter((e) => e['event'] === 'slot-started').length;
+      await until('the first replica starts another slot', () => events(first).filter((e) => e['event'] === 'slot-started').length > startedBefore, 3 * PERIOD_MS + 5000);
+      const killedSlot = String(events(first).filter((e) => e['event'] === 'slot-started').at(-1)!['slot']);
+      first.proc.kill('SIGKILL');
+      await first.done;
+      // Three periods without a replica: at least two slots come due that nobody runs.
+      await new Promise((r) => setTimeout(r, 3 * PERIOD_MS));
+      const second = cron();
+      liveCron = second;
+      await until('the second replica finishes a slot', () => eventOf(second, 'slot-succeeded') !== undefined, 5 * PERIOD_MS + 5000);
+      const b = String(eventOf(second, 'slot-succeeded')!['holder']);
+      assert.notEqual(a, b);
+      t.diagnostic(`killed mid-slot ${killedSlot}; second replica's events: ${events(second).map((e) => `${String(e['event'])}${e['slot'] === undefined ? '' : ` ${String(e['slot'])}`}`).join(', ')}`);
+
+      // The page: the killed slot marked (interrupted, or rerun with its reason), missed slots marked, the newest slot run by the second replica.
+      await page.waitForFunction(
+        ([slot, h]) => {
+          const killed = document.querySelector(`[data-schedule="billing"] tr[data-slot="${slot}"]`);
+          const newest = document.querySelector('[data-schedule="billing"] tr[data-status="succeeded"] td:nth-child(4)');
+          return killed !== null && /interrupted|rerun/.test(killed.textContent ?? '') && newest?.textContent === h && document.querySelectorAll('[data-schedule="billing"] tr[data-missed="true"]').length >= 1;
+        },
+        [killedSlot, b] as const,
+        { timeout: 20_000 },
+      );
+      const killedText = await page.$eval(`[data-schedule="billing"] tr[data-slot="${killedSlot}"]`, (e) => e.textContent ?? '');
+      // --on-interrupted rerun (the default): the next term reruns the killed slot and says why.
+      assert.match(killedText, /rerun: term \d+ was interrupted/, killedText);
+      const missed = await page.$$eval('[data-schedule="billing"] tr[data-missed="true"]', (rows) => rows.map((r) => r.textContent ?? ''));
+      assert.ok(missed.every((m) => /missed while no replica led/.test(m)), missed.join('\n'));
+      t.diagnostic(`page: killed slot row "${killedText}"; ${missed.length} missed slot(s) marked`);
+      const s = (await boardState()).schedules.find((x) => x.name === 'billing')!;
+      assert.equal(s.periodMs, PERIOD_MS, 'the period found from the slot times');
+      assert.ok(s.slots.some((x) => x.holder === a) && s.slots.some((x) => x.holder === b), 'both replicas appear as the ones that ran slots');
+      await page.close();
+    });
+
+    void it('fleet: agents with state and labels; a killed owner shows stale and owner-dead, a stopped one deregistered; agent leases are not job leases', async (t) => {
+      const a1 = agent('a1', 'zone=eu-1');
+      const a2 = agent('a2', 'zone=us-1');
+      await until('both agents are live', () => stdoutEvent(a1, 'live') && stdoutEvent(a2, 'live'));
+      const placed = await sb.run(['fleet', 'place', 'tenant-7', '--labels', 'zone=eu-1', '--json', '--store', store]);
+      assert.equal(placed.code, 0, placed.stderr);
+      assert.match(placed.stdout, /"agent":\s*"a1"/, placed.stdout);
+
+      const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+      await page.goto(`${url}#view-fleet`);
+      const agentState = (id: string): Promise<string | null> => page.$eval(`tr[data-agent="${id}"] [data-state]`, (e) => e.getAttribute('data-state')).catch(() => null);
+      await page.waitForFunction(() => document.querySelector('tr[data-agent="a1"] td.owned')?.textContent === '1', undefined, { timeout: 10_000 });
+      assert.equal(await agentState('a1'), 'live');
+      assert.equal(await agentState('a2'), 'live');
+      assert.match(await page.$eval('tr[data-agent="a1"]', (e) => e.textContent ?? ''), /zone=eu-1/);
+      assert.equal(await page.$$eval('#leases tr[data-lease^="agent/"]', (r) => r.length), 0, 'agents’ liveness leases stay out of the leases view');
+
+      a1.proc.kill('SIGKILL');
+      await a1.done;
+      const killedAt = Date.now();
+      a2.proc.kill('SIGTERM');
+      await a2.done;
+      // Stale once its lease expires by the store's clock (STALE_MS after the last heartbeat), seen at the next fleet reading (2s).
+      await page.waitForFunction(
+        () =>
+          document.querySelector('tr[data-agent="a1"] [data-state]')?.getAttribute('data-state') === 'stale' &&
+          document.querySelector('tr[data-agent="a2"] [data-state]')?.getAttribute('data-state') === 'deregistered',
+        undefined,
+        { timeout: 4 * STALE_MS + 10_000 },
+      );
+      t.diagnostic(`a1 shown stale ${Date.now() - killedAt}ms after its SIGKILL (lease TTL ${STALE_MS}ms, fleet read every 2s; measured, not asserted)`);
+      assert.equal(await page.$eval('tr[data-agent="a1"]', (e) => e.getAttribute('class')), 'ownerdead');
+      assert.match(await page.$eval('tr[data-agent="a1"]', (e) => e.textContent ?? ''), /owner dead: 1 resource/);
+      assert.equal(await page.$eval('tr[data-agent="a2"]', (e) => e.getAttribute('class')), null, 'a deregistered agent that owns nothing is not highlighted');
+
+      // The docs' screenshot: the schedule still shows the takeover's rerun and missed slots among its last slots.
+      await page.setViewportSize({ width: 1200, height: 700 });
+      const wanted = process.env['LEASEHOLD_DASHBOARD_SCREENSHOT'];
+      const shot = resolve(ROOT, wanted !== undefined && kind === 'sqlite' ? wanted : join(tmpdir(), `leasehold-dashboard-views-${kind}-${process.pid}.png`));
+      mkdirSync(dirname(shot), { recursive: true });
+      await page.screenshot({ path: shot, fullPage: true });
+      t.diagnostic(`screenshot: ${shot}`);
+      await page.close();
+    });
+
+    void it('store reads with 0, 1 and 10 browsers: the fleet only while watched, everything else independent of the number of browsers', async (t) => {
+      // A live schedule and a live agent, so every kind of read has something to do.
+      if (liveCron === undefined || liveCron.proc.exitCode !== null) liveCron = cron();
+      const live = agent('a3', 'zone=eu-1');
+      await until('the agent is live', () => stdoutEvent(live, 'live'));
+      const measure = async (n: number): Promise<{ n: number; list: number; history: number; ledger: number; fleet: number; total: number }> => {
+        let contexts: BrowserContext[] = [];
+        if (n > 0) {
+          contexts = await Promise.all(Array.from({ length: n }, () => browser.newContext()));
+          const pages: Page[] = await Promise.all(contexts.map((c) => c.newPage()));
+          await Promise.all(pages.map((p) => p.goto(url)));
+          await Promise.all(pages.map((p) => p.waitForSelector('[data-schedule="billing"]', { timeout: 30_000 })));
+          await until(`the server counts ${n} browsers`, async () => (await boardState()).clients === n, 30_000);
+        } else {
+          await until('no browser connected', async () => (await boardState()).clients === 0);
+          // A fleet reading already in flight when the last browser left may still land.
+          await new Promise((r) => setTimeout(r, 2500));
+        }
+        const before = (await boardState()).reads;
+        await new Promise((r) => setTimeout(r, WINDOW_MS));
+        const after = (await boardState()).reads;
+        await Promise.all(contexts.map((c) => c.close()));
+        const perMin = (k: keyof typeof before): number => Math.round(((after[k] - before[k]) * 60_000) / WINDOW_MS);
+        return { n, list: perMin('list'), history: perMin('history'), ledger: perMin('ledger'), fleet: perMin('fleet'), total: perMin('total') };
+      };
+      const figures = [];
+      for (const n of [0, 1, 10]) figures.push(await measure(n));
+      for (const f of figures) {
+        t.diagnostic(`${f.n} browsers: ${f.total} store reads/min (lease lists ${f.list}, histories ${f.history}, slot ledgers ${f.ledger}, fleet ${f.fleet}) over ${WINDOW_MS / 1000}s, scaled to a minute`);
+      }
+      const [none, one, ten] = figures as [(typeof figures)[0], (typeof figures)[0], (typeof figures)[0]];
+      assert.equal(none.fleet, 0, 'nobody watching: the fleet is not read');
+      // At most one fleet reading per 2s (FLEET_EVERY_MS), plus one for the window's edges.
+      const fleetBound = Math.round(((WINDOW_MS / 2000 + 1) * 60_000) / WINDOW_MS);
+      assert.ok(one.fleet > 0 && one.fleet <= fleetBound, `1 browser: fleet ${one.fleet}/min <= ${fleetBound}`);
+      assert.ok(ten.fleet <= fleetBound, `10 browsers: fleet ${ten.fleet}/min <= ${fleetBound}, the same bound as one`);
+      // One schedule: its ledger at most once a second, whatever the browsers.
+      const ledgerBound = Math.round(((WINDOW_MS / 1000 + 1) * 60_000) / WINDOW_MS);
+      for (const f of figures) assert.ok(f.ledger <= ledgerBound, `${f.n} browsers: ledger ${f.ledger}/min <= ${ledgerBound}`);
+    });
+  });
+}
