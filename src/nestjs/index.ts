@@ -13,8 +13,9 @@
  *   }
  *
  * Why `@Cron` + `runExclusive` in the body is not enough: both replicas' timers fire for the same
- * slot, a few milliseconds (or, with clocks apart, hundreds) apart. The first takes the lease,
- * runs, and releases; the second then takes the free lease and runs the same slot again. A lease
+ * slot, a few milliseconds (or, with clocks apart, hundreds) apart. When the gap is longer than
+ * the job, the first takes the lease, runs, and releases; the second then takes the free lease
+ * and runs the same slot again. A lease
  * stops two runs at once, not two runs of one slot. `@OncePerSlot` names the slot (the schedule's
  * instant nearest the fire) and claims it in the slot ledger with the leader's fencing token, so
  * the second fire finds it done.
