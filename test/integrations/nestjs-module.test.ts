@@ -167,6 +167,38 @@ for (const kind of kinds) {
       }
     });
 
+    void it('app.close() while a job runs: its signal aborts and the slot is recorded interrupted (owed to the next leader), not left claimed', async () => {
+      const ts = await makeTestStore(kind);
+      stores.push(ts);
+      let running: { slot: string; aborted: Promise<void> } | undefined;
+      class Jobs {
+        async tick(): Promise<void> {
+          const { slot, signal } = currentSlot();
+          if (running !== undefined) return;
+          const aborted = new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+          running = { slot, aborted };
+          // A job that stops when told, a moment after: app.close() must wait for it before closing the ledger.
+          await aborted;
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      }
+      Object.defineProperty(Jobs.prototype, 'tick', Reflect.decorate([Interval(1000), OncePerSlot(LEASE)], Jobs.prototype, 'tick', Object.getOwnPropertyDescriptor(Jobs.prototype, 'tick')) as PropertyDescriptor);
+      const app = await start(LeaseholdModule.forRoot({ store: ts.url, ttl: TTL }), Jobs);
+      try {
+        await until('a job is running', () => running !== undefined, 20_000);
+      } finally {
+        await app.close();
+      }
+      const store = await ts.open();
+      const ledger = await openSlotLedger(store, ts.url);
+      try {
+        const row = (await ledger.records(LEASE)).find((r) => r.key === running!.slot);
+        assert.equal(row?.status, 'interrupted', `the slot running at app.close() is ${row?.status} (${row?.reason ?? ''})`);
+      } finally {
+        await ledger.close();
+      }
+    });
+
     void it('forRoot({ leasehold, ledger }): app.close() releases the lease but leaves the caller\'s Leasehold open; a second app starts in the same process', async () => {
       const ts = await makeTestStore(kind);
       stores.push(ts);

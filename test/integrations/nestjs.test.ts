@@ -153,7 +153,11 @@ function replicasCase({ mode, kind, count }: Case): void {
     assert.deepEqual(codes, survivors.map(() => 0), survivors.map((r) => r.out).join('\n---\n'));
     const survivorPids = new Set(survivors.map((r) => r.pid));
 
-    const rows = await ledgerRows(ts.url, 'nest-tick');
+    // The survivors are stopped together: a job running then is recorded 'interrupted' (owed to
+    // a next leader there is none of). That last row is left out of the every-slot-once check.
+    const ledger = await ledgerRows(ts.url, 'nest-tick');
+    const last = ledger.at(-1);
+    const rows = last?.status === 'interrupted' && /term ended while the job ran/.test(last.reason ?? '') ? ledger.slice(0, -1) : ledger;
     const runs = readRuns(resource);
     const { succeeded, skipped, twice } = checkEverySlotOnce(rows, runs, 1000);
     assert.ok(rows.length >= 10, `only ${rows.length} slots`);
@@ -167,17 +171,22 @@ function replicasCase({ mode, kind, count }: Case): void {
     // None missed while a replica led: a skipped row is a slot that fired while the killed
     // leader's lease ran out (at most a TTL's worth, and the next leader's first), or one of:
     const unled = skipped.filter((r) => /while no replica led/.test(r.reason ?? ''));
-    // two known gaps, reported in issue 27's note rather than hidden: a gate starts contending at
-    // its method's first fire, so on a loaded machine the first job can start late enough that
-    // the next fire finds it running (overlap, within the first slots); and @Interval names its
-    // slot by the aligned second it fired in, so a setInterval whose phase sits at a second's
-    // edge can drift over one (recorded missed by "this leader's timer"). Anything else skipped
-    // while a replica led fails the test.
+    // known gaps, reported in issue 27's note rather than hidden, each counted and printed:
+    //  - a gate starts contending at its method's first fire, so on a loaded machine the first
+    //    job can start late enough that the next fire finds it running (overlap, first slots);
+    //  - one job at a time: the new leader runs the killed slot's rerun and its own first slot
+    //    back to back, so a fire just after the takeover may find it busy (overlap);
+    //  - @Interval names its slot by the aligned second it fired in, so a setInterval whose phase
+    //    sits at a second's edge can drift over one (recorded missed by "this leader's timer").
+    // At most one overlap and two drifts; anything else skipped while a replica led fails the test.
     const firstSlots = new Set(rows.slice(0, 3).map((r) => r.key));
+    const killedAt = Date.parse(running.slot);
     const startupOverlap = skipped.filter((r) => /^overlap/.test(r.reason ?? '') && firstSlots.has(r.key));
+    const takeoverOverlap = skipped.filter((r) => /^overlap/.test(r.reason ?? '') && r.slotAtMs! > killedAt && r.slotAtMs! <= killedAt + (TTL_MS + 3000));
     const intervalDrift = mode === 'interval' ? skipped.filter((r) => /timer did not fire/.test(r.reason ?? '')) : [];
-    assert.ok(intervalDrift.length <= 1, `${intervalDrift.length} slots drifted over`);
-    const known = [...unled, ...startupOverlap, ...intervalDrift];
+    assert.ok(intervalDrift.length <= 2, `${intervalDrift.length} slots drifted over`);
+    assert.ok(startupOverlap.length + takeoverOverlap.length <= 1, 'more than one overlap');
+    const known = [...unled, ...startupOverlap, ...takeoverOverlap, ...intervalDrift];
     assert.deepEqual(
       skipped.filter((r) => !known.includes(r)).map((r) => [r.key, r.reason]),
       [],
@@ -185,7 +194,7 @@ function replicasCase({ mode, kind, count }: Case): void {
     );
     assert.ok(unled.length <= TTL_MS / 1000 + 2, `${unled.length} slots fired while no replica led`);
     process.stdout.write(
-      `# nestjs @${mode} on ${kind}, ${count} replicas: ${rows.length} slots, ${succeeded} succeeded, 1 of them the killed slot's rerun, ${skipped.length} recorded skipped (${unled.length} unled, ${startupOverlap.length} startup overlap, ${intervalDrift.length} interval drift) ` +
+      `# nestjs @${mode} on ${kind}, ${count} replicas: ${rows.length} slots, ${succeeded} succeeded, 1 of them the killed slot's rerun, ${skipped.length} recorded skipped (${unled.length} unled, ${startupOverlap.length} startup overlap, ${takeoverOverlap.length} takeover overlap, ${intervalDrift.length} interval drift) ` +
         `(${skipped.map((r) => r.reason).join('; ')}); clock offset ${hasFaketime() ? 'on' : 'off (no libfaketime)'}\n`,
     );
   });
