@@ -13,8 +13,9 @@
  *   }
  *
  * Why `@Cron` + `runExclusive` in the body is not enough: both replicas' timers fire for the same
- * slot, a few milliseconds (or, with clocks apart, hundreds) apart. The first takes the lease,
- * runs, and releases; the second then takes the free lease and runs the same slot again. A lease
+ * slot, a few milliseconds (or, with clocks apart, hundreds) apart. When the gap is longer than
+ * the job, the first takes the lease, runs, and releases; the second then takes the free lease
+ * and runs the same slot again. A lease
  * stops two runs at once, not two runs of one slot. `@OncePerSlot` names the slot (the schedule's
  * instant nearest the fire) and claims it in the slot ledger with the leader's fencing token, so
  * the second fire finds it done.
@@ -89,6 +90,8 @@ export class LeaseholdRuntime {
   private readonly defaults: Omit<SlotGateOptions, 'signal' | 'schedule'>;
   private readonly gates = new Map<string, SlotGate>();
   private readonly electors = new Map<string, Elector>();
+  /** Jobs running now: shutdown waits for them, so their outcome reaches the ledger before it closes. */
+  private readonly running = new Set<Promise<unknown>>();
 
   constructor(scheduling: Scheduling, defaults: Omit<SlotGateOptions, 'signal' | 'schedule'>) {
     this.scheduling = scheduling;
@@ -104,6 +107,13 @@ export class LeaseholdRuntime {
       this.gates.set(name, g);
     }
     return g;
+  }
+
+  /** @internal */
+  track<T>(run: Promise<T>): Promise<T> {
+    this.running.add(run);
+    void run.catch(() => undefined).finally(() => this.running.delete(run));
+    return run;
   }
 
   /** @internal one elector per @Exclusive name */
@@ -129,7 +139,12 @@ export class LeaseholdRuntime {
   /** Called by NestJS on app.close() (and on a signal, with enableShutdownHooks()). */
   async onApplicationShutdown(): Promise<void> {
     if (active === this) active = undefined;
-    await Promise.all([...this.gates.values()].map((g) => g.stop()));
+    // Stopping ends each term: a running job's signal aborts. Its outcome ('interrupted', owed to
+    // the next leader) is recorded when it settles, so the ledger closes only after that; a
+    // slot left 'claimed' would wait for the next leader's takeover to be marked at all.
+    const stopping = Promise.all([...this.gates.values()].map((g) => g.stop()));
+    await Promise.allSettled([...this.running]);
+    await stopping;
     await Promise.all([...this.electors.values()].map((e) => e.stop()));
     await this.scheduling.close();
   }
@@ -217,9 +232,11 @@ export function OncePerSlot(nameOrOptions?: string | OncePerSlotOptions): Method
       }
       const slotAtMs = slotForFire(schedule.schedule, rt.leasehold.clock.wallNow(), schedule.mode);
       let value: unknown;
-      await rt.gate(name, schedule.schedule).run(slotAtMs, async (run) => {
-        value = await slots.run(run, () => original.apply(this, args));
-      });
+      await rt.track(
+        rt.gate(name, schedule.schedule).run(slotAtMs, async (run) => {
+          value = await slots.run(run, () => original.apply(this, args));
+        }),
+      );
       return value;
     };
     // @Cron above @OncePerSlot writes its metadata on the wrapper; below, on the original: carry it over.

@@ -66,6 +66,15 @@ function jobScript(name: string, resource: string): string {
 }
 
 void describe('examples/systemd and examples/kubernetes', { concurrency: true }, () => {
+  void it('say what the default per-slot mode does: no leader runs every slot (that is --mode leader, which they do not pass)', () => {
+    for (const f of ['systemd/README.md', 'systemd/nightly-report.service', 'kubernetes/README.md', 'kubernetes/deployment.yaml']) {
+      const text = readFileSync(`${root}examples/${f}`, 'utf8');
+      assert.doesNotMatch(text, /\bleader\b/i, `examples/${f} describes a leader that runs the slots; per-slot mode (the default) has none`);
+      assert.doesNotMatch(text, /--mode/, `examples/${f} passes --mode: its README's per-slot wording would not hold`);
+      if (f.endsWith('README.md')) assert.match(text, /costs no slot/, `examples/${f} does not say that a replica gone between slots costs no slot`);
+    }
+  });
+
   void it('the systemd unit\'s ExecStart, on two hosts: each slot runs on one; stop drains with 143', async () => {
     const unit = readFileSync(`${root}examples/systemd/nightly-report.service`, 'utf8');
     const exec = /^ExecStart=(.*)$/m.exec(unit)?.[1];

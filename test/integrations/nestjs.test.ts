@@ -28,11 +28,17 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-// @Cron on the first selected store, @Interval on the other (or the same), side by side.
-// @Interval with a third replica, started a second after the second.
-const cases: Array<{ mode: 'cron' | 'interval'; kind: StoreKind; count: 2 | 3 }> = [
+// @Cron on the first selected store, @Interval on the other (or the same), side by side; then
+// each with the other replica count (a third replica, started a second after the second), so
+// that both decorators are proved with two and with three replicas.
+type Case = { mode: 'cron' | 'interval'; kind: StoreKind; count: 2 | 3 };
+const cases: Case[] = [
   { mode: 'cron', kind: selected[0]!, count: 2 },
   { mode: 'interval', kind: selected[1] ?? selected[0]!, count: 3 },
+];
+const otherCounts: Case[] = [
+  { mode: 'cron', kind: selected[1] ?? selected[0]!, count: 3 },
+  { mode: 'interval', kind: selected[0]!, count: 2 },
 ];
 
 void describe('NestJS @OncePerSlot', { concurrency: true }, () => {
@@ -105,55 +111,91 @@ void describe('NestJS @OncePerSlot', { concurrency: true }, () => {
     assert.deepEqual(rows.map((r) => [r.key, r.status]), [['release-1', 'succeeded']]);
   });
 
-  for (const { mode, kind, count } of cases) {
-    void it(`@${mode === 'cron' ? 'Cron' : 'Interval'} on ${kind}: ${count} replicas, the second late with its clock behind: every slot once, the SIGKILLed leader's slot rerun`, async () => {
-      const ts = await makeTestStore(kind);
-      stores.push(ts);
-      const resource = join(dir, `resource-${mode}-${kind}.log`);
-      const args = [ts.url, resource, String(JOB_MS), mode];
-      const a = startReplica(script, args);
-      replicas.push(a);
-      await new Promise((r) => setTimeout(r, 300));
-      const b = startReplica(script, args, '-0.4');
-      replicas.push(b);
-      const all = [a, b];
-      if (count === 3) {
-        await new Promise((r) => setTimeout(r, 1000));
-        all.push(startReplica(script, args));
-        replicas.push(all[2]!);
-      }
-      const ended = (): number => readRuns(resource).filter((r) => r.what === 'end').length;
-      // Startup (Nest, a store connection) and 4 one-second slots; generous on a loaded machine.
-      await until('four slots ran', () => ended() >= 4, 25_000);
-      await until('a job is running', () => readRuns(resource).at(-1)?.what === 'start', 5000);
-      const running = readRuns(resource).at(-1)!;
-      const leader = all.find((r) => r.pid === running.pid);
-      assert.ok(leader !== undefined, `the pid ${running.pid} that ran the slot is none of the replicas`);
-      leader.proc.kill('SIGKILL');
-      await leader.exited;
-      const survivors = all.filter((r) => r !== leader);
-      // A new leader within a TTL (the dead one's lease must expire) plus slack, then 6 slots.
-      await until('six slots ran under a new leader', () => readRuns(resource).filter((r) => r.what === 'end' && r.pid !== leader.pid).length >= 6, 2 * TTL_MS + 15_000);
-      for (const r of survivors) r.proc.kill('SIGTERM');
-      const codes = await Promise.all(survivors.map((r) => r.exited));
-      assert.deepEqual(codes, survivors.map(() => 0), survivors.map((r) => r.out).join('\n---\n'));
-      const survivorPids = new Set(survivors.map((r) => r.pid));
-
-      const rows = await ledgerRows(ts.url, 'nest-tick');
-      const runs = readRuns(resource);
-      const { succeeded, skipped, twice } = checkEverySlotOnce(rows, runs, 1000);
-      assert.ok(rows.length >= 10, `only ${rows.length} slots`);
-      const killed = rows.find((r) => r.key === running.slot);
-      assert.equal(killed?.status, 'succeeded', `the killed slot ${running.slot} is ${killed?.status} (${killed?.reason ?? ''}), not rerun`);
-      assert.match(killed?.reason ?? '', /rerun: term \d+ was interrupted/);
-      const killedRuns = runs.filter((r) => r.slot === running.slot && r.what === 'end');
-      assert.equal(killedRuns.length, 1, 'the killed slot finished once, by the new leader');
-      assert.ok(survivorPids.has(killedRuns[0]!.pid), 'the killed slot was finished by a survivor');
-      assert.equal(twice, 1, 'only the killed slot started twice');
-      process.stdout.write(
-        `# nestjs @${mode} on ${kind}, ${count} replicas: ${rows.length} slots, ${succeeded} succeeded, 1 of them the killed slot's rerun, ${skipped.length} recorded skipped ` +
-          `(${skipped.map((r) => r.reason).join('; ')}); clock offset ${hasFaketime() ? 'on' : 'off (no libfaketime)'}\n`,
-      );
-    });
-  }
+  for (const c of cases) replicasCase(c);
 });
+
+// Sequentially after the first group: ten Nest processes at once would starve a two-core machine.
+void describe('NestJS @OncePerSlot, the other replica count', { concurrency: true }, () => {
+  for (const c of otherCounts) replicasCase(c);
+});
+
+function replicasCase({ mode, kind, count }: Case): void {
+  void it(`@${mode === 'cron' ? 'Cron' : 'Interval'} on ${kind}: ${count} replicas, the second late with its clock behind: every slot once, the SIGKILLed leader's slot rerun`, async () => {
+    const ts = await makeTestStore(kind);
+    stores.push(ts);
+    const resource = join(dir, `resource-${mode}-${kind}-${count}.log`);
+    const args = [ts.url, resource, String(JOB_MS), mode];
+    const a = startReplica(script, args);
+    replicas.push(a);
+    await new Promise((r) => setTimeout(r, 300));
+    const b = startReplica(script, args, '-0.4');
+    replicas.push(b);
+    const all = [a, b];
+    if (count === 3) {
+      await new Promise((r) => setTimeout(r, 1000));
+      all.push(startReplica(script, args));
+      replicas.push(all[2]!);
+    }
+    const ended = (): number => readRuns(resource).filter((r) => r.what === 'end').length;
+    // Startup (Nest, a store connection) and 4 one-second slots; generous on a loaded machine.
+    await until('four slots ran', () => ended() >= 4, 25_000);
+    await until('a job is running', () => readRuns(resource).at(-1)?.what === 'start', 5000);
+    const running = readRuns(resource).at(-1)!;
+    const leader = all.find((r) => r.pid === running.pid);
+    assert.ok(leader !== undefined, `the pid ${running.pid} that ran the slot is none of the replicas`);
+    leader.proc.kill('SIGKILL');
+    await leader.exited;
+    const survivors = all.filter((r) => r !== leader);
+    // A new leader within a TTL (the dead one's lease must expire) plus slack, then 6 slots.
+    await until('six slots ran under a new leader', () => readRuns(resource).filter((r) => r.what === 'end' && r.pid !== leader.pid).length >= 6, 2 * TTL_MS + 15_000);
+    for (const r of survivors) r.proc.kill('SIGTERM');
+    const codes = await Promise.all(survivors.map((r) => r.exited));
+    assert.deepEqual(codes, survivors.map(() => 0), survivors.map((r) => r.out).join('\n---\n'));
+    const survivorPids = new Set(survivors.map((r) => r.pid));
+
+    // The survivors are stopped together: a job running then is recorded 'interrupted' (owed to
+    // a next leader there is none of). That last row is left out of the every-slot-once check.
+    const ledger = await ledgerRows(ts.url, 'nest-tick');
+    const last = ledger.at(-1);
+    const rows = last?.status === 'interrupted' && /term ended while the job ran/.test(last.reason ?? '') ? ledger.slice(0, -1) : ledger;
+    const runs = readRuns(resource);
+    const { succeeded, skipped, twice } = checkEverySlotOnce(rows, runs, 1000);
+    assert.ok(rows.length >= 10, `only ${rows.length} slots`);
+    const killed = rows.find((r) => r.key === running.slot);
+    assert.equal(killed?.status, 'succeeded', `the killed slot ${running.slot} is ${killed?.status} (${killed?.reason ?? ''}), not rerun`);
+    assert.match(killed?.reason ?? '', /rerun: term \d+ was interrupted/);
+    const killedRuns = runs.filter((r) => r.slot === running.slot && r.what === 'end');
+    assert.equal(killedRuns.length, 1, 'the killed slot finished once, by the new leader');
+    assert.ok(survivorPids.has(killedRuns[0]!.pid), 'the killed slot was finished by a survivor');
+    assert.equal(twice, 1, 'only the killed slot started twice');
+    // None missed while a replica led: a skipped row is a slot that fired while the killed
+    // leader's lease ran out (at most a TTL's worth, and the next leader's first), or one of:
+    const unled = skipped.filter((r) => /while no replica led/.test(r.reason ?? ''));
+    // known gaps, reported in issue 27's note rather than hidden, each counted and printed:
+    //  - a gate starts contending at its method's first fire, so on a loaded machine the first
+    //    job can start late enough that the next fire finds it running (overlap, first slots);
+    //  - one job at a time: the new leader runs the killed slot's rerun and its own first slot
+    //    back to back, so a fire just after the takeover may find it busy (overlap);
+    //  - @Interval names its slot by the aligned second it fired in, so a setInterval whose phase
+    //    sits at a second's edge can drift over one (recorded missed by "this leader's timer").
+    // At most one overlap and two drifts; anything else skipped while a replica led fails the test.
+    const firstSlots = new Set(rows.slice(0, 3).map((r) => r.key));
+    const killedAt = Date.parse(running.slot);
+    const startupOverlap = skipped.filter((r) => /^overlap/.test(r.reason ?? '') && firstSlots.has(r.key));
+    const takeoverOverlap = skipped.filter((r) => /^overlap/.test(r.reason ?? '') && r.slotAtMs! > killedAt && r.slotAtMs! <= killedAt + (TTL_MS + 3000));
+    const intervalDrift = mode === 'interval' ? skipped.filter((r) => /timer did not fire/.test(r.reason ?? '')) : [];
+    assert.ok(intervalDrift.length <= 2, `${intervalDrift.length} slots drifted over`);
+    assert.ok(startupOverlap.length + takeoverOverlap.length <= 1, 'more than one overlap');
+    const known = [...unled, ...startupOverlap, ...takeoverOverlap, ...intervalDrift];
+    assert.deepEqual(
+      skipped.filter((r) => !known.includes(r)).map((r) => [r.key, r.reason]),
+      [],
+      `slots skipped while a replica led (killed ${running.slot}): ${rows.map((r) => `${r.key.slice(11, 19)} ${r.status} ${(r.reason ?? '').slice(0, 20)}`).join(' | ')}`,
+    );
+    assert.ok(unled.length <= TTL_MS / 1000 + 2, `${unled.length} slots fired while no replica led`);
+    process.stdout.write(
+      `# nestjs @${mode} on ${kind}, ${count} replicas: ${rows.length} slots, ${succeeded} succeeded, 1 of them the killed slot's rerun, ${skipped.length} recorded skipped (${unled.length} unled, ${startupOverlap.length} startup overlap, ${takeoverOverlap.length} takeover overlap, ${intervalDrift.length} interval drift) ` +
+        `(${skipped.map((r) => r.reason).join('; ')}); clock offset ${hasFaketime() ? 'on' : 'off (no libfaketime)'}\n`,
+    );
+  });
+}
