@@ -55,8 +55,14 @@ async function stop(r: Running): Promise<void> {
   await r.done;
 }
 
-// SQLite and PostgreSQL: the two stores whose ledger and fleet are SQL; the others' dashboards differ only in the watcher.
-const KINDS = (['sqlite', 'postgres'] as StoreKind[]).filter((k) => selectedStores().includes(k));
+// The dashboard reads every store through the same ports (list, the ledger's records, the
+// fleet's agents), which the conformance suites check per store; what this file proves is the
+// page and its read bounds, so npm test runs it on SQLite alone (about 100 s a store).
+// LEASEHOLD_DASHBOARD_STORES=sqlite,postgres runs it on more.
+const KINDS = ((process.env['LEASEHOLD_DASHBOARD_STORES'] ?? 'sqlite').split(',') as StoreKind[]).filter((k) => selectedStores().includes(k));
+if (!KINDS.includes('postgres') && selectedStores().includes('postgres')) {
+  process.stdout.write('# dashboard views: PostgreSQL left out (LEASEHOLD_DASHBOARD_STORES=sqlite,postgres runs it): same ports as SQLite, checked per store by the conformance suites\n');
+}
 
 for (const kind of KINDS) views(kind);
 
