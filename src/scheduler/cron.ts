@@ -59,6 +59,12 @@ export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOpti
  */
 const HOLD_FOR_NEXT_MS = 250;
 
+/**
+ * Per-slot: a replica that found the lease held looks again this long after that term's expiry
+ * (by the store's clock, as its busy answer gave it), so the look finds the term over.
+ */
+const RECHECK_AFTER_MS = 250;
+
 /** A host clock further than this from the store's is logged (the lag of etcd's clock bound included). */
 const SKEW_WARN_MS = 2000;
 
@@ -207,21 +213,44 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
      * replica ran (a whole fleet restarted) are not made to wait for the next slot.
      */
     let pending: 'startup' | 'late' | number = 'startup';
+    /**
+     * What this replica tried while another replica's term held the lease, to look at again
+     * when that term runs out, if that is before the next slot: a winner that dies mid-job
+     * leaves its slot 'claimed' and its term running out, and with nobody holding the lease
+     * between slots no one else would look before the next slot (a day away for a nightly job,
+     * the slot out of the catch-up window by then). A winner that finished has recorded the
+     * slot, and one ledger read says so.
+     */
+    let recheck: { what: 'startup' | 'late' | number; atMs: number } | undefined;
     while (!signal.aborted && !handle.draining.signal.aborted) {
       if (pending !== 'startup') {
         const next = schedule.next(cursor);
         if (next === null) throw new ConfigError(`schedule ${schedule.description} has no slot after ${slotKey(cursor)}; the cron stops`);
-        const wait = next - storeNow();
-        if (wait > 0) {
-          // In chunks, judged again by the wall clock each time (see lead()).
-          await sleepOn(clock, Math.min(wait, MAX_TIMER_MS), signal);
-          continue;
+        if (recheck !== undefined && recheck.atMs < next) {
+          const wait = recheck.atMs - storeNow();
+          if (wait > 0) {
+            await sleepOn(clock, Math.min(wait, MAX_TIMER_MS), signal);
+            continue;
+          }
+          const again = recheck;
+          recheck = undefined;
+          if (typeof again.what === 'number' && (await recorded(again.what))) continue;
+          pending = again.what;
+        } else {
+          // The next slot's try comes first, and looks at whatever an ended term left.
+          recheck = undefined;
+          const wait = next - storeNow();
+          if (wait > 0) {
+            // In chunks, judged again by the wall clock each time (see lead()).
+            await sleepOn(clock, Math.min(wait, MAX_TIMER_MS), signal);
+            continue;
+          }
+          // Woken late (paused, a slow store): more than one slot is due, and all but the newest
+          // were slept through here. Whatever no other replica claimed follows catchUp.
+          const late = slotsBetween(schedule, cursor, storeNow());
+          pending = late.length > 1 ? 'late' : next;
+          cursor = late.at(-1) ?? next;
         }
-        // Woken late (paused, a slow store): more than one slot is due, and all but the newest
-        // were slept through here. Whatever no other replica claimed follows catchUp.
-        const late = slotsBetween(schedule, cursor, storeNow());
-        pending = late.length > 1 ? 'late' : next;
-        cursor = late.at(-1) ?? next;
       }
       let term: Term | undefined;
       try {
@@ -231,6 +260,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         // Busy: another replica's term (this slot's winner, an earlier slot's job still running,
         // or a dead replica's term running out). Unavailable: this replica sits the slot out.
         if (!(e instanceof NotAcquiredError || isRetryableError(e))) throw e;
+        if (e instanceof NotAcquiredError && e.expiresInMs !== null) recheck = { what: pending, atMs: storeNow() + e.expiresInMs + RECHECK_AFTER_MS };
       }
       const what = pending;
       pending = 0;
@@ -265,6 +295,18 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         // Held only while the slot's work ran: the next slot is anyone's.
         await lease.release().catch(() => false);
       }
+    }
+  }
+
+  /** Whether the ledger has `slotAtMs` finished (succeeded, failed or skipped); false when unsure. */
+  async function recorded(slotAtMs: number): Promise<boolean> {
+    try {
+      const rows = await ledger.records(name, { sinceMs: slotAtMs - 1, untilMs: slotAtMs, limit: 1 });
+      const row = rows.find((r) => r.slotAtMs === slotAtMs);
+      return row !== undefined && (row.status === 'succeeded' || row.status === 'failed' || row.status === 'skipped');
+    } catch {
+      // Unknown is not "finished": the lease is tried, and its term reads the ledger again.
+      return false;
     }
   }
 
