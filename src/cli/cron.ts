@@ -28,6 +28,7 @@ import {
   errorLine,
   exitCodeFor,
   flagOrEnv,
+  portOption,
   formatMs,
   logFormatOption,
   openStoreFromFlags,
@@ -36,7 +37,7 @@ import {
   setLogContext,
   usageError,
 } from './common.js';
-import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+import { HTTP_HOST_FLAG, LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { cronHistory, cronList } from './cron-admin.js';
 import { Reporter } from './reporter.js';
 import { RUN_SPEC } from './run-args.js';
@@ -91,6 +92,21 @@ due slot is not in the store: the expression is in the replicas' command lines).
       help: 'a slot whose leader lost its lease mid-run: run it again (at-least-once: fence the job\'s writes) or record it skipped',
       default: 'rerun',
     },
+    'metrics-port': {
+      type: 'string',
+      value: 'P',
+      env: 'LEASEHOLD_METRICS_PORT',
+      help:
+        'serve Prometheus metrics at http://HOST:P/metrics: the schedule (leasehold_cron_slots_total{outcome}, missed slots, start lateness, ' +
+        'the last success read from the ledger) and its lease; needs prom-client; 0: any free port',
+    },
+    'health-port': {
+      type: 'string',
+      value: 'P',
+      env: 'LEASEHOLD_HEALTH_PORT',
+      help: 'serve /healthz (503 only when a slot\'s term is believed held but has not renewed within a TTL: a wedged replica) and /readyz (200 while this replica holds the lease) at http://HOST:P (0: any free port)',
+    },
+    ...HTTP_HOST_FLAG,
     ...STORE_FLAGS,
     ttl: RUN_SPEC.flags.ttl,
     renew: RUN_SPEC.flags.renew,
@@ -194,8 +210,12 @@ export async function cronCommand(argv: string[]): Promise<number> {
   const json = values.json === true || flagOrEnv(values['log-format'], 'LEASEHOLD_LOG_FORMAT', env)?.value.toLowerCase() === 'json';
   const report = new Reporter(name, json ? 'json' : 'text', values.quiet === true);
   checkCommand(command[0]!);
+  const metricsPort = portOption(values['metrics-port'], 'metrics-port', 'LEASEHOLD_METRICS_PORT', env);
+  const healthPort = portOption(values['health-port'], 'health-port', 'LEASEHOLD_HEALTH_PORT', env);
+  const httpHost = flagOrEnv(values['http-host'], 'LEASEHOLD_HTTP_HOST', env)?.value ?? '127.0.0.1';
 
   const { store, url } = await openStoreFromFlags(values);
+  let probes: { metricsUrl?: string; healthUrl?: string; close(): Promise<void> } | undefined;
   let ledger: SlotLedgerPort | undefined;
   const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
   try {
@@ -273,6 +293,25 @@ export async function cronCommand(argv: string[]): Promise<number> {
       `scheduled: ${parsed.schedule.description}, --mode ${parsed.mode}; next slot ${first === null ? 'none' : new Date(first).toISOString()} (by this host's clock; the store's decides)`,
       { schedule: parsed.schedule.description, mode: parsed.mode, ...(first === null ? {} : { nextSlot: new Date(first).toISOString() }) },
     );
+    if (metricsPort !== undefined || healthPort !== undefined) {
+      try {
+        probes = await (await import('../health/serve.js')).startProbeServers({
+          leasehold: lh,
+          lease: cron.lease,
+          host: httpHost,
+          metricsPort,
+          healthPort,
+          registerMore: async (registry) => void (await import('../metrics/cron.js')).registerCronMetrics(cron, { registry }),
+        });
+      } catch (err) {
+        // A port that cannot be bound stops the replica (exit 2) like a bad flag, before any slot.
+        await cron.stop();
+        throw err;
+      }
+      for (const [what, at, path] of [['metrics', probes.metricsUrl, '/metrics'], ['health', probes.healthUrl, '/healthz and /readyz']] as const) {
+        if (at !== undefined) report.event('serving', `${what} at ${at}${path}`, { [what]: `${at}${path.split(' ')[0]}` });
+      }
+    }
     return await new Promise<number>((resolve) => {
       let stopping = false;
       const finish = (code: number): void => {
@@ -309,6 +348,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
       });
     });
   } finally {
+    await probes?.close();
     await ledger?.close();
     await lh.close();
   }
