@@ -23,7 +23,7 @@ const ROWS_PER_SCHEDULE = 100;
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
 /** `--limit` for cron history: 1 to 100000, default 50. */
-export function historyLimit(limit: string | undefined): number {
+function historyLimit(limit: string | undefined): number {
   if (limit === undefined) return 50;
   if (!/^\d+$/.test(limit) || Number(limit) < 1 || Number(limit) > 100_000) {
     throw usageError(`--limit ${JSON.stringify(limit)} is not a count; give a whole number from 1 to 100000`);

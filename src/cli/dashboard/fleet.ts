@@ -14,9 +14,9 @@ import type { Fleet } from '../../fleet/fleet.js';
 import { errorMessage } from '../../core/errors.js';
 
 /** The fleet is read at most this often, whatever the number of browsers. */
-export const FLEET_EVERY_MS = 2000;
+const FLEET_EVERY_MS = 2000;
 
-export type AgentState = 'live' | 'draining' | 'stale' | 'deregistered';
+type AgentState = 'live' | 'draining' | 'stale' | 'deregistered';
 
 export interface AgentView {
   id: string;
@@ -31,7 +31,7 @@ export interface AgentView {
   ownerDead: boolean;
 }
 
-export function agentState(a: AgentRow): AgentState {
+function agentState(a: AgentRow): AgentState {
   if (a.deregistered) return 'deregistered';
   if (!a.live) return 'stale';
   return a.draining ? 'draining' : 'live';

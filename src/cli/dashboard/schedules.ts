@@ -18,13 +18,13 @@ import { AGENT_LEASE_PREFIX } from '../../core/reserved.js';
 import { errorMessage } from '../../core/errors.js';
 
 /** The last slots shown per schedule. */
-export const SLOTS_SHOWN = 12;
+const SLOTS_SHOWN = 12;
 /** A name's ledger is read at most this often (a lease that changes every 100ms costs 1 read/s). */
 export const LEDGER_MIN_GAP_MS = 1000;
 /** A known schedule's ledger is read at least this often, changed or not. */
-export const LEDGER_SLOW_MS = 30_000;
+const LEDGER_SLOW_MS = 30_000;
 
-export interface SlotRow {
+interface SlotRow {
   key: string;
   slotAtMs: number;
   status: SlotRecord['status'];
