@@ -26,7 +26,18 @@ interface Row {
   token: string;
   holder: string | null;
   startedAt: string | null;
+  endedAt: string | null;
   reason: string | null;
+}
+
+/**
+ * An 'overlap' skip is the no-overlap rule at work, not a lost slot: the run before it (its job
+ * and its completion) ended after this slot came due, so the term that held the lease through it
+ * recorded it skipped. A loaded host stretches a 1 s slot's term that far (CI saw it on etcd).
+ */
+function overlapByRule(rows: readonly Row[], r: Row): boolean {
+  const prev = rows[rows.indexOf(r) - 1];
+  return r.status === 'skipped' && /^overlap/.test(r.reason ?? '') && prev?.endedAt != null && Date.parse(prev.endedAt) >= Date.parse(r.slotAt);
 }
 
 for (const kind of selectedStores()) {
@@ -112,7 +123,7 @@ for (const kind of selectedStores()) {
         // Through the three kills between slots, every slot ran: none lost.
         const hungAt = Date.parse(hung!);
         const beforeHang = rows.filter((r) => Date.parse(r.slotAt) < Math.min(hungAt, calmUntil));
-        assert.deepEqual(beforeHang.filter((r) => r.status !== 'succeeded').map((r) => `${r.slot} ${r.status} ${r.reason}`), []);
+        assert.deepEqual(beforeHang.filter((r) => r.status !== 'succeeded' && !overlapByRule(rows, r)).map((r) => `${r.slot} ${r.status} ${r.reason}`), []);
 
         // The hung slot: rerun by a later term, after its dead term ran out.
         const hungRow = rows.find((r) => r.slot === hung)!;
@@ -120,7 +131,7 @@ for (const kind of selectedStores()) {
         assert.match(hungRow.reason ?? '', /rerun: term \d+ was interrupted/);
         // Only slots that came due while the dead term blocked the lease are skipped: at most
         // one TTL of them (and one period of rounding), each saying why.
-        const skipped = rows.filter((r) => r.status === 'skipped');
+        const skipped = rows.filter((r) => r.status === 'skipped' && !overlapByRule(rows, r));
         for (const r of skipped) {
           const t = Date.parse(r.slotAt);
           assert.ok(t > hungAt && t <= hungAt + TTL_MS + PERIOD_MS, `${r.slot} skipped (${r.reason}) outside the dead term's time`);
