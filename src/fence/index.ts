@@ -38,6 +38,8 @@ export { FencedError, FenceOwnedError, LeaseLostError, type LeaseLostReason } fr
 // Every type a fence's parameters and results mention, so callers can name them.
 export type { Term } from '../core/lease.js';
 export type { CallOptions } from '../backends/store.js';
+/** The options of the ORM entries' `fencedTransaction` and `fence` (leasehold/fence/kysely, knex, drizzle, typeorm, sequelize). */
+export type { TxFenceOptions } from '../backends/term-fence.js';
 export type { PgQueryableLike, PgPoolLike, PgResultLike, PgListenClientLike } from '../backends/postgres/store.js';
 export type { SqliteDatabaseLike, SqliteStatementLike } from '../backends/sqlite/store.js';
 export type { RedisClientLike, IoredisLike, NodeRedisLike } from '../backends/redis/driver.js';

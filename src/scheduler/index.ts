@@ -18,7 +18,7 @@
  * A framework's own timer (node-cron, @nestjs/schedule): `SlotGate` decides per fire; see
  * leasehold/node-cron and leasehold/nestjs, and docs/schedules.md.
  */
-export { startCron, CronHandle, type CronOptions, type CronRetention, type CatchUp, type SlotContext, type SlotJob, type SlotEvent, type CronEvents } from './cron.js';
+export { startCron, CronHandle, type CronOptions, type CronRetention, type CronMode, type CatchUp, type SlotContext, type SlotJob, type SlotEvent, type CronEvents } from './cron.js';
 export { cronSchedule, everySchedule, slotForFire, type Schedule } from './schedule.js';
 export { runOncePer, type OncePerOptions, type OncePerContext, type OncePerResult } from './once-per.js';
 export { SlotGate, type SlotGateOptions, type SlotRun, type Admission, type Declined } from './gate.js';
