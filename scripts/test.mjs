@@ -100,11 +100,43 @@ if (needsServices && stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_
   log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);
 }
 
-// Files that restart shared servers or load the machine (chaos, store restarts) run last, alone.
-// test/stores/etcd.test.js restarts the shared etcd (its restart test), so it runs alone too.
-const isSerial = (f) => /[/\\](chaos|serial|topologies)[/\\]/.test(f) || /[/\\]stores[/\\]etcd\.test\.js$/.test(f);
+// Files that restart or stop the shared servers on the standard ports (lease chaos restarts the
+// store it runs on; serial/store-restart restarts all of them; stores/etcd.test.js restarts the
+// shared etcd), or that load the machine for a minute on purpose (serial/package: npm installs and
+// a TypeScript build), run last, one at a time: nothing else may be talking to a server they
+// restart. Everything else runs two files at a time, the topologies (which start servers of their
+// own on other ports), serial/mysql-failover (a private MariaDB pair) and fleet chaos (which
+// faults only its own agent processes) included.
+const isSerial = (f) =>
+  /[/\\]chaos[/\\]chaos\.test\.js$/.test(f) ||
+  /[/\\]serial[/\\](store-restart|package)\.test\.js$/.test(f) ||
+  /[/\\]stores[/\\]etcd\.test\.js$/.test(f);
+// The parallel phase starts its longest files first, so that its end is not one long file running
+// alone on a machine with a core to spare (files run in the order given as slots free up). The
+// order comes from the last run's table when there is one (LEASEHOLD_TEST_TIMES), else from
+// the folders that hold the long files.
+const SLOW_FIRST = ['chaos', 'topologies', 'serial', 'scheduler', 'fleet', 'engine', 'observe', 'bench', 'conformance'];
+function longestFirst(files) {
+  const previous = new Map();
+  try {
+    for (const line of readFileSync(process.env.LEASEHOLD_TEST_TIMES || join(tmpdir(), 'leasehold-test-times.txt'), 'utf8').split('\n')) {
+      const m = /^\s*([\d.]+) s\s+\S+\s+\S+\s+(.+)$/.exec(line);
+      if (m !== null) previous.set(m[2], Number(m[1]));
+    }
+  } catch {
+    // no earlier table: order by folder
+  }
+  const folder = (f) => {
+    const i = SLOW_FIRST.indexOf(relative(join(root, 'dist', 'test'), f).split(/[/\\]/)[0]);
+    return i === -1 ? SLOW_FIRST.length : i;
+  };
+  // A file the table does not know (new, or no table) is placed by its folder, as if it took
+  // 5 s for each place its folder is from the end of SLOW_FIRST.
+  const key = (f) => previous.get(relative(root, f)) ?? (SLOW_FIRST.length - folder(f)) * 5;
+  return [...files].sort((a, b) => key(b) - key(a) || a.localeCompare(b));
+}
 const phases = [
-  { files: all.filter((f) => !isSerial(f)), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '2' },
+  { files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '2' },
   { files: all.filter(isSerial), concurrency: '1' },
 ].filter((p) => p.files.length > 0);
 
