@@ -223,6 +223,11 @@ export async function cronCommand(argv: string[]): Promise<number> {
     ledger = await openSlotLedger(store, url);
     let supervisor: Supervisor | undefined;
     let stopSignal: NodeJS.Signals | undefined;
+    // The probes need the cron's lease, so they start after it; until they serve, no job starts.
+    // A port that cannot be bound stops the replica (exit 2) before any slot's command runs: a
+    // slot claimed meanwhile is recorded 'interrupted', and another replica reruns it.
+    let probesServing: (ok: boolean) => void = () => {};
+    const probesUp = metricsPort === undefined && healthPort === undefined ? Promise.resolve(true) : new Promise<boolean>((r) => (probesServing = r));
     const cron = startCron(
       lh,
       ledger,
@@ -241,6 +246,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
         // A stop signal drains the cron (no job starts after it; see onSignal), so this only
         // guards a signal that landed in the same turn: the throw is recorded 'interrupted'.
         if (stopSignal !== undefined) throw new Error(`not started: ${stopSignal} arrived`);
+        if (!(await probesUp)) throw new Error('not started: the metrics or health port could not be served');
         const sup = new Supervisor(name, term, timing, graceMs, report);
         supervisor = sup;
         lease.on('renewed', sup.noteRenewed);
@@ -304,10 +310,12 @@ export async function cronCommand(argv: string[]): Promise<number> {
           registerMore: async (registry) => void (await import('../metrics/cron.js')).registerCronMetrics(cron, { registry }),
         });
       } catch (err) {
-        // A port that cannot be bound stops the replica (exit 2) like a bad flag, before any slot.
+        // A port that cannot be bound stops the replica (exit 2) like a bad flag.
+        probesServing(false);
         await cron.stop();
         throw err;
       }
+      probesServing(true);
       for (const [what, at, path] of [['metrics', probes.metricsUrl, '/metrics'], ['health', probes.healthUrl, '/healthz and /readyz']] as const) {
         if (at !== undefined) report.event('serving', `${what} at ${at}${path}`, { [what]: `${at}${path.split(' ')[0]}` });
       }
