@@ -169,7 +169,12 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
     });
 
     void it('places on the agent owning fewest, and spreads ties', async () => {
-      await Promise.all([start('b1', 'pool=b'), start('b2', 'pool=b'), start('b3', 'pool=b')]);
+      // The rule is about live agents; nothing here waits for staleness, so the agents get 20
+      // heartbeats of stale-after. With 3 s, a loaded run (concurrency 4 beside three engineers'
+      // tests) let one agent's heartbeat lapse mid-loop: it was rightly passed over, and owned 1
+      // of 9 ([1, 4, 4]).
+      const long = ['--heartbeat', kind === 'etcd' ? '750ms' : HEARTBEAT, '--stale-after', kind === 'etcd' ? '15s' : '10s'];
+      await Promise.all([start('b1', 'pool=b', long), start('b2', 'pool=b', long), start('b3', 'pool=b', long)]);
       for (let i = 0; i < 9; i++) await fleet.place(`b-${i}`, { labels: { pool: 'b' } });
       const owned = (await fleet.agents()).filter((a) => a.id.startsWith('b')).map((a) => a.owned);
       assert.deepEqual(owned, [3, 3, 3]);

@@ -255,7 +255,12 @@ for (const kind of (['sqlite', 'postgres'] as const).filter((k) => selectedStore
       const out = sb.path(`slow-${kind}.log`);
       const job = sb.script(`slow-${kind}.sh`, `echo "start $LEASEHOLD_SLOT $(date +%s%N)" >> ${out}; sleep 2.2; echo "end $LEASEHOLD_SLOT $(date +%s%N)" >> ${out}`);
       const cron = sb.start(['cron', '--name', 'slow', '--every', '1s', '--ttl', '3s', '--store', store, '--', job]);
-      await new Promise((r) => setTimeout(r, 7000));
+      // Two runs ended, counted from the job's own log rather than after a fixed 7 s: a loaded
+      // host took 3 s to start the replica, and only one run fit (the next was interrupted by the
+      // SIGTERM). The bound: the first slot within 10 s of the start, then two 2.2 s runs with
+      // the skipped slots between them (the same multiple of the 1 s period as before), doubled.
+      const ended = (): number => (existsSync(out) ? sb.read(`slow-${kind}.log`).split('\n').filter((l) => l.startsWith('end ')).length : 0);
+      await until('two runs of the slow job ended', () => ended() >= 2, 2 * (10_000 + 2 * 3000));
       cron.proc.kill('SIGTERM');
       const d = await cron.done;
       assert.equal(d.code, 143, d.stderr);
