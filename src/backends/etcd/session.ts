@@ -9,7 +9,7 @@ import type { MemberPool } from './members.js';
 import { json, parseSession, sessionTermValue, type EtcdKeys, type HistoryValue, type SessionValue, type StateValue } from './keys.js';
 import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
 import type { SessionBook } from './session-book.js';
-import { afterKeepalive, afterSwap, openedState, planTick, swapSent, type KeepaliveAnswer, type SessionState, type SessionTerm, type TickNow, type TickResult } from './tick.js';
+import { afterKeepalive, afterSwap, openedState, planTick, swapSent, type KeepaliveAnswer, type SessionOver, type SessionState, type SessionTerm, type TickNow, type TickResult } from './tick.js';
 import type { Clock } from './time.js';
 
 export type { SessionTerm } from './tick.js';
@@ -113,7 +113,7 @@ export class Session {
   }
 
   /** Over: gone or cloned, found by a tick or dropped from its book. Nothing renews on it again. */
-  get over(): SessionState['over'] {
+  get over(): SessionOver | undefined {
     return this.state.over;
   }
 

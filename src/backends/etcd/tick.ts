@@ -151,13 +151,13 @@ export interface MarkerRead {
   rev: string;
 }
 
-export type SwapAnswer =
+type SwapAnswer =
   /** The compare held: our value is stored now; the markers of the session's lease as read. */
   | { kind: 'swapped'; markersRead: readonly MarkerRead[] }
   /** The compare failed: what the session key holds (undefined: gone), and the holder it names. */
   | { kind: 'refused'; stored: Buffer | undefined; storedHolder: string | undefined };
 
-export type SwapOutcome =
+type SwapOutcome =
   /** This process is no clone. `remove`: terms that leave the session (orphans deleted, terms marked ended); `ended`: the marked ones. */
   | { kind: 'swapped'; state: SessionState; remove: string[]; ended: Set<string> }
   /** A tick of ours landed without its answer reaching us: it is adopted, and the next round swaps again. */
@@ -165,7 +165,7 @@ export type SwapOutcome =
   | { kind: 'over'; state: SessionState; result: SessionOver };
 
 /** What the Txn's answer is read against: the round it answers, and the session's tables as they are when it arrives. */
-export interface SwapContext {
+interface SwapContext {
   /** The session's holder id. */
   holder: string;
   /** The value the Txn carried. */
@@ -218,7 +218,7 @@ export type KeepaliveAnswer =
   /** No answer was seen (an error, or none in time): it may or may not have reached etcd. */
   | { kind: 'unseen'; error: unknown };
 
-export type KeepaliveOutcome =
+type KeepaliveOutcome =
   | { kind: 'alive'; state: SessionState; expiresAtMs: number; storeNowMs: number }
   | { kind: 'over'; state: SessionState; result: SessionOver }
   /** Unknown is not yes: this tick renews nothing, the session's expiry stays, and the caller may retry. */
