@@ -147,6 +147,9 @@ export class Session {
           deadline,
           `etcd: session ${this.leaseId} renewal got no answer in time; this is retryable`,
         );
+        // Recorded here, not by the tick: one given up at its deadline ends nothing when its
+        // answer comes (the next tick finds the same, and ends a cloned session's terms too).
+        if (r.kind !== 'alive') this.state = { ...this.state, over: r };
         if (r.kind === 'cloned') await endAsCloned(shared, this, deadline);
         return r;
       });
@@ -227,20 +230,23 @@ function nowOf(clock: Clock): TickNow {
 
 /**
  * One tick (see above): each round a plan (./tick.ts), then its Txn; then one keepalive. The
- * session's state is replaced by the plan's transitions and by nothing else. `renewing`: the
- * names renewed now; a term not among them and not renewed for a TTL is deleted as an orphan.
+ * session's state is replaced by the plan's transitions, except that the end of the session is
+ * left to Session.renew. `renewing`: the names renewed now; a term not among them and not
+ * renewed for a TTL is deleted as an orphan.
  */
 async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number, current: () => boolean): Promise<TickResult> {
   const k = ctx.keys;
   const clock = ctx.client.clock;
   const given = (): StoreUnavailableError => new StoreUnavailableError(`etcd: a session renewal answered after it was given up; this is retryable`);
+  // Read when the tick starts: a later round of the same tick goes on with its swap.
+  const floorMoved = k.floorRev !== s.floorRev;
   const swapped = await (async (): Promise<TickResult | { kind: 'swapped'; ended: Set<string> }> => {
     for (let round = 0; round < MAX_ROUNDS; round++) {
-      const view = { ttlSec: s.ttlSec, floorMoved: k.floorRev !== s.floorRev, deadline, terms: s.terms, renewing, moving: s.moving, maxOpsPerTxn: ctx.maxOpsPerTxn };
+      const view = { ttlSec: s.ttlSec, floorMoved, deadline, terms: s.terms, renewing, moving: s.moving, maxOpsPerTxn: ctx.maxOpsPerTxn };
       const plan = planTick(s.state, view, nowOf(clock));
       if (plan.kind === 'give-up') throw new StoreUnavailableError(`etcd: session ${s.leaseId} renewal passed its deadline; this is retryable`);
-      s.state = plan.state;
       if (plan.kind === 'stand-down') return plan.result;
+      s.state = plan.state;
       const next = sessionValue(s.holder, plan.valueAtMs);
       const ops: EtcdRequestOp[] = [
         { request_put: { key: s.key, value: next, lease: s.leaseId } },
@@ -276,9 +282,9 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
           : { kind: 'refused', stored: stored?.value, storedHolder: stored === undefined ? undefined : parseSession(stored)?.h },
         { holder: s.holder, sent: next, plan, terms: s.terms, moving: s.moving },
       );
+      if (outcome.kind === 'over') return outcome.result;
       s.state = outcome.state;
       if (outcome.kind === 'again') continue;
-      if (outcome.kind === 'over') return outcome.result;
       for (const name of outcome.remove) s.terms.delete(name);
       return { kind: 'swapped', ended: outcome.ended };
     }
@@ -300,9 +306,9 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
   }
   if (!current() && answer.kind === 'answered') throw given();
   const kept = afterKeepalive(s.state, s.ttlSec, sentAtMs, answer, nowOf(clock));
+  if (kept.kind === 'over') return kept.result;
   s.state = kept.state;
   if (kept.kind === 'lost') throw kept.error;
-  if (kept.kind === 'over') return kept.result;
   return { kind: 'alive', expiresAtMs: kept.expiresAtMs, storeNowMs: kept.storeNowMs, ended: swapped.ended };
 }
 
