@@ -2,7 +2,8 @@
 // The layering check of src/ (issue 24), run by `npm test` before the tests: the import rules in
 // .dependency-cruiser.cjs (no cycle, core imports only core, a backend's files are reached only
 // through the registry or a package entry, one backend never imports another), checked with
-// dependency-cruiser, and a length limit on source files. Exit 0 when all hold, 1 when not.
+// dependency-cruiser, a length limit on source files, and no direct read of the process clock in
+// the etcd backend outside its clock adapter. Exit 0 when all hold, 1 when not.
 //
 //   node scripts/layering.mjs [--root DIR]   (DIR: a tree with src/, package.json, tsconfig.json
 //                                             and .dependency-cruiser.cjs; default the repository)
@@ -23,6 +24,21 @@ const MAX_LINES = 600;
  * limit is taken off (the check says so).
  */
 const CEILINGS = new Map([]);
+
+/**
+ * The etcd backend reads time only through the injected clock (src/backends/etcd/time.ts says
+ * how, and is the one file that may read the process's clock: gRPC deadlines are process wall
+ * time). Files not yet routed through it, each with the count of direct reads it may not grow
+ * past: a ratchet like CEILINGS (fleet.ts and slots.ts were being changed by another branch when
+ * the rest of the folder was routed, issue 24 item 5).
+ */
+const CLOCK_ADAPTER = 'src/backends/etcd/time.ts';
+const CLOCK_CEILINGS = new Map([
+  ['src/backends/etcd/fleet.ts', 12],
+  ['src/backends/etcd/slots.ts', 2],
+]);
+/** A direct read of the process's clock: Date.now(), performance.now(), new Date() without an argument. */
+const CLOCK_READ = /\bDate\.now\s*\(|\bperformance\.now\s*\(|\bnew Date\s*\(\s*\)/g;
 
 const problems = [];
 const notes = [];
@@ -59,6 +75,30 @@ for (const file of sources(join(root, 'src'))) {
   else if (ceiling !== undefined && lines > ceiling) problems.push(`too-long: ${rel} has ${lines} lines; it may only shrink (was ${ceiling}, the limit is ${MAX_LINES})`);
   else if (ceiling !== undefined && lines <= MAX_LINES) notes.push(`${rel} is ${lines} lines now: take it off CEILINGS in scripts/layering.mjs`);
 }
+// 3. Clock reads in the etcd backend (comments do not count: they may name what they avoid).
+const etcdDir = join(root, 'src', 'backends', 'etcd');
+let etcdFiles = [];
+try {
+  etcdFiles = [...sources(etcdDir)];
+} catch {
+  // a tree without the etcd backend (the layering test's fixtures)
+}
+for (const file of etcdFiles) {
+  const rel = relative(root, file).split('\\').join('/');
+  if (rel === CLOCK_ADAPTER) continue;
+  const code = readFileSync(file, 'utf8')
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/(^|\s)\/\/.*$/gm, '$1');
+  const reads = code.match(CLOCK_READ)?.length ?? 0;
+  const ceiling = CLOCK_CEILINGS.get(rel) ?? 0;
+  if (reads > ceiling) {
+    problems.push(
+      `clock-read: ${rel} reads the process clock directly ${reads} time(s)${ceiling > 0 ? `, over its ceiling of ${ceiling}` : ''}: ` +
+        `read the store's clock (the member pool's \`clock\`) instead; ${CLOCK_ADAPTER} says which reading and why`,
+    );
+  } else if (reads < ceiling) notes.push(`${rel} reads the process clock ${reads} time(s) now: lower its CLOCK_CEILINGS entry in scripts/layering.mjs`);
+}
+
 for (const rel of CEILINGS.keys()) {
   try {
     statSync(join(root, rel));
@@ -74,4 +114,4 @@ if (problems.length > 0) {
   process.exit(1);
 }
 const modules = /(\d+) modules/.exec(dc.stdout)?.[1] ?? '?';
-process.stdout.write(`layering: ok (${modules} modules: no cycle, core stays core, backends behind the registry; files within ${MAX_LINES} lines, ${CEILINGS.size} on a shrinking ceiling)\n`);
+process.stdout.write(`layering: ok (${modules} modules: no cycle, core stays core, backends behind the registry; files within ${MAX_LINES} lines, ${CEILINGS.size} on a shrinking ceiling; the etcd backend reads time through its clock, ${CLOCK_CEILINGS.size} file(s) on a ceiling)\n`);

@@ -73,4 +73,17 @@ void describe('the layering check', () => {
     // The package entry re-exports a backend's class, and the registry opens it: both allowed.
     assert.doesNotMatch(r.out, /src\/index\.ts →|src\/backends\/index\.ts →/);
   });
+
+  void it('names a direct read of the process clock in the etcd backend outside its clock adapter (not one in a comment)', () => {
+    const etcd = {
+      'src/backends/etcd/time.ts': 'export const processWall = (): number => Date.now();\n',
+      'src/backends/etcd/store.ts': '// never Date.now() here: the clock is injected\nexport class EtcdStore {\n  now = (clock: { wallNow(): number }): number => clock.wallNow();\n}\n',
+    };
+    const ok = check(tree({ ...clean, ...etcd }));
+    assert.equal(ok.code, 0, ok.out);
+    const r = check(tree({ ...clean, ...etcd, 'src/backends/etcd/session.ts': 'export const at = (): number => performance.now() + new Date().getTime();\n' }));
+    assert.equal(r.code, 1, r.out);
+    assert.match(r.out, /clock-read: src\/backends\/etcd\/session\.ts reads the process clock directly 2 time\(s\)/);
+    assert.doesNotMatch(r.out, /etcd\/(time|store)\.ts reads/);
+  });
 });

@@ -216,7 +216,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
         throw mapEtcdError(err, 'lease grant');
       }
     }
-    const atMs = Date.now();
+    const atMs = ctx.client.clock.wallNow();
     const chunks = chunk(pending, ctx.maxOpsPerTxn).map((c) =>
       c.map((p, seq) =>
         p.conflict !== undefined
@@ -232,7 +232,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     } catch (err) {
       throw mapEtcdError(err, 'claim');
     }
-    const storeNowMs = Date.now();
+    const storeNowMs = ctx.client.clock.wallNow();
     const next: Pending[] = [];
     chunks.forEach((c, ci) => {
       const resp = responses[ci]!;
@@ -551,7 +551,7 @@ export function estimateExpiry(remaining: { ttlSec: number; atMs: number }, reco
   return recordedMs === null ? hi : Math.min(hi, Math.max(lo, recordedMs));
 }
 
-/** Remaining TTL per etcd lease id, with the local time of each answer. Failed lookups are left out. */
+/** Remaining TTL per etcd lease id, with the local (wall, the pool's clock) time of each answer. Failed lookups are left out. */
 export async function leaseRemaining(client: MemberPool, leases: string[], deadline: number): Promise<Map<string, { ttlSec: number; atMs: number; grantedSec: number }>> {
   const out = new Map<string, { ttlSec: number; atMs: number; grantedSec: number }>();
   await Promise.all(
@@ -559,7 +559,7 @@ export async function leaseRemaining(client: MemberPool, leases: string[], deadl
       if (id === '0') return;
       try {
         const r = await client.leaseClient.leaseTimeToLive({ ID: id }, { deadline });
-        out.set(id, { ttlSec: Number(r.TTL), atMs: Date.now(), grantedSec: Number(r.grantedTTL) });
+        out.set(id, { ttlSec: Number(r.TTL), atMs: client.clock.wallNow(), grantedSec: Number(r.grantedTTL) });
       } catch {
         // expiry unknown; the answer itself stands
       }

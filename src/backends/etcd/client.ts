@@ -5,6 +5,7 @@ import { checkQueryParameters, readTlsFiles, tlsFilePaths, type TlsFilePaths } f
 import { ETCD_SUBSPACES, nestingSegment } from './keys.js';
 import { isTransient } from './errors.js';
 import { MemberPool } from './members.js';
+import { realClock, type Clock } from './time.js';
 
 /**
  * The etcd store talks to etcd through the raw v3 RPCs of an `etcd3` client (`kv.txn`,
@@ -347,9 +348,10 @@ export function validatePrefix(prefix: string): string {
 
 /**
  * One etcd3 client per member (members.ts picks the member per attempt), and for the watch one
- * client over all of them (etcd3's watch manager reconnects to whichever answers).
+ * client over all of them (etcd3's watch manager reconnects to whichever answers). `clock`: every
+ * time the store reads (time.ts).
  */
-export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<MemberPool> {
+export async function createEtcd3Client(parsed: ParsedEtcdUrl, clock: Clock = realClock): Promise<MemberPool> {
   const { Etcd3 } = await loadEtcd3();
   const tls = parsed.tlsFiles === undefined ? undefined : readTlsFiles(parsed.tlsFiles, 'etcd store');
   const credentials =
@@ -379,7 +381,7 @@ export async function createEtcd3Client(parsed: ParsedEtcdUrl): Promise<MemberPo
   const members = parsed.hosts.map((h) => make([h]));
   const watcher = members.length === 1 ? members[0]! : make(parsed.hosts);
   requireLeader(watcher);
-  return new MemberPool(members, watcher, members.length === 1 ? members : [...members, watcher]);
+  return new MemberPool(members, watcher, members.length === 1 ? members : [...members, watcher], clock);
 }
 
 /**

@@ -14,8 +14,8 @@
  */
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { performance } from 'node:perf_hooks';
 import { StoreUnavailableError, errorMessage } from '../../core/errors.js';
+import { realClock, type Clock } from './time.js';
 import { readTlsFiles } from '../url.js';
 import type { parseEtcdUrl } from './client.js';
 
@@ -34,6 +34,8 @@ export interface EtcdClockOptions {
   cert?: Buffer;
   key?: Buffer;
   timeoutMs?: number;
+  /** Our side's monotonic clock (default the process's own). */
+  clock?: Clock;
 }
 
 /** The clock of the cluster at `parsed` (the store URL's hosts and TLS files). */
@@ -54,11 +56,12 @@ export function etcdClockOf(parsed: ReturnType<typeof parseEtcdUrl>): StoreClock
  */
 export function etcdClock(options: EtcdClockOptions): StoreClock {
   const timeoutMs = options.timeoutMs ?? 5000;
+  const clock = options.clock ?? realClock;
   /** etcd's epoch ms minus our monotonic ms, as a lower bound, with when it was measured. */
   const bounds: Array<{ atMono: number; low: number }> = [];
   let next = 0;
   return async () => {
-    const mono = performance.now();
+    const mono = clock.monoNow();
     while (bounds.length > 0 && mono - bounds[0]!.atMono > KEEP_MS) bounds.shift();
     const last = bounds.at(-1);
     if (last === undefined || mono - last.atMono > REUSE_MS) {
@@ -66,7 +69,7 @@ export function etcdClock(options: EtcdClockOptions): StoreClock {
       for (let i = 0; i < options.hosts.length; i++) {
         const host = options.hosts[(next + i) % options.hosts.length]!;
         try {
-          bounds.push(await probe(host, options, timeoutMs));
+          bounds.push(await probe(host, options, timeoutMs, clock));
           break;
         } catch (e) {
           errors.push(`${host}: ${errorMessage(e)}`);
@@ -82,16 +85,16 @@ export function etcdClock(options: EtcdClockOptions): StoreClock {
     }
     let low = -Infinity;
     for (const b of bounds) low = Math.max(low, b.low);
-    return Math.floor(performance.now() + low);
+    return Math.floor(clock.monoNow() + low);
   };
 }
 
-function probe(host: string, options: EtcdClockOptions, timeoutMs: number): Promise<{ atMono: number; low: number }> {
+function probe(host: string, options: EtcdClockOptions, timeoutMs: number, clock: Clock): Promise<{ atMono: number; low: number }> {
   const url = new URL('/version', /^https?:\/\//.test(host) ? host : `http://${host}`);
   const https = url.protocol === 'https:';
   return new Promise((resolve, reject) => {
     const onResponse = (res: IncomingMessage): void => {
-      const atMono = performance.now();
+      const atMono = clock.monoNow();
       res.resume();
       const date = Date.parse(res.headers.date ?? '');
       if (Number.isNaN(date)) return reject(new Error(`HTTP ${res.statusCode ?? '?'} without a Date header`));

@@ -1,4 +1,5 @@
 import { StoreUnavailableError } from '../../core/errors.js';
+import { grpcDeadline, realClock, type Clock } from './time.js';
 import type { Etcd3Like, EtcdCallOptions, EtcdKeepAliveStream, EtcdRangeRequest, EtcdRangeResponse, EtcdStatusResponse, EtcdTxnRequest, EtcdTxnResponse, EtcdWatchBuilderLike } from './client.js';
 import { EtcdKeepAliveError, isTransient } from './errors.js';
 
@@ -7,6 +8,7 @@ import { EtcdKeepAliveError, isTransient } from './errors.js';
  * one attempt on one member may take before the next member is tried.
  */
 interface MemberCallOptions {
+  /** Wall-clock ms on the pool's clock (time.ts: this store's time domain). */
   deadline: number;
   signal?: AbortSignal | undefined;
   attemptMs?: number | undefined;
@@ -44,14 +46,22 @@ const REFUSED_FOR_MS = 2000;
  */
 export class MemberPool {
   private preferred = 0;
-  /** When each member last refused a call outright (down: connection refused or reset). */
+  /** Monotonic time (the pool's clock) when each member last refused a call outright (down: connection refused or reset). */
   private readonly refusedAt: number[];
   private readonly members: readonly Etcd3Like[];
   private readonly watcher: Etcd3Like;
   private readonly owned: readonly Etcd3Like[];
 
-  /** @param owned the clients `close()` closes (none for a client the caller passed in). */
-  constructor(members: readonly Etcd3Like[], watcher: Etcd3Like, owned: readonly Etcd3Like[]) {
+  /**
+   * @param owned the clients `close()` closes (none for a client the caller passed in).
+   * @param clock every time this store reads (time.ts): the pool is what all its parts share.
+   */
+  constructor(
+    members: readonly Etcd3Like[],
+    watcher: Etcd3Like,
+    owned: readonly Etcd3Like[],
+    readonly clock: Clock = realClock,
+  ) {
     this.members = members;
     this.watcher = watcher;
     this.owned = owned;
@@ -106,7 +116,8 @@ export class MemberPool {
     leaseTimeToLive: (req: { ID: string }, o: MemberCallOptions): Promise<{ ID: string; TTL: string; grantedTTL: string }> =>
       this.call((c, d) => c.leaseClient.leaseTimeToLive(req, d), o),
     /** One keepalive of etcd lease `id`, on a stream of its own; TTL '0' (or less): the lease is gone. */
-    leaseKeepAliveOnce: (id: string, o: MemberCallOptions): Promise<{ ID: string; TTL: string }> => this.call((c, d) => keepAliveOnce(c, id, d), o),
+    leaseKeepAliveOnce: (id: string, o: MemberCallOptions): Promise<{ ID: string; TTL: string }> =>
+      this.call((c, d, attemptDeadline) => keepAliveOnce(c, id, d, this.clock, attemptDeadline), o),
   };
 
   /** Every member's client can keep a lease alive (a client passed in may not: client.ts). */
@@ -122,7 +133,8 @@ export class MemberPool {
     for (const c of this.owned) c.close();
   }
 
-  private async call<T>(fn: (client: Etcd3Like, options: EtcdCallOptions) => Promise<T>, o: MemberCallOptions): Promise<T> {
+  /** `fn` gets gRPC's options (time.ts converts the deadline) and the attempt's deadline on the pool's clock. */
+  private async call<T>(fn: (client: Etcd3Like, options: EtcdCallOptions, attemptDeadline: number) => Promise<T>, o: MemberCallOptions): Promise<T> {
     const n = this.members.length;
     const base = o.attemptMs ?? DEFAULT_ATTEMPT_MS;
     const refused = new Set<number>();
@@ -130,12 +142,12 @@ export class MemberPool {
     const gaveUp = (): boolean => o.signal?.aborted === true;
     for (let attempt = 0; ; attempt++) {
       if (gaveUp()) throw abandoned(lastError);
-      const now = Date.now();
+      const now = this.clock.wallNow();
       if (attempt > 0 && now >= o.deadline) throw lastError;
-      const index = this.pick(refused, now);
+      const index = this.pick(refused, this.clock.monoNow());
       const attemptDeadline = Math.min(o.deadline, now + base * 2 ** Math.min(Math.floor(attempt / n), 6));
       try {
-        return await untilAbandoned(fn(this.members[index]!, { deadline: attemptDeadline }), o.signal);
+        return await untilAbandoned(fn(this.members[index]!, { deadline: grpcDeadline(this.clock, attemptDeadline) }, attemptDeadline), o.signal);
       } catch (err) {
         if (gaveUp()) throw abandoned(err);
         if (!isTransient(err)) throw err;
@@ -145,9 +157,9 @@ export class MemberPool {
         // A member that answered with an error (refused, unavailable) is not asked again in
         // this call; once every member has, the cluster is down: say so now, the engine
         // retries. Only a member that hung (its attempt ran out) is worth a longer attempt.
-        if (Date.now() < attemptDeadline) {
+        if (this.clock.wallNow() < attemptDeadline) {
           refused.add(index);
-          this.refusedAt[index] = Date.now();
+          this.refusedAt[index] = this.clock.monoNow();
         }
         if (refused.size >= n) throw err;
       }
@@ -159,13 +171,13 @@ export class MemberPool {
    * in the last couple of seconds (a killed member: the next call would spend an attempt on it
    * while the others elect a leader) and another has not.
    */
-  private pick(refused: ReadonlySet<number>, now: number): number {
+  private pick(refused: ReadonlySet<number>, monoNow: number): number {
     const n = this.members.length;
     let fallback: number | undefined;
     for (let k = 0; k < n; k++) {
       const i = (this.preferred + k) % n;
       if (refused.has(i)) continue;
-      if (now - this.refusedAt[i]! >= REFUSED_FOR_MS) return i;
+      if (monoNow - this.refusedAt[i]! >= REFUSED_FOR_MS) return i;
       fallback ??= i;
     }
     return fallback ?? this.preferred;
@@ -196,11 +208,11 @@ function untilAbandoned<T>(p: Promise<T>, signal: AbortSignal | undefined): Prom
 }
 
 /**
- * Sends one keepalive and waits for its answer, within the attempt's deadline. Any failure is
- * an EtcdKeepAliveError (transient: the pool tries another member); a keepalive is idempotent.
+ * Sends one keepalive and waits for its answer, until `deadline` (the attempt's, on `clock`).
+ * Any failure is an EtcdKeepAliveError (transient: the pool tries another member); a keepalive
+ * is idempotent.
  */
-async function keepAliveOnce(c: Etcd3Like, id: string, o: EtcdCallOptions): Promise<{ ID: string; TTL: string }> {
-  const deadline = typeof o.deadline === 'number' ? o.deadline : (o.deadline?.getTime() ?? Date.now() + DEFAULT_ATTEMPT_MS);
+async function keepAliveOnce(c: Etcd3Like, id: string, o: EtcdCallOptions, clock: Clock, deadline: number): Promise<{ ID: string; TTL: string }> {
   // The attempt's clock starts before the stream is opened: opening can wait too (a member
   // that accepts the connection and never answers, or etcd3 fetching an auth token).
   return new Promise((resolve, reject) => {
@@ -209,7 +221,7 @@ async function keepAliveOnce(c: Etcd3Like, id: string, o: EtcdCallOptions): Prom
     const finish = (f: () => void): void => {
       if (done) return;
       done = true;
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       try {
         stream?.end();
       } catch {
@@ -217,13 +229,13 @@ async function keepAliveOnce(c: Etcd3Like, id: string, o: EtcdCallOptions): Prom
       }
       f();
     };
-    const timer = setTimeout(
+    const timer = clock.setTimeout(
       () =>
         finish(() => {
           stream?.cancel?.();
           reject(new EtcdKeepAliveError(`no answer to a keepalive of etcd lease ${id} in time`));
         }),
-      Math.max(1, deadline - Date.now()),
+      Math.max(1, deadline - clock.wallNow()),
     );
     c.leaseClient.leaseKeepAlive!(o).then(
       (s) => {

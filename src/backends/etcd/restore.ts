@@ -39,7 +39,8 @@ interface Refusal {
 }
 
 export class RestoreGuard {
-  private checkedAtMs = -Infinity;
+  /** Monotonic time (the pool's clock) of the last clean check: a wall-clock step must not extend or end its cover. */
+  private checkedAt = -Infinity;
   private inFlight: Promise<void> | undefined;
   /** A drop this process saw itself: refused until an acknowledgement newer than the drop. */
   private remembered: Refusal | undefined;
@@ -51,7 +52,7 @@ export class RestoreGuard {
 
   /** The next grant checks again (after a failed call: etcd may have been restarted from a backup). */
   recheck(): void {
-    this.checkedAtMs = -Infinity;
+    this.checkedAt = -Infinity;
   }
 
   /**
@@ -61,7 +62,7 @@ export class RestoreGuard {
    */
   async beforeGrant(deadline: number, attemptMs: number): Promise<void> {
     this.noteDrop();
-    if (this.remembered === undefined && Date.now() - this.checkedAtMs < RECHECK_MS) return;
+    if (this.remembered === undefined && this.client.clock.monoNow() - this.checkedAt < RECHECK_MS) return;
     this.inFlight ??= this.check(deadline, attemptMs).finally(() => (this.inFlight = undefined));
     await this.inFlight;
   }
@@ -81,7 +82,7 @@ export class RestoreGuard {
   /** What `doctor` shows: the refusal, or undefined when etcd looks unrestored. */
   async status(deadline: number): Promise<StoreRestoredError | undefined> {
     try {
-      await this.check(deadline, Math.max(200, deadline - Date.now()));
+      await this.check(deadline, Math.max(200, deadline - this.client.clock.wallNow()));
       return undefined;
     } catch (err) {
       if (err instanceof StoreRestoredError) return err;
@@ -101,7 +102,7 @@ export class RestoreGuard {
   acknowledged(): void {
     this.noteDrop();
     this.remembered = undefined;
-    this.checkedAtMs = -Infinity;
+    this.checkedAt = -Infinity;
   }
 
   private noteDrop(): void {
@@ -154,12 +155,12 @@ export class RestoreGuard {
         throw error;
       }
     }
-    this.checkedAtMs = Date.now();
+    this.checkedAt = this.client.clock.monoNow();
   }
 
   /** Leaves the drop in etcd for fresh processes, unless an acknowledgement came after it. */
   private async leaveMark(r: Refusal, opts: { deadline: number; attemptMs: number }): Promise<void> {
-    const value = JSON.stringify({ seen: r.error.seenToken?.toString(), found: r.foundRevision.toString(), atMs: Date.now() });
+    const value = JSON.stringify({ seen: r.error.seenToken?.toString(), found: r.foundRevision.toString(), atMs: this.client.clock.wallNow() });
     try {
       await this.client.kv.txn(
         {

@@ -4,17 +4,20 @@
  */
 import type { EtcdKeys } from './keys.js';
 import { Session, sessionKeyOf, type SessionTerm } from './session.js';
+import type { Clock } from './time.js';
 
 /** Every session of one store instance, by holder and TTL. */
 export class SessionBook {
   private readonly byKey = new Map<string, Session>();
   private readonly opening = new Map<string, Promise<Session>>();
 
+  constructor(private readonly clock: Clock) {}
+
   get(holder: string, ttlSec: number): Session | undefined {
     return this.byKey.get(sessionKeyOf(holder, ttlSec));
   }
   drop(s: Session): void {
-    s.dead ??= { kind: 'gone' };
+    if (s.state.over === undefined) s.state = { ...s.state, over: { kind: 'gone' } };
     const key = sessionKeyOf(s.holder, s.askedSec);
     if (this.byKey.get(key) === s) this.byKey.delete(key);
   }
@@ -24,9 +27,9 @@ export class SessionBook {
    * live session (its terms would then be read as a clone's at their next renewal).
    */
   prune(): void {
-    const now = performance.now();
+    const now = this.clock.monoNow();
     for (const s of this.byKey.values()) {
-      if (s.moving.size === 0 && s.usedAt + s.ttlSec * 1000 + 60_000 < now) this.drop(s);
+      if (s.moving.size === 0 && s.state.usedAt + s.ttlSec * 1000 + 60_000 < now) this.drop(s);
     }
   }
   /** The live session of (holder, TTL), opening one (once, for every concurrent caller) if there is none. */
@@ -34,7 +37,7 @@ export class SessionBook {
     this.prune();
     const key = sessionKeyOf(holder, ttlSec);
     const live = this.byKey.get(key);
-    if (live !== undefined && live.dead === undefined) return Promise.resolve(live);
+    if (live !== undefined && live.over === undefined) return Promise.resolve(live);
     let opening = this.opening.get(key);
     if (opening === undefined) {
       opening = open().then(
@@ -70,9 +73,8 @@ export class SessionBook {
    */
   copyInto(into: SessionBook, keys: EtcdKeys): void {
     for (const [key, s] of this.byKey) {
-      const c = new Session(s.holder, s.askedSec, s.ttlSec, s.leaseId, keys, Buffer.from(s.value), s.expiresAtMs);
-      c.pending = s.pending.map((p) => Buffer.from(p));
-      c.seenMarkers = new Map(s.seenMarkers);
+      const c = new Session(s.holder, s.askedSec, s.ttlSec, s.leaseId, keys, Buffer.from(s.state.value), s.state.expiresAtMs, into.clock.monoNow());
+      c.state = { ...c.state, pending: s.state.pending.map((p) => Buffer.from(p)), markers: new Map(s.state.markers) };
       for (const [name, t] of s.terms) c.terms.set(name, { ...t });
       into.byKey.set(key, c);
     }

@@ -9,6 +9,10 @@ import type { MemberPool } from './members.js';
 import { json, parseSession, sessionTermValue, type EtcdKeys, type HistoryValue, type SessionValue, type StateValue } from './keys.js';
 import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
 import type { SessionBook } from './session-book.js';
+import { afterKeepalive, afterSwap, openedState, planTick, swapSent, type KeepaliveAnswer, type SessionOver, type SessionState, type SessionTerm, type TickNow, type TickResult } from './tick.js';
+import type { Clock } from './time.js';
+
+export type { SessionTerm } from './tick.js';
 
 /**
  * Sessions: renewal work per tick independent of the number of leases a process holds.
@@ -59,42 +63,19 @@ import type { SessionBook } from './session-book.js';
  * and the term ends for both, as the contract asks.
  */
 
-/** What one session knows of one of its terms. */
-export interface SessionTerm {
-  /**
-   * The term key's create revision (its token, less the floor); undefined while the renewal
-   * that moves it here has not been answered (it may have landed: then `moved` is its value).
-   */
-  rev: string | undefined;
-  /** The term key's value as the move wrote it: [holder, move nonce, 's']. */
-  moved: Buffer;
-  /** The nonce the move wrote: what the renew record names (claim.ts tells 'expired' by it). */
-  moveNonce: string;
-  /** The nonce the last answered renewal was sent with (the engine presents it next). */
-  nonce: string;
-  /** Monotonic time (performance.now) of the last renewal that named it: unnamed for a TTL, it is an orphan. */
-  renewedAt: number;
-  /** The session's sequence number of the request that last wrote this entry (see Session.seq). */
-  seq: number;
-}
-
+/**
+ * One session: its etcd lease and what is fixed with it, its state (one immutable record,
+ * ./tick.ts, replaced by each transition), the terms it renews, and the bookkeeping of calls in
+ * flight that move terms onto it.
+ */
 export class Session {
   readonly terms = new Map<string, SessionTerm>();
   /** The TTL in whole seconds as asked for (etcd may grant more): the session's key in its book. */
   readonly askedSec: number;
   readonly key: Buffer;
-  /** The session key's value as this session last saw it written. */
-  value: Buffer;
-  /** Values sent by ticks whose answer never came: one of them may be the stored value. */
-  pending: Buffer[] = [];
-  /** Lower bound of the etcd lease's expiry, by local time. */
-  expiresAtMs: number;
-  /** Markers read, deleted by later ticks (by latin1 key). */
-  seenMarkers = new Map<string, Buffer>();
   /** The token floor's revision when the session opened: raising the floor deletes every term key. */
   readonly floorRev: string;
-  /** Set once a tick found the session gone or cloned: nothing renews on it again. */
-  dead: TickResult | undefined;
+  state: SessionState;
   /**
    * Renewal requests are numbered as they enter renewOnSessions: an entry is only ever replaced
    * by a later request's answer, never by a slow older call's (a late settle would bring back a
@@ -109,10 +90,6 @@ export class Session {
    * still finds a delete that happened meanwhile.
    */
   readonly moving = new Map<string, number>();
-  /** Monotonic time of the last look for abandoned terms (tick()). */
-  sweptAt = 0;
-  /** Monotonic time of the last tick or the opening: a session unused for long is pruned. */
-  usedAt = performance.now();
   /** Bumped by each tick: a tick given up at its deadline must not write the session's state when it ends. */
   private gen = 0;
   /** The tick not yet sent, which concurrent renewals join; and the last one sent. */
@@ -127,12 +104,17 @@ export class Session {
     keys: EtcdKeys,
     value: Buffer,
     expiresAtMs: number,
+    monoNow: number,
   ) {
     this.askedSec = askedSec;
     this.key = keys.session(leaseId);
     this.floorRev = keys.floorRev;
-    this.value = value;
-    this.expiresAtMs = expiresAtMs;
+    this.state = openedState(value, expiresAtMs, monoNow);
+  }
+
+  /** Over: gone or cloned, found by a tick or dropped from its book. Nothing renews on it again. */
+  get over(): SessionOver | undefined {
+    return this.state.over;
   }
 
   /**
@@ -154,21 +136,20 @@ export class Session {
       .then(() => new Promise<void>((r) => setImmediate(r)))
       .then(async (): Promise<TickResult> => {
         this.upcoming = undefined;
-        if (this.dead !== undefined) return this.dead;
-        // `migrate --min-token` (any process) deleted every term key with the floor it raised.
-        if (ctx.keys.floorRev !== this.floorRev) return (this.dead = { kind: 'gone' });
+        if (this.state.over !== undefined) return this.state.over;
         // A tick that hangs (a member that never answers) must not hold every later tick of
         // the session: past the deadline it is given up (a swap of it that lands later is
         // recognised by the next tick, as any unanswered one is: `pending`).
         const gen = ++this.gen;
-        this.usedAt = performance.now();
         const r = await withDeadline(
+          ctx.client.clock,
           tick(shared, this, joined, deadline, () => this.gen === gen),
           deadline,
           `etcd: session ${this.leaseId} renewal got no answer in time; this is retryable`,
         );
-        if (r.kind === 'alive') return r;
-        this.dead = r;
+        // Recorded here, not by the tick: one given up at its deadline ends nothing when its
+        // answer comes (the next tick finds the same, and ends a cloned session's terms too).
+        if (r.kind !== 'alive') this.state = { ...this.state, over: r };
         if (r.kind === 'cloned') await endAsCloned(shared, this, deadline);
         return r;
       });
@@ -179,7 +160,7 @@ export class Session {
 
   /** The lease as a grant, for claim.ts's renewal that moves a term onto it. */
   grant(): Grant {
-    return { id: this.leaseId, ttlSec: this.ttlSec, sentAtMs: this.expiresAtMs - this.ttlSec * 1000, session: true };
+    return { id: this.leaseId, ttlSec: this.ttlSec, sentAtMs: this.state.expiresAtMs - this.ttlSec * 1000, session: true };
   }
 }
 
@@ -215,7 +196,7 @@ async function txn(ctx: SessionContext, req: EtcdTxnRequest, deadline: number, w
 
 /** A new session: one LeaseGrant and one Txn that creates the session key on it. */
 async function openSession(ctx: SessionContext, holder: string, ttlSec: number, deadline: number): Promise<Session> {
-  const sentAtMs = Date.now();
+  const sentAtMs = ctx.client.clock.wallNow();
   let g;
   try {
     // No caller's signal: like claim.ts's grants, a grant outlives one caller giving up.
@@ -237,50 +218,41 @@ async function openSession(ctx: SessionContext, holder: string, ttlSec: number, 
   if (!schemaOk(ctx.keys, r) && !first(r.responses[2])?.value.equals(value)) {
     throw new StoreUnavailableError(`etcd: the session key of fresh etcd lease ${g.ID} was written by someone else; this is retryable`);
   }
-  return new Session(holder, ttlSec, granted, g.ID, ctx.keys, value, sentAtMs + granted * 1000);
+  return new Session(holder, ttlSec, granted, g.ID, ctx.keys, value, sentAtMs + granted * 1000, ctx.client.clock.monoNow());
 }
-
-type TickResult =
-  /** Every term of the session lives until at least `expiresAtMs`, except those in `ended`. */
-  | { kind: 'alive'; expiresAtMs: number; storeNowMs: number; ended: Set<string> }
-  /** The lease ran out (a pause longer than the TTL), a clone ended the session, or the token floor was raised. */
-  | { kind: 'gone' }
-  /**
-   * Another process swapped the session key: a clone of this one, or this one is the clone.
-   * Every term of the session (`terms`, as they were) was then ended as a clone conflict.
-   */
-  | { kind: 'cloned'; terms: ReadonlyMap<string, SessionTerm> };
 
 const MAX_ROUNDS = 3;
 
+/** The two clocks a plan reads (time.ts). */
+function nowOf(clock: Clock): TickNow {
+  return { mono: clock.monoNow(), wall: clock.wallNow() };
+}
+
 /**
- * One tick (see above). `renewing`: the names renewed now; a term not among them and not
+ * One tick (see above): each round a plan (./tick.ts), then its Txn; then one keepalive. The
+ * session's state is replaced by the plan's transitions, except that the end of the session is
+ * left to Session.renew. `renewing`: the names renewed now; a term not among them and not
  * renewed for a TTL is deleted as an orphan.
  */
 async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number, current: () => boolean): Promise<TickResult> {
   const k = ctx.keys;
+  const clock = ctx.client.clock;
+  const given = (): StoreUnavailableError => new StoreUnavailableError(`etcd: a session renewal answered after it was given up; this is retryable`);
+  // Read when the tick starts: a later round of the same tick goes on with its swap.
+  const floorMoved = k.floorRev !== s.floorRev;
   const swapped = await (async (): Promise<TickResult | { kind: 'swapped'; ended: Set<string> }> => {
     for (let round = 0; round < MAX_ROUNDS; round++) {
-      const now = Date.now();
-      // The operations besides the swap and the read share the Txn's --max-txn-ops with them.
-      const room = Math.max(2, ctx.maxOpsPerTxn - 4);
-      const markers = [...s.seenMarkers.values()].slice(0, Math.floor(room / 2));
-      const orphans: [string, SessionTerm][] = [];
-      const mono = performance.now();
-      // A look at every term a few times per TTL is enough: a sweep is at most that much later.
-      const sweep = mono - s.sweptAt >= (s.ttlSec * 1000) / 4;
-      if (sweep) s.sweptAt = mono;
-      for (const [name, t] of sweep ? s.terms : []) {
-        if (orphans.length >= room - markers.length) break;
-        // Not while its move is in flight: the call that moves it decides, then it is swept.
-        if (!renewing.has(name) && !s.moving.has(name) && t.renewedAt + s.ttlSec * 1000 < mono) orphans.push([name, t]);
-      }
-      const next = sessionValue(s.holder, now);
+      const view = { ttlSec: s.ttlSec, floorMoved, deadline, terms: s.terms, renewing, moving: s.moving, maxOpsPerTxn: ctx.maxOpsPerTxn };
+      const plan = planTick(s.state, view, nowOf(clock));
+      if (plan.kind === 'give-up') throw new StoreUnavailableError(`etcd: session ${s.leaseId} renewal passed its deadline; this is retryable`);
+      if (plan.kind === 'stand-down') return plan.result;
+      s.state = plan.state;
+      const next = sessionValue(s.holder, plan.valueAtMs);
       const ops: EtcdRequestOp[] = [
         { request_put: { key: s.key, value: next, lease: s.leaseId } },
         rangePrefix(k.endedOf(s.leaseId)),
-        ...markers.map((key): EtcdRequestOp => ({ request_delete_range: { key } })),
-        ...orphans.map(
+        ...plan.markers.map((key): EtcdRequestOp => ({ request_delete_range: { key } })),
+        ...plan.orphans.map(
           ([name, t]): EtcdRequestOp => ({
             request_txn: {
               // A term whose move was never answered is known by the value the move wrote.
@@ -295,47 +267,26 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
           }),
         ),
       ];
-      s.pending = [...s.pending, next].slice(-4);
-      const r = await txn(ctx, guarded(k, ops, [{ key: s.key, target: 'Value', result: 'Equal', value: s.value }]), deadline, 'session renewal');
+      const compared = s.state.value;
+      s.state = swapSent(s.state, next);
+      const r = await txn(ctx, guarded(k, ops, [{ key: s.key, target: 'Value', result: 'Equal', value: compared }]), deadline, 'session renewal');
       // Given up at its deadline, and a later tick has started: what this one saw is stale, and
       // writing it (the session's value above all) would make the later ticks misjudge.
-      if (!current()) throw new StoreUnavailableError(`etcd: a session renewal answered after it was given up; this is retryable`);
-      if (schemaOk(k, r)) {
-        s.value = next;
-        s.pending = [];
-        const sent = new Set(markers.map((m) => m.toString('latin1')));
-        for (const m of sent) s.seenMarkers.delete(m);
-        for (const [name] of orphans) s.terms.delete(name);
-        const ended = new Set<string>();
-        const prefix = k.endedOf(s.leaseId);
-        for (const kv of all(r.responses[1])) {
-          // A marker names the term it ended by create revision: an older term of the same name
-          // (released, then acquired again and moved here) is not this one. A marked term
-          // leaves the session now, whether or not this tick renews it: the marker may be
-          // deleted before its next renewal comes.
-          const name = k.nameIn(kv.key, prefix);
-          const t = name === null ? undefined : s.terms.get(name);
-          // A move not yet answered has no create revision to match: it is never answered
-          // 'renewed' here, and the rounds that moved it read the store themselves.
-          if (t?.rev !== undefined && t.rev === kv.value.toString()) {
-            ended.add(name!);
-            s.terms.delete(name!);
-          }
-          const id = kv.key.toString('latin1');
-          if (!sent.has(id) && (name === null || !s.moving.has(name))) s.seenMarkers.set(id, kv.key);
-        }
-        return { kind: 'swapped', ended };
-      }
+      if (!current()) throw given();
+      const prefix = k.endedOf(s.leaseId);
       const stored = first(r.responses[2]);
-      if (stored === undefined) return { kind: 'gone' };
-      const mine = s.pending.find((p) => p.equals(stored.value));
-      if (mine !== undefined) {
-        // A tick of ours landed without its answer reaching us: adopt it and swap again.
-        s.value = mine;
-        s.pending = [];
-        continue;
-      }
-      return parseSession(stored)?.h === s.holder ? { kind: 'cloned', terms: new Map(s.terms) } : { kind: 'gone' };
+      const outcome = afterSwap(
+        s.state,
+        schemaOk(k, r)
+          ? { kind: 'swapped', markersRead: all(r.responses[1]).map((kv) => ({ id: kv.key.toString('latin1'), key: kv.key, name: k.nameIn(kv.key, prefix), rev: kv.value.toString() })) }
+          : { kind: 'refused', stored: stored?.value, storedHolder: stored === undefined ? undefined : parseSession(stored)?.h },
+        { holder: s.holder, sent: next, plan, terms: s.terms, moving: s.moving },
+      );
+      if (outcome.kind === 'over') return outcome.result;
+      s.state = outcome.state;
+      if (outcome.kind === 'again') continue;
+      for (const name of outcome.remove) s.terms.delete(name);
+      return { kind: 'swapped', ended: outcome.ended };
     }
     throw new StoreUnavailableError(`etcd: session ${s.leaseId} kept changing under its own renewals; this is retryable`);
   })();
@@ -345,18 +296,20 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
   // has just reached a working etcd leader. Sent together, the two had separate retry schedules
   // while a frozen leader was replaced, and the tick waited for the slower one: CI lost a TTL-4s
   // term in test/topologies/etcd-cluster.test.ts that way. The cost is one round trip per tick.
-  const sentAtMs = Date.now();
-  let ka;
+  const sentAtMs = clock.wallNow();
+  let answer: KeepaliveAnswer;
   try {
-    ka = await ctx.client.leaseClient.leaseKeepAliveOnce(s.leaseId, { deadline, signal: ctx.call.signal, attemptMs: ctx.call.attemptMs });
+    const ka = await ctx.client.leaseClient.leaseKeepAliveOnce(s.leaseId, { deadline, signal: ctx.call.signal, attemptMs: ctx.call.attemptMs });
+    answer = { kind: 'answered', ttlSec: Number(ka.TTL) };
   } catch (err) {
-    throw mapEtcdError(err, 'session keepalive');
+    answer = { kind: 'unseen', error: mapEtcdError(err, 'session keepalive') };
   }
-  const ttlSec = Number(ka.TTL);
-  if (!current()) throw new StoreUnavailableError(`etcd: a session renewal answered after it was given up; this is retryable`);
-  if (!(ttlSec > 0)) return { kind: 'gone' };
-  s.expiresAtMs = sentAtMs + Math.min(ttlSec, s.ttlSec) * 1000;
-  return { kind: 'alive', expiresAtMs: s.expiresAtMs, storeNowMs: Date.now(), ended: swapped.ended };
+  if (!current() && answer.kind === 'answered') throw given();
+  const kept = afterKeepalive(s.state, s.ttlSec, sentAtMs, answer, nowOf(clock));
+  if (kept.kind === 'over') return kept.result;
+  s.state = kept.state;
+  if (kept.kind === 'lost') throw kept.error;
+  return { kind: 'alive', expiresAtMs: kept.expiresAtMs, storeNowMs: kept.storeNowMs, ended: swapped.ended };
 }
 
 /**
@@ -366,7 +319,7 @@ async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<strin
  */
 async function endAsCloned(ctx: SessionContext, s: Session, deadline: number): Promise<void> {
   const k = ctx.keys;
-  const atMs = Date.now();
+  const atMs = ctx.client.clock.wallNow();
   const perTxn = Math.max(1, ctx.maxOpsPerTxn - 4);
   const terms = [...s.terms];
   const chunks: EtcdRequestOp[][] = [[{ request_delete_range: { key: s.key } }]];
@@ -464,7 +417,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
               continue;
             }
             term.nonce = req.nextNonce;
-            term.renewedAt = performance.now();
+            term.renewedAt = ctx.client.clock.monoNow();
             term.seq = Math.max(term.seq, seq);
             if (s.moving.has(req.name)) s.settled.set(req.name, Math.max(s.settled.get(req.name) ?? 0, seq));
             answered.set(index, { name: req.name, outcome: 'renewed', token: ctx.keys.token(term.rev!), holder: req.holder, expiresAtMs: r.expiresAtMs, storeNowMs: r.storeNowMs });
@@ -473,7 +426,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
           return;
         }
         ctx.book.drop(s);
-        const storeNowMs = Date.now();
+        const storeNowMs = ctx.client.clock.wallNow();
         for (const { index, term } of mine) {
           const req = requests[index]!;
           if (r.kind === 'cloned' && term.rev !== undefined) {
@@ -504,7 +457,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
     s.moving.set(req.name, (s.moving.get(req.name) ?? 0) + 1);
     if (s.terms.has(req.name)) continue;
     const moved = sessionTermValue(req.holder, req.nextNonce);
-    s.terms.set(req.name, { rev: undefined, moved, moveNonce: req.nextNonce, nonce: req.nextNonce, renewedAt: performance.now(), seq });
+    s.terms.set(req.name, { rev: undefined, moved, moveNonce: req.nextNonce, nonce: req.nextNonce, renewedAt: ctx.client.clock.monoNow(), seq });
   }
   return { answered, rest, grants, fromSession, seqs };
 }
@@ -525,7 +478,7 @@ export function settleInSession(ctx: SessionContext, req: ClaimRequest, result: 
   if (left > 0 && !newer) s.settled.set(req.name, seq);
   if (left === 0) s.settled.delete(req.name);
   if (newer || result === undefined) return;
-  if (result.outcome !== 'renewed' || s.dead !== undefined) {
+  if (result.outcome !== 'renewed' || s.over !== undefined) {
     // Lost (or on a session that died meanwhile: its lease ends with it): not ours to tick.
     s.terms.delete(req.name);
     return;
@@ -536,22 +489,22 @@ export function settleInSession(ctx: SessionContext, req: ClaimRequest, result: 
     moved: prev?.moved ?? sessionTermValue(req.holder, req.nextNonce),
     moveNonce: prev?.moveNonce ?? req.nextNonce,
     nonce: req.nextNonce,
-    renewedAt: performance.now(),
+    renewedAt: ctx.client.clock.monoNow(),
     seq,
   });
 }
 
-/** `p`, or a retryable StoreUnavailableError once `deadline` (local ms) passes. */
-function withDeadline<T>(p: Promise<T>, deadline: number, message: string): Promise<T> {
+/** `p`, or a retryable StoreUnavailableError once `deadline` (wall ms on `clock`) passes. */
+function withDeadline<T>(clock: Clock, p: Promise<T>, deadline: number, message: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new StoreUnavailableError(message)), Math.max(1, deadline - Date.now()));
+    const timer = clock.setTimeout(() => reject(new StoreUnavailableError(message)), Math.max(1, deadline - clock.wallNow()));
     p.then(
       (v) => {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         resolve(v);
       },
       (e: unknown) => {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         reject(e as Error);
       },
     );

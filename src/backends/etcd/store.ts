@@ -19,23 +19,12 @@ import type {
 import { claimBatch, estimateExpiry, leaseRemaining, type Grant, type SeenState } from './claim.js';
 import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { MemberPool } from './members.js';
-import {
-  EtcdKeys,
-  SCHEMA_VERSION,
-  json,
-  parseRenew,
-  parseSession,
-  parseState,
-  parseTerm,
-  prefixEnd,
-  stateToken,
-  type HistoryValue,
-  type StateValue,
-} from './keys.js';
+import { EtcdKeys, SCHEMA_VERSION, json, parseRenew, parseSession, parseState, parseTerm, prefixEnd, stateToken, type HistoryValue, type StateValue } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 import { watchTermDeletes } from './watch.js';
 import { SessionBook } from './session-book.js';
 import { RestoreGuard } from './restore.js';
+import { realClock, type Clock } from './time.js';
 
 export interface EtcdStoreOptions {
   /**
@@ -51,6 +40,8 @@ export interface EtcdStoreOptions {
   callTimeoutMs?: number;
   /** etcd's --max-txn-ops; batches are split to fit. Default 128 (etcd's default). */
   maxOpsPerTxn?: number;
+  /** Every time the store reads (default the process's own). The times it reports are this clock's at etcd's answers. */
+  clock?: Clock;
 }
 
 const DEFAULT_CALL_TIMEOUT_MS = 5000;
@@ -79,7 +70,7 @@ export class EtcdStore implements LeaseStore {
   private readonly callTimeoutMs: number;
   private readonly maxOpsPerTxn: number;
   private readonly seen = new Map<string, SeenState>();
-  private readonly sessions = new SessionBook();
+  private readonly sessions: SessionBook;
   /** Refuses grants on an etcd restored from an old backup (restore.ts). */
   private readonly restore: RestoreGuard;
   private readonly grants = new Map<number, { promise: Promise<Grant>; grant?: Grant; sentAtMs: number }>();
@@ -89,6 +80,7 @@ export class EtcdStore implements LeaseStore {
   private constructor(client: MemberPool, ownsClient: boolean, prefix: string, description: string, options: EtcdStoreOptions) {
     this.client = client;
     this.ownsClient = ownsClient;
+    this.sessions = new SessionBook(client.clock);
     this.prefix = validatePrefix(prefix);
     this.keys = new EtcdKeys(this.prefix);
     this.restore = new RestoreGuard(this.client, this.keys);
@@ -106,11 +98,11 @@ export class EtcdStore implements LeaseStore {
   /** @throws {ConfigError} for a malformed URL, or when `etcd3` is not installed. */
   static async create(options: EtcdStoreOptions): Promise<EtcdStore> {
     if (options.client !== undefined) {
-      return new EtcdStore(new MemberPool([options.client], options.client, []), false, options.prefix ?? 'leasehold', 'etcd (your client)', options);
+      return new EtcdStore(new MemberPool([options.client], options.client, [], options.clock ?? realClock), false, options.prefix ?? 'leasehold', 'etcd (your client)', options);
     }
     if (options.url === undefined) throw new ConfigError('the etcd store needs a url (etcd://host:2379) or a client');
     const parsed = parseEtcdUrl(options.url);
-    const client = await createEtcd3Client(parsed);
+    const client = await createEtcd3Client(parsed, options.clock ?? realClock);
     const merged = { ...options, callTimeoutMs: options.callTimeoutMs ?? parsed.callTimeoutMs };
     try {
       return new EtcdStore(client, true, options.prefix ?? parsed.prefix ?? 'leasehold', parsed.description, merged);
@@ -123,7 +115,7 @@ export class EtcdStore implements LeaseStore {
   private begin(options?: CallOptions): number {
     if (this.closed) throw new ClosedError('this EtcdStore is closed; open a new store');
     options?.signal?.throwIfAborted();
-    return Date.now() + this.callTimeoutMs;
+    return this.client.clock.wallNow() + this.callTimeoutMs;
   }
 
   private async txn(req: EtcdTxnRequest, deadline: number, where: string): Promise<EtcdTxnResponse> {
@@ -327,7 +319,7 @@ export class EtcdStore implements LeaseStore {
    */
   private leaseFor(ttlMs: number, deadline: number, attemptMs: number): Promise<Grant> {
     const ttlSec = Math.max(1, Math.ceil(ttlMs / 1000));
-    const now = Date.now();
+    const now = this.client.clock.wallNow();
     const cached = this.grants.get(ttlSec);
     if (cached !== undefined) {
       // A grant still pending after an attempt's budget is hung somewhere: a claim that joined
@@ -407,7 +399,7 @@ export class EtcdStore implements LeaseStore {
         };
       }
       const token = k.token(termKv.create_revision!);
-      const atMs = Date.now();
+      const atMs = this.client.clock.wallNow();
       const ended: StateValue = {
         holder: term.holder,
         token: token.toString(),
@@ -473,7 +465,7 @@ export class EtcdStore implements LeaseStore {
     const sessionAt = byName(all(r.responses[3]), k.sessionPrefix, (kv) => parseSession(kv)?.at ?? null);
     const leases = [...new Set([...terms.values()].map((t) => t.kv.lease))];
     const ttl = await leaseRemaining(this.client, leases, deadline);
-    const storeNowMs = Date.now();
+    const storeNowMs = this.client.clock.wallNow();
     const out: LeaseInfo[] = [];
     for (const [name, s] of states) {
       if (s.v === null) continue;
@@ -543,7 +535,7 @@ export class EtcdStore implements LeaseStore {
     } catch (err) {
       throw mapEtcdError(err, 'now');
     }
-    return Date.now();
+    return this.client.clock.wallNow();
   }
 
   /**
