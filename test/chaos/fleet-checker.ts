@@ -73,7 +73,11 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
   const endsById = new Map<string, number[]>();
   // Claims sent with no answer logged (the process was stopped or killed with the claim in
   // flight): the store may have renewed the lease without anyone seeing it.
-  const answered = new Set(agents.flatMap((e) => (e.ev === 'claim' ? [`${e.pid}:${e.sent}`] : [])));
+  // A claim that failed with an error (a timeout, a dropped connection) is as unanswered as one
+  // never heard back from: the store may have applied it. (A loaded run on MySQL: a renewal
+  // timed out after 1.6 s, "Query inactivity timeout", had renewed the agent, and a placement
+  // on it 0.8 s later was charged as one on a stale agent.)
+  const answered = new Set(agents.flatMap((e) => (e.ev === 'claim' && e.outcome !== 'error' ? [`${e.pid}:${e.sent}`] : [])));
   const unansweredById = new Map<string, number[]>();
   for (const e of agents) {
     if (e.ev !== 'claim-sent' || answered.has(`${e.pid}:${e.sent}`)) continue;
