@@ -33,7 +33,7 @@ import { validateLeaseName } from '../core/config.js';
 import { Leasehold } from '../core/leasehold.js';
 import type { Elector } from '../core/elector.js';
 import type { LeaseOptions, Term } from '../core/lease.js';
-import { cronSchedule, everySchedule, slotForFire, type Schedule } from '../scheduler/schedule.js';
+import { cronSchedule, everySchedule, intervalSlot, slotForFire, type IntervalFire, type Schedule } from '../scheduler/schedule.js';
 import { SlotGate, type SlotGateOptions, type SlotRun } from '../scheduler/gate.js';
 import { openScheduling, type Scheduling, type SchedulingSource } from '../scheduler/open.js';
 import { runOncePer } from '../scheduler/once-per.js';
@@ -135,6 +135,8 @@ export class LeaseholdRuntime {
   private readonly defaults: Omit<SlotGateOptions, 'signal' | 'schedule'>;
   private readonly gates = new Map<string, SlotGate>();
   private readonly electors = new Map<string, Elector>();
+  /** Each @Interval's previous fire on this replica, by lease name: its next fire counts periods from it. */
+  private readonly intervalFires = new Map<string, IntervalFire>();
   /** Jobs running now: shutdown waits for them, so their outcome reaches the ledger before it closes. */
   private readonly running = new Set<Promise<unknown>>();
 
@@ -193,6 +195,13 @@ export class LeaseholdRuntime {
       this.gates.set(name, g);
     }
     return g;
+  }
+
+  /** @internal the slot of an @Interval fire now (see intervalSlot) */
+  intervalSlot(name: string, periodMs: number, nowMs: number): number {
+    const slotAtMs = intervalSlot(periodMs, nowMs, this.intervalFires.get(name));
+    this.intervalFires.set(name, { slotAtMs, firedAtMs: nowMs });
+    return slotAtMs;
   }
 
   /** @internal */
@@ -312,7 +321,7 @@ export function OncePerSlot(nameOrOptions?: string | OncePerSlotOptions): Method
     if (typeof original !== 'function') throw new ConfigError(`@OncePerSlot goes on a method; ${String(propertyKey)} is not one`);
     const className = (target as { constructor?: { name?: string } }).constructor?.name ?? 'Anonymous';
     const name = validateLeaseName(options.name ?? `${className}.${String(propertyKey)}`);
-    let schedule: { kind: 'timeout' } | { kind: 'slots'; schedule: Schedule; mode: 'nearest' | 'floor' } | undefined;
+    let schedule: ReturnType<typeof scheduleOf> | undefined;
     const wrapper = async function (this: unknown, ...args: unknown[]): Promise<unknown> {
       const rt = active;
       if (rt === undefined) throw new ConfigError(`@OncePerSlot ${name}: import LeaseholdModule.forRoot({ store }) in the application's root module`);
@@ -331,7 +340,8 @@ export function OncePerSlot(nameOrOptions?: string | OncePerSlotOptions): Method
           throw e;
         }
       }
-      const slotAtMs = slotForFire(schedule.schedule, rt.leasehold.clock.wallNow(), schedule.mode);
+      const now = rt.leasehold.clock.wallNow();
+      const slotAtMs = schedule.periodMs === undefined ? slotForFire(schedule.schedule, now) : rt.intervalSlot(name, schedule.periodMs, now);
       let value: unknown;
       await rt.track(
         rt.gate(name, schedule.schedule).run(slotAtMs, async (run) => {
@@ -349,18 +359,19 @@ export function OncePerSlot(nameOrOptions?: string | OncePerSlotOptions): Method
   };
 }
 
-function scheduleOf(method: object, name: string): { kind: 'timeout' } | { kind: 'slots'; schedule: Schedule; mode: 'nearest' | 'floor' } {
+/** @Cron's fires are named by the schedule's nearest instant; @Interval's (periodMs) by intervalSlot. */
+function scheduleOf(method: object, name: string): { kind: 'timeout' } | { kind: 'slots'; schedule: Schedule; periodMs?: number } {
   const type = reflect.getMetadata?.(SCHEDULER_TYPE, method);
   if (type === TIMEOUT) return { kind: 'timeout' };
   if (type === INTERVAL) {
     const { timeout } = (reflect.getMetadata?.(SCHEDULE_INTERVAL_OPTIONS, method) ?? {}) as { timeout?: number };
-    // setInterval starts at boot, not on the epoch: the slot is the aligned period it fired in.
-    return { kind: 'slots', schedule: everySchedule(Number(timeout)), mode: 'floor' };
+    // setInterval starts at boot, not on the epoch: its fires are counted onto the aligned grid.
+    return { kind: 'slots', schedule: everySchedule(Number(timeout)), periodMs: Number(timeout) };
   }
   if (type === CRON) {
     const { cronTime, timeZone } = (reflect.getMetadata?.(SCHEDULE_CRON_OPTIONS, method) ?? {}) as { cronTime?: unknown; timeZone?: string };
     if (typeof cronTime !== 'string') throw new ConfigError(`@OncePerSlot ${name}: @Cron with a Date has one slot; use @Timeout or a cron expression`);
-    return { kind: 'slots', schedule: cronSchedule(cronTime, timeZone ?? Intl.DateTimeFormat().resolvedOptions().timeZone), mode: 'nearest' };
+    return { kind: 'slots', schedule: cronSchedule(cronTime, timeZone ?? Intl.DateTimeFormat().resolvedOptions().timeZone) };
   }
   throw new ConfigError(`@OncePerSlot ${name}: put it under @Cron, @Interval or @Timeout from @nestjs/schedule (no schedule found on the method)`);
 }

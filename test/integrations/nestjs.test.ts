@@ -209,9 +209,11 @@ function replicasCase({ mode, kind, count }: Case): void {
     // known gaps, each counted and printed:
     //  - one job at a time: the new leader runs the killed slot's rerun and its own first slot
     //    back to back, so a fire just after the takeover may find it busy (overlap);
-    //  - @Interval names its slot by the aligned second it fired in, so a setInterval whose phase
-    //    sits at a second's edge can drift over one (recorded missed by "this leader's timer").
-    // At most one overlap and two drifts; anything else skipped while a replica led fails the test
+    //  - @Interval counts periods from its previous fire (intervalSlot), up to a period and a
+    //    quarter behind the grid: a fire read more than a quarter period late just behind a
+    //    second's edge (a starved process) is named by its own second, and the one it passed
+    //    over is recorded missed by "this leader's timer".
+    // At most one overlap and two such fires; anything else skipped while a replica led fails the test
     // (an overlap of the first slots too: the gates contend from startup, before the first fire).
     const killedAt = Date.parse(running.slot);
     const takeoverOverlap = skipped.filter((r) => /^overlap/.test(r.reason ?? '') && r.slotAtMs! > killedAt && r.slotAtMs! <= killedAt + (TTL_MS + 3000));
