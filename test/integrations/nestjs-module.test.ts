@@ -22,7 +22,7 @@ import { openSlotLedger } from '../../src/backends/index.js';
 import { TEST_PG_URL, makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { until } from './replicas.js';
 
-const kinds = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite');
+const kinds = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite' || k === 'mysql');
 const stores: TestStore[] = [];
 after(async () => {
   for (const s of stores) await s.cleanup();
