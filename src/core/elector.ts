@@ -44,6 +44,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private readonly external: AbortSignal | undefined;
   private readonly onExternalAbort = (): void => void this.stop();
   private loop: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
   private _lastError: unknown;
   /** Error codes already raised as process warnings since the last term won. */
   private readonly warned = new Set<string>();
@@ -141,8 +142,20 @@ export class Elector extends EventEmitter<ElectorEvents> {
     }
   }
 
-  /** Stops contending and closes the lease, releasing it if held (after the term's signal has fired). */
-  async stop(): Promise<void> {
+  /**
+   * Stops contending and closes the lease, releasing it if held (after the term's signal has
+   * fired). Every call resolves when that release has reached the store: a second call (the
+   * external signal's abort starts one, and its owner then calls stop() itself) used to find the
+   * term already ended and resolve at once, while the first call's release was still in flight;
+   * a caller that then closed the store lost the release (MySQL: "connection is in closed
+   * state"), and the lease stayed held for a TTL.
+   */
+  stop(): Promise<void> {
+    this.stopping ??= this.stopOnce();
+    return this.stopping;
+  }
+
+  private async stopOnce(): Promise<void> {
     this.external?.removeEventListener('abort', this.onExternalAbort);
     this.stopController.abort(new AbortedError('elector stopped'));
     await this.lease.close();

@@ -41,7 +41,9 @@ export class LeaseholdCoordinator implements RunCoordinator {
   private readonly opened: Promise<Scheduling>;
   private readonly options: LeaseholdCoordinatorOptions;
   private readonly gates = new Map<string, Promise<SlotGate>>();
-  private readonly running = new Map<string, { run: SlotRun; finish(status: 'succeeded' | 'failed', reason?: string | null): Promise<void> }>();
+  private readonly running = new Map<string, { run: SlotRun; finish(status: 'succeeded' | 'failed', reason?: string | null): Promise<void>; recorded: Deferred }>();
+  /** shouldRun calls still deciding: one may yet claim a slot, whose job close() must then wait for. */
+  private readonly admitting = new Set<Promise<unknown>>();
   private readonly failed = new Map<string, string>();
   private closed = false;
 
@@ -58,11 +60,16 @@ export class LeaseholdCoordinator implements RunCoordinator {
     const m = KEY.exec(key);
     if (m === null) throw new ConfigError(`node-cron asked about ${JSON.stringify(key)}, which is not "task-name:ISO-time"; is this node-cron 4?`);
     const [, task, iso] = m as unknown as [string, string, string];
-    const gate = await this.gate(task);
-    const a = await gate.admit(Date.parse(iso));
-    if (a.run === undefined) return false;
-    this.running.set(key, a);
-    return true;
+    const admission = this.gate(task).then((gate) => gate.admit(Date.parse(iso)));
+    this.admitting.add(admission);
+    try {
+      const a = await admission;
+      if (a.run === undefined) return false;
+      this.running.set(key, { ...a, recorded: deferred() });
+      return true;
+    } finally {
+      this.admitting.delete(admission);
+    }
   }
 
   /** Called by node-cron after the slot's job settled: records it succeeded (or failed, for a watched task). */
@@ -72,7 +79,11 @@ export class LeaseholdCoordinator implements RunCoordinator {
     this.running.delete(key);
     const failure = this.failed.get(key);
     this.failed.delete(key);
-    await a.finish(failure === undefined ? 'succeeded' : 'failed', failure ?? null);
+    try {
+      await a.finish(failure === undefined ? 'succeeded' : 'failed', failure ?? null);
+    } finally {
+      a.recorded.resolve();
+    }
   }
 
   /** The claimed slot of a running job (token, signal, idempotencyKey), from node-cron's context. */
@@ -96,12 +107,21 @@ export class LeaseholdCoordinator implements RunCoordinator {
     return this;
   }
 
-  /** Stops contending (a running job's signal aborts) and closes what this coordinator opened. */
+  /**
+   * Stops contending (a running job's signal aborts), waits for a running job to settle and its
+   * outcome to be recorded ('interrupted', owed to the next leader, when its term ended first),
+   * then closes what this coordinator opened. Closing the ledger under a running job would leave
+   * its slot 'claimed' until a next leader's takeover marks it, if there is one.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     const gates = await Promise.allSettled([...this.gates.values()]);
-    await Promise.all(gates.map((g) => (g.status === 'fulfilled' ? g.value.stop() : Promise.resolve())));
+    const stopping = Promise.all(gates.map((g) => (g.status === 'fulfilled' ? g.value.stop() : Promise.resolve())));
+    await Promise.allSettled([...this.admitting]);
+    // node-cron calls onComplete once the job settles, whatever it did: that records the slot.
+    await Promise.all([...this.running.values()].map((r) => r.recorded.promise));
+    await stopping;
     await (await this.opened).close();
   }
 
@@ -125,6 +145,18 @@ export class LeaseholdCoordinator implements RunCoordinator {
     }
     return g;
   }
+}
+
+interface Deferred {
+  promise: Promise<void>;
+  resolve(): void;
+}
+
+/** Promise.withResolvers arrived in Node 22. */
+function deferred(): Deferred {
+  let resolve!: () => void;
+  const promise = new Promise<void>((res) => (resolve = res));
+  return { promise, resolve };
 }
 
 /**

@@ -123,6 +123,18 @@ export class SlotGate {
     void this.firstAttempt.then(() => clearTimeout(timer));
   }
 
+  /**
+   * Settles once this replica's first attempt at the lease has (won, found it held, failed on
+   * the store, or 5 s passed) and, when it won, the new term's takeover of what earlier terms
+   * owe has run. A framework that starts its timers after this has its first fire admitted at
+   * once, instead of waiting for the acquire and the takeover (long enough on a slow store for
+   * the next fire to find that first job still running).
+   */
+  async ready(): Promise<void> {
+    await this.firstAttempt;
+    await this.takeover;
+  }
+
   /** Whether this replica holds a term now. */
   get isLeader(): boolean {
     return this.term !== undefined && !this.term.signal.aborted;

@@ -101,3 +101,35 @@ export function slotForFire(schedule: Schedule, nowMs: number, mode: 'nearest' |
   }
   return prev !== null && nowMs - prev <= next - nowMs ? prev : next;
 }
+
+/** One fixed-period timer's previous fire: the slot it was named and when it fired. */
+export interface IntervalFire {
+  slotAtMs: number;
+  firedAtMs: number;
+}
+
+/**
+ * The slot of a fire of a fixed-period timer started at an arbitrary instant (a `setInterval`,
+ * NestJS's `@Interval`), on the epoch-aligned grid of `periodMs` that every replica shares.
+ *
+ * The first fire is named by the aligned period it fired in. Each later fire counts whole
+ * periods from this timer's previous fire (nearest, at least one), so a timer whose phase sits
+ * at the grid's edge, its fires measured a few or a few hundred milliseconds either side of it,
+ * still names consecutive slots: naming every fire by the period it fell in named one period
+ * twice (the second fire declined as done) and skipped the next (recorded missed). Counting
+ * keeps the name at most a period and a quarter behind the fire (so fires measured up to a
+ * quarter period late still count on, and a fire read early, after one read late, names the
+ * slot a little ahead, which the store's clock then says is due); past that (a setInterval's lateness accumulates, a fire
+ * held back by a blocked event loop) the fire is named by its own period again, and the slot it
+ * passed over is recorded missed: a timer that fires less often than the grid has periods
+ * cannot run every one of them. Replicas' timers start at their own boots, so the grid, not
+ * their phases, is what they share: each names its fires in order on it, and the ledger runs
+ * each slot once.
+ */
+export function intervalSlot(periodMs: number, nowMs: number, previous?: IntervalFire): number {
+  const own = Math.floor(nowMs / periodMs) * periodMs;
+  if (previous === undefined) return own;
+  const counted = previous.slotAtMs + Math.max(1, Math.round((nowMs - previous.firedAtMs) / periodMs)) * periodMs;
+  const lag = nowMs - counted;
+  return lag >= -0.25 * periodMs && lag <= 1.25 * periodMs ? counted : own;
+}

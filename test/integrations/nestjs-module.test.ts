@@ -14,15 +14,15 @@ import { randomBytes } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import { Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { Interval, ScheduleModule } from '@nestjs/schedule';
+import { Cron, Interval, ScheduleModule } from '@nestjs/schedule';
 import pg from 'pg';
 import { Leasehold } from '../../src/core/leasehold.js';
-import { LeaseholdModule, OncePerSlot, currentSlot, type LeaseholdModuleOptions } from '../../src/nestjs/index.js';
+import { Exclusive, LeaseholdModule, OncePerSlot, currentSlot, type LeaseholdModuleOptions } from '../../src/nestjs/index.js';
 import { openSlotLedger } from '../../src/backends/index.js';
 import { TEST_PG_URL, makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { until } from './replicas.js';
 
-const kinds = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite');
+const kinds = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite' || k === 'mysql');
 const stores: TestStore[] = [];
 after(async () => {
   for (const s of stores) await s.cleanup();
@@ -51,11 +51,11 @@ async function start(leaseholdModule: ReturnType<typeof LeaseholdModule.forRoot>
   return NestFactory.createApplicationContext(AppModule, { logger: ['error', 'warn'] });
 }
 
-/** Whether another process could take LEASE right now, without waiting. */
-async function leaseIsFree(ts: TestStore): Promise<boolean> {
+/** Whether another process could take `name` (default LEASE) right now, without waiting. */
+async function leaseIsFree(ts: TestStore, name = LEASE): Promise<boolean> {
   const other = new Leasehold({ store: await ts.open() });
   try {
-    const term = await other.lease(LEASE, { ttl: TTL }).acquire({ wait: false });
+    const term = await other.lease(name, { ttl: TTL }).acquire({ wait: false });
     return term.token > 0n;
   } catch {
     return false;
@@ -121,6 +121,33 @@ for (const kind of kinds) {
       } finally {
         if (!closed) await app.close();
       }
+    });
+
+    void it('before the first fire, each @OncePerSlot and @Exclusive method of a provider contends: their leases are held once the application context is created', async () => {
+      const ts = await makeTestStore(kind);
+      stores.push(ts);
+      let fired = 0;
+      // Once a year: no fire during the test, so only startup can have taken the leases.
+      class Yearly {
+        report(): void {
+          fired++;
+        }
+        poll(): void {
+          fired++;
+        }
+      }
+      Object.defineProperty(Yearly.prototype, 'report', Reflect.decorate([Cron('0 0 0 1 1 *'), OncePerSlot('module-yearly')], Yearly.prototype, 'report', Object.getOwnPropertyDescriptor(Yearly.prototype, 'report')) as PropertyDescriptor);
+      Object.defineProperty(Yearly.prototype, 'poll', Reflect.decorate([Cron('0 0 0 1 1 *'), Exclusive('module-yearly-leader')], Yearly.prototype, 'poll', Object.getOwnPropertyDescriptor(Yearly.prototype, 'poll')) as PropertyDescriptor);
+      const app = await start(LeaseholdModule.forRoot({ store: ts.url, ttl: TTL }), Yearly);
+      try {
+        assert.equal(await leaseIsFree(ts, 'module-yearly'), false, 'the @OncePerSlot lease was free after startup: its gate would first contend at the first fire, and that fire wait for the acquire');
+        assert.equal(await leaseIsFree(ts, 'module-yearly-leader'), false, 'the @Exclusive lease was free after startup');
+        assert.equal(fired, 0);
+      } finally {
+        await app.close();
+      }
+      assert.ok(await leaseIsFree(ts, 'module-yearly'), 'app.close() left the gate started at startup holding its lease');
+      assert.ok(await leaseIsFree(ts, 'module-yearly-leader'), 'app.close() left the elector started at startup holding its lease');
     });
 
     void it('a lease lost while the method runs: currentSlot().signal aborts, the slot is recorded interrupted and the next term reruns it', async () => {

@@ -12,7 +12,7 @@ import { runOncePer, type OncePerOptions } from '../../src/scheduler/once-per.js
 import type { SlotLedgerPort } from '../../src/scheduler/ledger.js';
 import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 
-const kinds = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite');
+const kinds = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite' || k === 'mysql');
 const cleanups: Array<() => Promise<unknown>> = [];
 after(async () => {
   for (const c of cleanups.reverse()) await c();

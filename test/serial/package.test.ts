@@ -193,7 +193,7 @@ const { idempotencyKey } = require('leasehold/fence');
     // The ORM fence entries (issue 26) and the schedule integrations (issue 27) type-check against
     // each library's own types, so the app has them all.
     const orms = ['kysely@0.28', 'knex@3', 'drizzle-orm@0.45', 'postgres@3', 'typeorm@1', 'sequelize@6'];
-    const schedulers = ['node-cron@4', '@nestjs/common@12', 'reflect-metadata@0.2', 'rxjs@7'];
+    const schedulers = ['node-cron@4', '@nestjs/common@12', '@nestjs/core@12', '@nestjs/schedule@12', 'reflect-metadata@0.2', 'rxjs@7'];
     const install = await sh('npm', ['install', '--omit=optional', ...NPM_FLAGS, 'typescript@5.9', '@types/node@20', '@types/pg@8', 'prom-client@15', ...orms, ...schedulers], app);
     assert.equal(install.code, 0, show(install));
     writeFileSync(
@@ -321,6 +321,71 @@ console.log(JSON.stringify(loaded));
     assert.equal(entries.code, 0, show(entries));
     const loaded = JSON.parse(entries.stdout) as Record<string, string>;
     for (const n of ['kysely', 'knex', 'drizzle', 'postgres', 'typeorm', 'sequelize']) assert.equal(loaded[n], 'function,function,function,function', `leasehold/fence/${n}: ${entries.stdout}`);
+  });
+
+  void it('compiles a decorated NestJS app (experimentalDecorators, emitDecoratorMetadata) against the tarball, and it runs a slot on PostgreSQL', async () => {
+    // The previous test installed @nestjs/* and typescript into the app. A NestJS app's own
+    // tsconfig: legacy decorators with their metadata, which leasehold/nestjs's decorators and
+    // its @Inject(Leasehold) must compile under and run with.
+    const dir = join(app, 'nest');
+    mkdirSync(join(dir, 'src'), { recursive: true });
+    writeFileSync(
+      join(dir, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', strict: true, skipLibCheck: true,
+          experimentalDecorators: true, emitDecoratorMetadata: true, outDir: 'dist', rootDir: 'src', types: ['node'],
+        },
+        include: ['src'],
+      }),
+    );
+    writeFileSync(
+      join(dir, 'src', 'main.ts'),
+      `import 'reflect-metadata';
+import { Inject, Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { Cron, ScheduleModule } from '@nestjs/schedule';
+import { Leasehold } from 'leasehold';
+import { LeaseholdModule, OncePerSlot, currentSlot } from 'leasehold/nestjs';
+
+let ran: (line: string) => void;
+const first = new Promise<string>((resolve) => (ran = resolve));
+
+@Injectable()
+class Reports {
+  constructor(@Inject(Leasehold) private readonly leasehold: Leasehold) {}
+
+  @Cron('* * * * * *')
+  @OncePerSlot('pack-nest')
+  report(): void {
+    const { slot, token, signal } = currentSlot();
+    ran(JSON.stringify({ slot, token: String(token), aborted: signal.aborted, holder: this.leasehold.holder }));
+  }
+}
+
+@Module({ imports: [ScheduleModule.forRoot(), LeaseholdModule.forRoot({ store: process.argv[2]!, ttl: '10s' })], providers: [Reports] })
+class AppModule {}
+
+const app = await NestFactory.createApplicationContext(AppModule, { logger: ['error', 'warn'] });
+console.log(await first);
+await app.close();
+`,
+    );
+    const tsc = await sh(process.execPath, [join(app, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', dir], app);
+    assert.equal(tsc.code, 0, show(tsc));
+    // Startup, the lease and the next one-second slot: seconds; the guard only stops a hang.
+    const run = await sh(process.execPath, [join(dir, 'dist', 'main.js'), storeUrl], app, {}, 60_000);
+    assert.equal(run.code, 0, show(run));
+    const slot = JSON.parse(run.stdout.trim()) as { slot: string; token: string; aborted: boolean; holder: string };
+    assert.match(slot.token, /^\d+$/);
+    assert.equal(slot.aborted, false);
+    assert.notEqual(slot.holder, '', 'the injected Leasehold (emitDecoratorMetadata + @Inject) was not reachable from the job');
+    const history = await sh('npx', ['--no-install', 'leasehold', 'cron', 'history', 'pack-nest', '--store', storeUrl, '--json'], app);
+    assert.equal(history.code, 0, show(history));
+    const rows = JSON.parse(history.stdout) as Array<{ slot: string; status: string; token: string }>;
+    const row = rows.find((r) => r.slot === slot.slot);
+    assert.equal(row?.status, 'succeeded', history.stdout);
+    assert.equal(String(row.token), slot.token);
   });
 
   void it('with optional dependencies installed, runs `leasehold demo` on the embedded store', async () => {
