@@ -10,10 +10,10 @@ import { StoreError } from '../../core/errors.js';
 import { mapEtcdError, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 
 /** Keys per page: about 250 bytes each in the ledger, so well under the 4 MB answer limit. */
-export const PAGE = 500;
+const PAGE = 500;
 
 /** An answer gRPC refused as larger than its receive limit: the same read fails the same way. */
-export function isAnswerTooLarge(err: unknown): boolean {
+function isAnswerTooLarge(err: unknown): boolean {
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
     if (/larger than max/i.test(e.message)) return true;
   }
@@ -33,7 +33,7 @@ export function mapLedgerError(err: unknown, where: string): Error {
 }
 
 /** A Txn sender that throws mapped errors (mapLedgerError). */
-export type PageTxn = (req: EtcdTxnRequest) => Promise<EtcdTxnResponse>;
+type PageTxn = (req: EtcdTxnRequest) => Promise<EtcdTxnResponse>;
 
 /**
  * The keys in [from, to) in key order, a page at a time, each page its own read (so not one
