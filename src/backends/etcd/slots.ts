@@ -31,6 +31,7 @@ import {
   type SlotStatus,
   type SlotTerm,
 } from '../../scheduler/ledger.js';
+import { decodeSchedule, encodeSchedule, type ScheduleRecord } from '../../scheduler/schedule-record.js';
 import { createEtcd3Client, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { etcdClockOf, type StoreClock } from './clock.js';
 import { EtcdKeys, SCHEMA_VERSION, prefixEnd } from './keys.js';
@@ -365,6 +366,32 @@ export class EtcdSlotLedger implements SlotLedgerPort {
       names.push(decodeURIComponent(encoded));
       from = prefixEnd(Buffer.from(`${this.keys.slotsPrefix}${encoded}/`));
     }
+  }
+
+  private schedulesPrefix(): string {
+    return `${this.keys.prefix}/schedules/`;
+  }
+
+  /** Read, then written only if the key still has the mod revision read (0: absent) and no later term's record is there. */
+  async putSchedule(record: ScheduleRecord): Promise<void> {
+    const key = Buffer.from(`${this.schedulesPrefix()}${encodeURIComponent(record.name)}`);
+    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+      const kv = first((await this.txn({ compare: [], success: [rangeOf(key)], failure: [] }, 'putSchedule')).responses[0]);
+      if (kv !== undefined && decodeSchedule(kv.value.toString()).token > record.token) return;
+      const w = await this.txn(
+        { compare: [{ key, target: 'Mod', result: 'Equal', mod_revision: kv?.mod_revision ?? '0' }], success: [{ request_put: { key, value: Buffer.from(encodeSchedule(record)) } }], failure: [] },
+        'putSchedule',
+      );
+      if (w.succeeded) return;
+    }
+    throw contended('putSchedule');
+  }
+
+  async schedules(): Promise<ScheduleRecord[]> {
+    const from = Buffer.from(this.schedulesPrefix());
+    const out: ScheduleRecord[] = [];
+    for await (const kvs of this.pages(from, prefixEnd(from), 'Ascend', 'schedules')) for (const kv of kvs) out.push(decodeSchedule(kv.value.toString()));
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
   close(): Promise<void> {
