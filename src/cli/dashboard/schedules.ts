@@ -1,8 +1,11 @@
 /**
  * The dashboard's schedules: a schedule is a job lease whose slot ledger has scheduled rows
- * (`leasehold cron` writes them; `run --once-per` rows have no slot time and do not count). The
- * store keeps no list of schedules, no expression and no next due slot, so this is derived from
- * the watcher's lease list plus one ledger read per lease (`records(name, { limit })`).
+ * (`leasehold cron` writes them; `run --once-per` rows have no slot time and do not count). Its
+ * slots come from one ledger read per lease (`records(name, { limit })`); what it is (expression
+ * and zone, mode, catch-up policy, a catch-up in progress) from the schedule records startCron
+ * writes (`schedules()`, one read for every schedule, after each pass of ledger reads), and its
+ * next due slot from the stored expression by the store's clock. A ledger of the caller's without
+ * records, or a schedule whose replicas predate them, falls back to an estimate from the slot times.
  *
  * When to read (the store load is the point): a lease's ledger is read when the lease is first
  * seen and when the watcher reports a change of it (per-slot cron takes a new term for every
@@ -14,6 +17,7 @@
  */
 import type { LeaseView } from '../../observe/index.js';
 import type { SlotLedgerPort, SlotRecord } from '../../scheduler/ledger.js';
+import { nextDueOf, type ScheduleRecord } from '../../scheduler/schedule-record.js';
 import { AGENT_LEASE_PREFIX } from '../../core/reserved.js';
 import { errorMessage } from '../../core/errors.js';
 
@@ -48,8 +52,12 @@ export interface ScheduleRow {
   expiresAtMs: number | null;
   /** The smallest interval between consecutive slots in the rows read: the period of an --every schedule; a cron expression's shortest gap. */
   periodMs: number | null;
-  /** The newest slot's time plus periodMs: an estimate, since the expression is not stored. */
+  /** The newest slot's time plus periodMs: an estimate, for a schedule with no record. */
   nextDueEstimateMs: number | null;
+  /** What the schedule is, from its record (null: no record: a ledger without them, or replicas that predate them). */
+  schedule: Omit<ScheduleRecord, 'name' | 'token' | 'updatedAtMs'> | null;
+  /** The next slot after the store's time of the lease list, from the record's expression; null without one. */
+  nextDueMs: number | null;
   slots: SlotRow[];
   /** By the store's clock. */
   lastSuccessAtMs: number | null;
@@ -78,6 +86,8 @@ export class ScheduleReader {
   private slow: NodeJS.Timeout | undefined;
   private reading = false;
   private closed = false;
+  /** Every schedule's record by name, read after each pass of ledger reads. */
+  private records = new Map<string, ScheduleRecord>();
   reads = 0;
   error: string | null = null;
 
@@ -154,6 +164,14 @@ export class ScheduleReader {
         changed = true;
         if (this.closed) return;
       }
+      if (changed && this.ledger.schedules !== undefined) {
+        this.reads++;
+        try {
+          this.records = new Map((await this.ledger.schedules()).map((r) => [r.name, r]));
+        } catch (e) {
+          this.error = `schedule records: ${errorMessage(e)}`;
+        }
+      }
     } finally {
       this.reading = false;
     }
@@ -166,7 +184,7 @@ export class ScheduleReader {
     for (const [name, k] of [...this.known].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
       const l = this.leases.get(name);
       if (l === undefined || k.rows === null || k.rows.length === 0) continue;
-      out.push(scheduleRow(l, k.rows, k.readAtMs));
+      out.push(scheduleRow(l, k.rows, k.readAtMs, this.records.get(name)));
     }
     return out;
   }
@@ -179,7 +197,7 @@ export class ScheduleReader {
 }
 
 /** What one ledger read says about a schedule, newest slot first. */
-export function scheduleRow(l: LeaseView, records: readonly SlotRecord[], readAtMs: number): ScheduleRow {
+export function scheduleRow(l: LeaseView, records: readonly SlotRecord[], readAtMs: number, record?: ScheduleRecord): ScheduleRow {
   const sorted = records.filter((r): r is SlotRecord & { slotAtMs: number } => r.slotAtMs !== null).sort((a, b) => a.slotAtMs - b.slotAtMs);
   let periodMs: number | null = null;
   for (let i = 1; i < sorted.length; i++) {
@@ -213,9 +231,17 @@ export function scheduleRow(l: LeaseView, records: readonly SlotRecord[], readAt
     expiresAtMs: l.expiresAtMs,
     periodMs,
     nextDueEstimateMs: newest === undefined || periodMs === null ? null : newest.slotAtMs + periodMs,
+    schedule: record === undefined ? null : scheduleOf(record),
+    nextDueMs: record === undefined ? null : nextDueOf(record, l.storeNowMs),
     // The oldest row only finds the period; the rest are shown.
     slots: slots.slice(-SLOTS_SHOWN).reverse(),
     lastSuccessAtMs: success?.endedAtMs ?? success?.slotAtMs ?? null,
     readAtMs,
   };
+}
+
+/** A record as shown: who wrote it is the lease's business (holder and token are shown from it). */
+function scheduleOf(r: ScheduleRecord): NonNullable<ScheduleRow['schedule']> {
+  const { name: _n, token: _t, updatedAtMs: _u, ...shown } = r;
+  return shown;
 }
