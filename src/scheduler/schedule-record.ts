@@ -61,7 +61,7 @@ export function nextDueOf(r: ScheduleRecord, storeNowMs: number): number | null 
 }
 
 /** What startCron knows of its schedule, for the record. */
-export interface ScheduleFacts {
+interface ScheduleFacts {
   name: string;
   schedule: Schedule;
   mode: ScheduleRecord['mode'];
