@@ -268,7 +268,7 @@ tr.ownerdead td{background:#fde2e1}
     renderTimelines();
     renderSchedules();
     renderFleet();
-    $('stats').textContent = 'store reads: ' + state.reads.total + ' (lists ' + state.reads.list + ', histories ' + state.reads.history + ', slot ledgers ' + state.reads.ledger + ', fleet ' + state.reads.fleet + ') since ' + fmt(state.uptimeMs) + ' ago · browsers connected: ' + state.clients;
+    $('stats').textContent = 'store reads: ' + state.reads.total + ' (lists ' + state.reads.list + ', histories ' + state.reads.history + ', slot ledgers ' + state.reads.ledger + ', schedule records ' + state.reads.records + ', fleet ' + state.reads.fleet + ') since ' + fmt(state.uptimeMs) + ' ago · browsers connected: ' + state.clients;
   }
   function connect() {
     var es = new EventSource('events');

@@ -3,7 +3,8 @@
  * (`leasehold cron` writes them; `run --once-per` rows have no slot time and do not count). Its
  * slots come from one ledger read per lease (`records(name, { limit })`); what it is (expression
  * and zone, mode, catch-up policy, a catch-up in progress) from the schedule records startCron
- * writes (`schedules()`, one read for every schedule, after each pass of ledger reads), and its
+ * writes (`schedules()`, one read for every schedule: when one shows up without a record, else every
+ * LEDGER_SLOW_MS), and its
  * next due slot from the stored expression by the store's clock. A ledger of the caller's without
  * records, or a schedule whose replicas predate them, falls back to an estimate from the slot times.
  *
@@ -86,9 +87,14 @@ export class ScheduleReader {
   private slow: NodeJS.Timeout | undefined;
   private reading = false;
   private closed = false;
-  /** Every schedule's record by name, read after each pass of ledger reads. */
+  /** Every schedule's record by name: read after a pass of ledger reads that found a schedule without one, else every LEDGER_SLOW_MS. */
   private records = new Map<string, ScheduleRecord>();
+  private recordsReadAt = -Infinity;
+  /** Schedules the last records read had none for (replicas of an older leasehold): not a reason to read again. */
+  private readonly askedFor = new Set<string>();
   reads = 0;
+  /** Reads of the schedule records (`schedules()`), apart from the ledger reads of each name. */
+  recordReads = 0;
   error: string | null = null;
 
   constructor(
@@ -164,19 +170,33 @@ export class ScheduleReader {
         changed = true;
         if (this.closed) return;
       }
-      if (changed && this.ledger.schedules !== undefined) {
-        this.reads++;
+      if (changed && this.recordsOwed()) {
+        this.recordsReadAt = this.now();
+        this.recordReads++;
         try {
-          this.records = new Map((await this.ledger.schedules()).map((r) => [r.name, r]));
+          this.records = new Map((await this.ledger.schedules!()).map((r) => [r.name, r]));
         } catch (e) {
           this.error = `schedule records: ${errorMessage(e)}`;
         }
+        for (const [name, k] of this.known) if (k.rows !== null && k.rows.length > 0 && !this.records.has(name)) this.askedFor.add(name);
       }
     } finally {
       this.reading = false;
     }
     if (changed) this.onChange();
     this.arm();
+  }
+
+  /**
+   * A record changes when a schedule is first led and when a catch-up starts or ends, and costs
+   * a read of every schedule's: read when a schedule shows up without one, and otherwise on the
+   * slow timer, so a catch-up in progress shows within LEDGER_SLOW_MS, at 2 reads a minute.
+   */
+  private recordsOwed(): boolean {
+    if (this.ledger.schedules === undefined) return false;
+    if (this.now() - this.recordsReadAt >= LEDGER_SLOW_MS) return true;
+    for (const [name, k] of this.known) if (k.rows !== null && k.rows.length > 0 && !this.records.has(name) && !this.askedFor.has(name)) return true;
+    return false;
   }
 
   rows(): ScheduleRow[] {
