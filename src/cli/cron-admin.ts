@@ -15,6 +15,7 @@
  */
 import { openSlotLedger } from '../backends/index.js';
 import type { SlotRecord } from '../scheduler/ledger.js';
+import { nextDueOf, type ScheduleRecord } from '../scheduler/schedule-record.js';
 import { EXIT, formatMs, openStoreFromFlags, out, requireCurrentSchema, table, toJson, usageError, type StoreFlagValues } from './common.js';
 
 /** How many of a name's newest ledger rows `cron ls` reads: its last outcome and last success. */
@@ -89,6 +90,24 @@ interface ScheduleSummary {
   /** Outcomes among the same rows (the newest ROWS_PER_SCHEDULE). */
   recent: Partial<Record<SlotRecord['status'], number>>;
   storeNow: string;
+  /**
+   * What the schedule is, as the replica leading it wrote it (expression and zone, mode,
+   * catch-up policy and window, a catch-up in progress); null when it has no record (a ledger
+   * without them, or replicas older than them).
+   */
+  schedule: {
+    description: string;
+    expression: string | null;
+    timeZone: string | null;
+    everyMs: number | null;
+    mode: string;
+    catchUp: string;
+    catchUpWindowMs: number;
+    catchingUp: { from: string; until: string; slots: number } | null;
+    writtenBy: { holder: string; token: string; at: string };
+  } | null;
+  /** The next slot after storeNow, from the record's expression (by the store's clock); null without a record. */
+  nextDue: string | null;
 }
 
 /** `leasehold cron ls [--name NAME] [--json]`. */
@@ -100,6 +119,7 @@ export async function cronList(values: StoreFlagValues & { name?: string; json?:
     try {
       const leases = (await store.list(values.name === undefined ? {} : { name: values.name })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
       const schedules: ScheduleSummary[] = [];
+      const records = new Map((ledger.schedules === undefined ? [] : await ledger.schedules()).map((r) => [r.name, r]));
       for (const l of leases) {
         const rows = (await ledger.records(l.name, { limit: ROWS_PER_SCHEDULE })).filter((r) => r.slotAtMs !== null);
         const last = rows.at(-1);
@@ -114,6 +134,7 @@ export async function cronList(values: StoreFlagValues & { name?: string; json?:
           lastSuccess: success === undefined ? null : { slot: success.key, endedAt: iso(success.endedAtMs), holder: success.holder },
           recent,
           storeNow: new Date(l.storeNowMs).toISOString(),
+          ...scheduleOf(records.get(l.name), l.storeNowMs),
         });
       }
       if (values.json === true) {
@@ -126,9 +147,14 @@ export async function cronList(values: StoreFlagValues & { name?: string; json?:
       }
       out(
         table(
-          ['NAME', 'LAST SLOT', 'OUTCOME', 'BY', 'LAST SUCCESS', `LAST ${ROWS_PER_SCHEDULE} SLOTS`, 'LEASE'],
+          ['NAME', 'SCHEDULE', 'NEXT DUE', 'LAST SLOT', 'OUTCOME', 'BY', 'LAST SUCCESS', `LAST ${ROWS_PER_SCHEDULE} SLOTS`, 'LEASE'],
           schedules.map((s) => [
             s.name,
+            s.schedule === null
+              ? '? (no record)'
+              : `${s.schedule.description}, ${s.schedule.mode}, catch-up ${s.schedule.catchUp} ${formatMs(s.schedule.catchUpWindowMs)}` +
+                (s.schedule.catchingUp === null ? '' : `, catching up ${s.schedule.catchingUp.slots} from ${s.schedule.catchingUp.from}`),
+            s.nextDue ?? '-',
             String(s.last['slot']),
             String(s.last['status']) + (s.last['reason'] === null || s.last['status'] === 'succeeded' ? '' : ` (${String(s.last['reason'])})`),
             s.last['holder'] === null ? '-' : String(s.last['holder']),
@@ -147,4 +173,24 @@ export async function cronList(values: StoreFlagValues & { name?: string; json?:
   } finally {
     await store.close();
   }
+}
+
+/** The record's part of a summary: the next due slot from its expression, by the store's clock. */
+function scheduleOf(r: ScheduleRecord | undefined, storeNowMs: number): Pick<ScheduleSummary, 'schedule' | 'nextDue'> {
+  if (r === undefined) return { schedule: null, nextDue: null };
+  const next = nextDueOf(r, storeNowMs);
+  return {
+    schedule: {
+      description: r.description,
+      expression: r.expression,
+      timeZone: r.timeZone,
+      everyMs: r.everyMs,
+      mode: r.mode,
+      catchUp: r.catchUp,
+      catchUpWindowMs: r.catchUpWindowMs,
+      catchingUp: r.catchingUp === null ? null : { from: new Date(r.catchingUp.fromMs).toISOString(), until: new Date(r.catchingUp.untilMs).toISOString(), slots: r.catchingUp.slots },
+      writtenBy: { holder: r.holder, token: r.token.toString(), at: new Date(r.updatedAtMs).toISOString() },
+    },
+    nextDue: next === null ? null : new Date(next).toISOString(),
+  };
 }

@@ -118,7 +118,7 @@ due slot is not in the store: the expression is in the replicas' command lines).
       help:
         'cron: every stderr line is a JSON object (events slot-started with delayMs, slot-succeeded, slot-failed, slot-interrupted, slot-skipped, ...); ' +
         'cron history: an array of { name, slot, slotAt, status, token, holder, startedAt, endedAt, exitCode, reason } on stdout; ' +
-        'cron ls: an array of { name, lease: { state, holder, token, expiresInMs }, last (a history row), lastSuccess: { slot, endedAt, holder } | null, recent: { succeeded: N, ... }, storeNow }',
+        'cron ls: an array of { name, lease: { state, holder, token, expiresInMs }, last (a history row), lastSuccess: { slot, endedAt, holder } | null, recent: { succeeded: N, ... }, storeNow, schedule: { description, expression, timeZone, everyMs, mode, catchUp, catchUpWindowMs, catchingUp, writtenBy } | null, nextDue }',
     },
     ...LOG_FLAGS,
   },

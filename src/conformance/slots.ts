@@ -15,6 +15,7 @@ import { newNonce } from '../core/identity.js';
 import type { LeaseStore } from '../backends/store.js';
 import type { SlotClaimRequest, SlotLedgerPort, SlotPruneRequest, SlotTerm } from '../scheduler/ledger.js';
 import { pruneLedger } from '../scheduler/retention.js';
+import type { ScheduleRecord } from '../scheduler/schedule-record.js';
 
 /** One isolated namespace of the store under test, with its ledger. */
 export interface SlotLedgerTarget {
@@ -295,6 +296,48 @@ export function runSlotLedgerConformance(label: string, factory: (label: string)
       assert.equal(r.byName[name], 20);
       assert.ok(r.batches >= 3, `${r.batches} batches`);
       assert.equal((await t.ledger.records(name)).length, 10);
+    });
+
+    void it("the schedule's record: written whole, read back by name, replaced by a later term's and never by an earlier one's", async () => {
+      const { putSchedule, schedules } = t.ledger;
+      if (putSchedule === undefined || schedules === undefined) {
+        console.log(`# ${label}: no schedule records (putSchedule/schedules are optional); skipped`);
+        return;
+      }
+      const name = uniq('record');
+      const other = uniq('record-other');
+      const record: ScheduleRecord = {
+        name,
+        description: '0 3 * * * (Europe/Berlin)',
+        expression: '0 3 * * *',
+        timeZone: 'Europe/Berlin',
+        everyMs: null,
+        mode: 'per-slot',
+        catchUp: 'all',
+        catchUpWindowMs: HOUR,
+        catchingUp: { fromMs: 1_000, untilMs: 3_000, slots: 3 },
+        holder: 'host-a',
+        // Past 2^53: a token must survive the store's encoding exactly.
+        token: 9_007_199_254_740_993n,
+        updatedAtMs: 1_700_000_000_000,
+      };
+      const mine = async (): Promise<ScheduleRecord[]> => (await schedules.call(t.ledger)).filter((r) => r.name === name || r.name === other);
+      await putSchedule.call(t.ledger, record);
+      await putSchedule.call(t.ledger, { ...record, name: other, expression: null, timeZone: null, everyMs: 1000, description: 'every 1s', catchingUp: null, token: 1n });
+      assert.deepEqual(await mine(), [
+        record,
+        { ...record, name: other, expression: null, timeZone: null, everyMs: 1000, description: 'every 1s', catchingUp: null, token: 1n },
+      ].sort((a, b) => (a.name < b.name ? -1 : 1)));
+      // An ended term's late write does not undo the newer term's record.
+      await putSchedule.call(t.ledger, { ...record, catchUp: 'none', token: record.token - 1n });
+      assert.equal((await mine()).find((r) => r.name === name)?.catchUp, 'all');
+      // The same term (a catch-up ending) and a later term replace it.
+      await putSchedule.call(t.ledger, { ...record, catchingUp: null });
+      assert.equal((await mine()).find((r) => r.name === name)?.catchingUp, null);
+      await putSchedule.call(t.ledger, { ...record, mode: 'leader', token: record.token + 1n });
+      const last = (await mine()).find((r) => r.name === name);
+      assert.equal(last?.mode, 'leader');
+      assert.equal(last?.token, record.token + 1n);
     });
   });
 }

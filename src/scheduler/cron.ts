@@ -47,6 +47,7 @@ import type { Leasehold } from '../core/leasehold.js';
 import { slotsBetween } from './schedule.js';
 import { CronHandle, type CronOptions, type CronRetention, type SlotEvent, type SlotJob } from './cron-handle.js';
 import { DEFAULT_RETENTION, parseHorizon, pruneLedger } from './retention.js';
+import { scheduleNoter } from './schedule-record.js';
 import { ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
@@ -141,6 +142,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const storeNow = (): number => clock.wallNow() + offsetMs;
 
   const call = <T>(term: Term, fn: () => Promise<T>): Promise<T | undefined> => ledgerCall(leasehold, name, term, fn);
+  /** The schedule's record (cron ls, the dashboard): written when it changes, not per slot. */
+  const note = scheduleNoter(ledger, { name, schedule, mode, catchUp, catchUpWindowMs: windowMs }, leasehold.logger);
 
   async function lead(term: Term): Promise<void> {
     const lease = handle.lease;
@@ -169,7 +172,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     }
     // Interrupted slots go through the claim, which reruns or skips them per --on-interrupted.
     const owed = [...new Set([...interrupted, ...run])].sort((a, b) => a - b);
+    await note(term, owed, now);
     let cursor: number | undefined = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
+    if (cursor !== undefined) await note(term, [], storeNow());
     while (cursor !== undefined && !term.signal.aborted && !handle.draining.signal.aborted) {
       const next = schedule.next(cursor);
       // A schedule of the caller's that has ended: say so and stop, rather than lead idle for ever.
@@ -382,8 +387,12 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       if (!(await skip(term, skipped, reason))) return undefined;
     }
     const owed = [...new Set([...interrupted, ...run])].sort((a, b) => a - b);
+    const catchingUp = owed.filter((t) => t !== what);
+    await note(term, catchingUp, storeNow());
     if (typeof what === 'number' && !owed.includes(what)) owed.push(what);
-    return runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
+    const cursor = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
+    if (cursor !== undefined && catchingUp.length > 0) await note(term, [], storeNow());
+    return cursor;
   }
 
   /**

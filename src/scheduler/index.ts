@@ -37,6 +37,7 @@ export {
   type SlotSkipRequest,
   type SlotCompletion,
 } from './ledger.js';
+export { nextDueOf, type ScheduleRecord } from './schedule-record.js';
 export { pruneLedger, DEFAULT_RETENTION, type PruneLedgerOptions, type PruneLedgerResult } from './retention.js';
 export { PostgresSlotLedger, type PostgresSlotLedgerOptions } from '../backends/postgres/slots.js';
 export { SqliteSlotLedger } from '../backends/sqlite/slots.js';

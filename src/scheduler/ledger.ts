@@ -22,6 +22,7 @@ import { sleepOn } from '../core/clock.js';
 import { errorMessage, isRetryableError } from '../core/errors.js';
 import type { Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
+import type { ScheduleRecord } from './schedule-record.js';
 
 export type SlotStatus = 'claimed' | 'succeeded' | 'failed' | 'interrupted' | 'skipped';
 
@@ -154,6 +155,14 @@ export interface SlotLedgerPort {
   prune?(req: SlotPruneRequest): Promise<SlotPruneResult>;
   /** The names with rows in the ledger (for a prune of every schedule). */
   names?(): Promise<string[]>;
+  /**
+   * The per-schedule record (optional, like prune; every built-in ledger has it): written by
+   * startCron when a replica first leads the schedule and when the record changes, never per
+   * slot. Replaces the stored record only if its token is at least the stored one's.
+   */
+  putSchedule?(record: ScheduleRecord): Promise<void>;
+  /** Every schedule's record, by name. */
+  schedules?(): Promise<ScheduleRecord[]>;
   close(): Promise<void>;
 }
 

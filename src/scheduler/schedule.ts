@@ -11,6 +11,11 @@ export interface Schedule {
   readonly description: string;
   /** The first slot strictly after `afterMs`, or null when there is none (a cron that never fires again). */
   next(afterMs: number): number | null;
+  /**
+   * What it was made from, for the schedule's record (`cron ls`, the dashboard), which rebuilds
+   * it to tell the next due slot; absent on a schedule of the caller's.
+   */
+  readonly spec?: { expression: string; timeZone: string } | { everyMs: number };
 }
 
 /** Slots in (afterMs, untilMs], oldest first. Throws past `max`: a window that large is a mistake, not a backlog. */
@@ -28,6 +33,7 @@ export function everySchedule(everyMs: number): Schedule {
   if (!Number.isInteger(everyMs) || everyMs < 1000) throw new ConfigError(`a schedule period of ${everyMs}ms is too short; use at least 1s`);
   return {
     description: `every ${everyMs % 1000 === 0 ? `${everyMs / 1000}s` : `${everyMs}ms`}`,
+    spec: { everyMs },
     next: (afterMs) => (Math.floor(afterMs / everyMs) + 1) * everyMs,
   };
 }
@@ -66,6 +72,7 @@ export function cronSchedule(expression: string, zone = 'UTC'): Schedule {
   }
   return {
     description: `${expression} (${zone})`,
+    spec: { expression, timeZone: zone },
     next: (afterMs) => cron.nextRun(new Date(afterMs))?.getTime() ?? null,
   };
 }

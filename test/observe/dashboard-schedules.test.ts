@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { openSlotLedger } from '../../src/backends/index.js';
 import type { LeaseView } from '../../src/observe/index.js';
 import type { SlotLedgerPort, SlotRecord } from '../../src/scheduler/ledger.js';
+import type { ScheduleRecord } from '../../src/scheduler/schedule-record.js';
 import { LEDGER_MIN_GAP_MS, ScheduleReader, scheduleRow } from '../../src/cli/dashboard/schedules.js';
 import { makeTestStore, type TestStore } from '../helpers/stores.js';
 
@@ -70,6 +71,30 @@ void describe('dashboard schedules', () => {
     assert.equal(r.lastSuccessAtMs, t0 + 10_100);
     // An overlap skip is not a missed slot.
     assert.equal(scheduleRow(view('n'), [rec(t0, 'skipped', 'overlap')], 0).slots[0]?.missed, false);
+    assert.equal(r.schedule, null, 'no record: what the schedule is stays unknown');
+    assert.equal(r.nextDueMs, null);
+  });
+
+  void it("with the schedule's record: what it is, a catch-up in progress, and the next due slot from its expression by the store's clock", () => {
+    const t0 = Date.UTC(2026, 0, 1, 12);
+    const record: ScheduleRecord = {
+      name: 'n',
+      description: '0 3 * * * (Europe/Berlin)',
+      expression: '0 3 * * *',
+      timeZone: 'Europe/Berlin',
+      everyMs: null,
+      mode: 'leader',
+      catchUp: 'all',
+      catchUpWindowMs: 3_600_000,
+      catchingUp: { fromMs: t0 - 7_200_000, untilMs: t0, slots: 2 },
+      holder: 'h',
+      token: 7n,
+      updatedAtMs: t0,
+    };
+    const r = scheduleRow({ ...view('n'), storeNowMs: t0 }, [rec(t0 - 86_400_000, 'succeeded'), rec(t0, 'succeeded')], 0, record);
+    // 03:00 in Berlin (UTC+1 in January) the next day.
+    assert.equal(r.nextDueMs, Date.UTC(2026, 0, 2, 2));
+    assert.deepEqual(r.schedule, { description: '0 3 * * * (Europe/Berlin)', expression: '0 3 * * *', timeZone: 'Europe/Berlin', everyMs: null, mode: 'leader', catchUp: 'all', catchUpWindowMs: 3_600_000, catchingUp: record.catchingUp, holder: 'h' });
   });
 
   void it('reads a changing lease’s ledger at most once a second, never an agent’s, and a non-schedule only when it changes', async () => {
@@ -80,7 +105,12 @@ void describe('dashboard schedules', () => {
         reads.set(name, (reads.get(name) ?? 0) + 1);
         return ledger.records(name, options);
       },
+      schedules: () => {
+        recordReads++;
+        return ledger.schedules!();
+      },
     });
+    let recordReads = 0;
     let updates = 0;
     const reader = new ScheduleReader(counting, () => updates++);
     reader.start();
@@ -105,6 +135,9 @@ void describe('dashboard schedules', () => {
       assert.equal(reads.get('quiet'), 1, 'a lease that did not change after being first seen is read once');
       assert.equal(reads.get('agent/a1'), undefined, 'agents’ liveness leases are the fleet’s');
       assert.deepEqual(reader.rows(), [], 'no ledger rows: no schedules');
+      // The records of every schedule in one read after a pass of ledger reads, never one per name.
+      const ledgerReads = [...reads.values()].reduce((a, b) => a + b, 0);
+      assert.ok(recordReads >= 1 && recordReads <= ledgerReads - 1, `${recordReads} record reads for ${ledgerReads} ledger reads`);
       assert.ok(updates >= 1);
     } finally {
       reader.close();

@@ -157,6 +157,13 @@ function views(kind: StoreKind): void {
       t.diagnostic(`page: killed slot row "${killedText}"; ${missed.length} missed slot(s) marked`);
       const s = (await boardState()).schedules.find((x) => x.name === 'billing')!;
       assert.equal(s.periodMs, PERIOD_MS, 'the period found from the slot times');
+      // What the schedule is, from the record its replicas wrote, and the next due slot from it: not an estimate.
+      assert.equal(s.schedule?.description, `every ${PERIOD_MS / 1000}s`);
+      assert.equal(s.schedule?.mode, 'per-slot');
+      assert.ok(s.nextDueMs !== null && s.nextDueMs % PERIOD_MS === 0, `next due ${String(s.nextDueMs)}`);
+      const meta = await page.$eval('[data-schedule="billing"] .meta', (e) => e.textContent ?? '');
+      assert.match(meta, new RegExp(`every ${PERIOD_MS / 1000}s · per-slot · catch-up latest within .* · next due \\d{4}-\\d\\d-\\d\\d`), meta);
+      assert.doesNotMatch(meta, /estimated/, meta);
       assert.ok(s.slots.some((x) => x.holder === a) && s.slots.some((x) => x.holder === b), 'both replicas appear as the ones that ran slots');
       await page.close();
     });
@@ -211,7 +218,7 @@ function views(kind: StoreKind): void {
       if (liveCron === undefined || liveCron.proc.exitCode !== null) liveCron = cron();
       const live = agent('a3', 'zone=eu-1');
       await until('the agent is live', () => stdoutEvent(live, 'live'));
-      const measure = async (n: number): Promise<{ n: number; list: number; history: number; ledger: number; fleet: number; total: number }> => {
+      const measure = async (n: number): Promise<{ n: number; list: number; history: number; ledger: number; records: number; fleet: number; total: number }> => {
         let contexts: BrowserContext[] = [];
         if (n > 0) {
           contexts = await Promise.all(Array.from({ length: n }, () => browser.newContext()));
@@ -229,12 +236,12 @@ function views(kind: StoreKind): void {
         const after = (await boardState()).reads;
         await Promise.all(contexts.map((c) => c.close()));
         const perMin = (k: keyof typeof before): number => Math.round(((after[k] - before[k]) * 60_000) / WINDOW_MS);
-        return { n, list: perMin('list'), history: perMin('history'), ledger: perMin('ledger'), fleet: perMin('fleet'), total: perMin('total') };
+        return { n, list: perMin('list'), history: perMin('history'), ledger: perMin('ledger'), records: perMin('records'), fleet: perMin('fleet'), total: perMin('total') };
       };
       const figures = [];
       for (const n of [0, 1, 10]) figures.push(await measure(n));
       for (const f of figures) {
-        t.diagnostic(`${f.n} browsers: ${f.total} store reads/min (lease lists ${f.list}, histories ${f.history}, slot ledgers ${f.ledger}, fleet ${f.fleet}) over ${WINDOW_MS / 1000}s, scaled to a minute`);
+        t.diagnostic(`${f.n} browsers: ${f.total} store reads/min (lease lists ${f.list}, histories ${f.history}, slot ledgers ${f.ledger}, schedule records ${f.records}, fleet ${f.fleet}) over ${WINDOW_MS / 1000}s, scaled to a minute`);
       }
       const [none, one, ten] = figures as [(typeof figures)[0], (typeof figures)[0], (typeof figures)[0]];
       assert.equal(none.fleet, 0, 'nobody watching: the fleet is not read');
@@ -245,6 +252,9 @@ function views(kind: StoreKind): void {
       // One schedule: its ledger at most once a second, whatever the browsers.
       const ledgerBound = Math.round(((WINDOW_MS / 1000 + 1) * 60_000) / WINDOW_MS);
       for (const f of figures) assert.ok(f.ledger <= ledgerBound, `${f.n} browsers: ledger ${f.ledger}/min <= ${ledgerBound}`);
+      // The schedule records: every 30 s once every schedule has one, plus one for the window's edges.
+      const recordsBound = Math.round(((WINDOW_MS / 30_000 + 1) * 60_000) / WINDOW_MS);
+      for (const f of figures) assert.ok(f.records <= recordsBound, `${f.n} browsers: schedule records ${f.records}/min <= ${recordsBound}`);
     });
   });
 }

@@ -159,14 +159,23 @@ for (const kind of (['sqlite', 'postgres'] as const).filter((k) => selectedStore
       const fail = sb.script(`ls-fail-${kind}.sh`, 'exit 4');
       assert.equal((await sb.run(['run', '--name', 'once', '--once-per', 'k1', '--store', store, '--', ok])).code, 0);
       const a = sb.start(['cron', '--name', 'good', '--every', '1s', '--ttl', '3s', '--store', store, '--', ok]);
-      const b = sb.start(['cron', '--name', 'bad', '--every', '1s', '--ttl', '3s', '--store', store, '--', fail]);
+      const b = sb.start(['cron', '--name', 'bad', '--schedule', '* * * * * *', '--tz', 'Europe/Berlin', '--catch-up', 'none', '--ttl', '3s', '--store', store, '--', fail]);
       t.after(() => killLeft(a, b));
       await until('two slots each', () => (a.stderr.match(/: succeeded/g) ?? []).length >= 2 && (b.stderr.match(/: failed/g) ?? []).length >= 2, 15_000);
       for (const r of [a, b]) r.proc.kill('SIGTERM');
       for (const d of await Promise.all([a.done, b.done])) assert.equal(d.code, 143, d.stderr);
       const ls = await sb.run(['cron', 'ls', '--json', '--store', store]);
       assert.equal(ls.code, 0, ls.stderr);
-      type Summary = { name: string; lease: { state: string }; last: { status: string; slotAt: string }; lastSuccess: { slot: string } | null; recent: Record<string, number> };
+      type Summary = {
+        name: string;
+        lease: { state: string };
+        last: { status: string; slotAt: string };
+        lastSuccess: { slot: string } | null;
+        recent: Record<string, number>;
+        storeNow: string;
+        schedule: { description: string; expression: string | null; timeZone: string | null; everyMs: number | null; mode: string; catchUp: string; catchUpWindowMs: number; catchingUp: unknown } | null;
+        nextDue: string | null;
+      };
       const list = JSON.parse(ls.stdout) as Summary[];
       assert.deepEqual(list.map((s) => s.name), ['bad', 'good'], 'the --once-per lease "once" is not listed');
       const [bad, good] = list as [Summary, Summary];
@@ -176,10 +185,20 @@ for (const kind of (['sqlite', 'postgres'] as const).filter((k) => selectedStore
       assert.equal(bad.last.status, 'failed');
       assert.equal(bad.lastSuccess, null);
       for (const s of list) assert.equal(s.lease.state, 'free', 'both stopped: per-slot holds nothing between slots');
+      // The schedule's record, as its replica wrote it, and the next slot from it by the store's clock.
+      assert.deepEqual(good.schedule, { description: 'every 1s', expression: null, timeZone: null, everyMs: 1000, mode: 'per-slot', catchUp: 'latest', catchUpWindowMs: 3_600_000, catchingUp: null, writtenBy: (good.schedule as { writtenBy: unknown } | null)?.writtenBy });
+      assert.deepEqual(
+        { expression: bad.schedule?.expression, timeZone: bad.schedule?.timeZone, catchUp: bad.schedule?.catchUp },
+        { expression: '* * * * * *', timeZone: 'Europe/Berlin', catchUp: 'none' },
+      );
+      for (const s of list) {
+        const ahead = Date.parse(s.nextDue!) - Date.parse(s.storeNow);
+        assert.ok(ahead > 0 && ahead <= 1000, `${s.name}: next due ${s.nextDue}, the second after the store's now ${s.storeNow}`);
+      }
       const text = await sb.run(['cron', 'ls', '--store', store]);
       assert.equal(text.code, 0, text.stderr);
-      assert.match(text.stdout, /^NAME\s+LAST SLOT\s+OUTCOME/);
-      assert.match(text.stdout, /\nbad\s+\S+\s+failed/);
+      assert.match(text.stdout, /^NAME\s+SCHEDULE\s+NEXT DUE\s+LAST SLOT\s+OUTCOME/);
+      assert.match(text.stdout, /\nbad\s+\* \* \* \* \* \* \(Europe\/Berlin\), per-slot, catch-up none 1h00m\s+\S+\s+\S+\s+failed/);
       const one = await sb.run(['cron', 'ls', '--name', 'good', '--json', '--store', store]);
       assert.deepEqual((JSON.parse(one.stdout) as Summary[]).map((s) => s.name), ['good']);
     });

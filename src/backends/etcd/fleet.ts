@@ -4,9 +4,10 @@ import { StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type { CallOptions } from '../../core/port.js';
 import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
 import { estimateExpiry, leaseRemaining } from './claim.js';
-import { mapEtcdError, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+import { type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { newNonce } from '../../core/identity.js';
-import { json, parseRenew, parseState, parseTerm, type EtcdKeys } from './keys.js';
+import { json, parseRenew, parseState, parseTerm, prefixEnd, type EtcdKeys } from './keys.js';
+import { mapLedgerError, pages } from './pages.js';
 import type { EtcdStore } from './store.js';
 import type { MemberPool } from './members.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
@@ -140,7 +141,8 @@ export class EtcdFleet implements FleetPort {
     try {
       return await c.client.kv.txn(req, { deadline: c.deadline });
     } catch (err) {
-      throw mapEtcdError(err, where);
+      // An answer over gRPC's 4 MB limit is a StoreError, not a retryable outage (pages.ts).
+      throw mapLedgerError(err, where);
     }
   }
 
@@ -451,7 +453,7 @@ export class EtcdFleet implements FleetPort {
   async prune(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult> {
     const c = await this.store.fleetContext(options);
     const k = c.keys;
-    const r = await this.read(c, [rangePrefix(this.agentPrefix(k)), rangePrefix(`${k.fleetPrefix}own/`)], 'fleet prune');
+    const r = await this.read(c, [rangePrefix(this.agentPrefix(k))], 'fleet prune');
     const horizon = Date.now() - req.olderThanMs;
     const gone = new Map<string, { kv: EtcdKeyValue; value: AgentValue }>();
     for (const kv of all(r.responses[0])) {
@@ -459,10 +461,21 @@ export class EtcdFleet implements FleetPort {
       const value = parseAgent(kv);
       if (id !== null && value?.deregisteredAtMs !== undefined && value.deregisteredAtMs < horizon) gone.set(id, { kv, value });
     }
+    // The ownership records in pages: a fleet's whole `own/` range passes gRPC's 4 MB answer
+    // limit at some tens of thousands of resources. Not one revision: each delete below is
+    // pinned on the record's mod revision and the agent's, so a record changed since stays.
     const records = new Map<string, EtcdKeyValue[]>();
-    for (const kv of all(r.responses[1])) {
-      const agent = parseOwn(kv)?.agent;
-      if (agent !== undefined && gone.has(agent)) records.set(agent, [...(records.get(agent) ?? []), kv]);
+    const own = Buffer.from(`${k.fleetPrefix}own/`);
+    if (gone.size > 0) {
+      for await (const kvs of pages((q) => this.txn(c, q, 'fleet prune'), own, prefixEnd(own), 'Ascend')) {
+        for (const kv of kvs) {
+          const agent = parseOwn(kv)?.agent;
+          if (agent === undefined || !gone.has(agent)) continue;
+          const mine = records.get(agent);
+          if (mine === undefined) records.set(agent, [kv]);
+          else mine.push(kv);
+        }
+      }
     }
     let ownership = 0;
     let agents = 0;

@@ -31,10 +31,12 @@ import {
   type SlotStatus,
   type SlotTerm,
 } from '../../scheduler/ledger.js';
-import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+import { decodeSchedule, encodeSchedule, type ScheduleRecord } from '../../scheduler/schedule-record.js';
+import { createEtcd3Client, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { etcdClockOf, type StoreClock } from './clock.js';
 import { EtcdKeys, SCHEMA_VERSION, prefixEnd } from './keys.js';
-import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
+import { mapLedgerError, pages } from './pages.js';
+import { first, guarded, rangeOf, schemaError, schemaOk } from './txn.js';
 
 /** All the ledger calls: a Txn with a deadline (an etcd3 client, or the store's member pool). */
 interface TxnClient {
@@ -69,8 +71,6 @@ interface Row {
 const ATTEMPTS = 8;
 /** Slots per Txn: well under etcd's default --max-txn-ops (128), with the guard's compares. */
 const CHUNK = 50;
-/** Rows per read of a prune: well under gRPC's 4 MB answer limit. */
-const PAGE = 500;
 
 export class EtcdSlotLedger implements SlotLedgerPort {
   readonly kind = 'etcd';
@@ -110,7 +110,7 @@ export class EtcdSlotLedger implements SlotLedgerPort {
     try {
       return await this.client.kv.txn(req, { deadline: Date.now() + this.timeoutMs });
     } catch (err) {
-      throw mapEtcdError(err, `slot ledger ${what}`);
+      throw mapLedgerError(err, `slot ledger ${what}`);
     }
   }
 
@@ -231,38 +231,60 @@ export class EtcdSlotLedger implements SlotLedgerPort {
     throw contended('complete');
   }
 
+  /**
+   * The term is checked first, then the name's rows are read in pages (never in one answer: see
+   * pages.ts) and the stale ones rewritten CHUNK per Txn, each Txn pinned on the term key and on
+   * every row's mod revision. No stale row can appear meanwhile (only an older term writes one,
+   * and its writes compare the term key this term now holds), so one clean pass is the end; a
+   * conflict (the term ended, a row changed) checks the term again and reads again.
+   */
   async interruptStale(term: SlotTerm): Promise<{ fenced: boolean; interrupted: number; storeNowMs: number }> {
     let interrupted = 0;
+    const prefix = Buffer.from(this.slotsOf(term.name));
     for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
-      const { termRev, responses, nowMs } = await this.read(term, [rangePrefix(this.slotsOf(term.name))], 'interruptStale');
+      const { termRev, nowMs } = await this.read(term, [], 'interruptStale');
       if (termRev === null) return { fenced: true, interrupted, storeNowMs: nowMs };
-      const stale = all(responses[0])
-        .map((kv) => ({ kv, row: JSON.parse(kv.value.toString()) as Row }))
-        .filter((x) => x.row.status === 'claimed' && BigInt(x.row.token) < term.token)
-        .slice(0, CHUNK);
-      if (stale.length === 0) return { fenced: false, interrupted, storeNowMs: nowMs };
-      const reason = `its term ended before it completed (seen by term ${term.token})`;
-      const ops = stale.map(({ kv, row }) => ({ request_put: { key: kv.key, value: Buffer.from(JSON.stringify({ ...row, status: 'interrupted', endedAtMs: nowMs, reason })) } }));
-      if (await this.write(term.name, termRev, stale.map(({ kv }) => ({ key: kv.key, mod: kv.mod_revision })), ops, 'interruptStale')) {
-        interrupted += stale.length;
-        // More than one chunk: the next pass takes the rest (a success is not an attempt lost).
-        attempt = -1;
+      const stale: Array<{ kv: EtcdKeyValue; row: Row }> = [];
+      for await (const kvs of this.pages(prefix, prefixEnd(prefix), 'Ascend', 'interruptStale')) {
+        for (const kv of kvs) {
+          const row = parseRow(kv);
+          if (row.status === 'claimed' && BigInt(row.token) < term.token) stale.push({ kv, row });
+        }
       }
+      const reason = `its term ended before it completed (seen by term ${term.token})`;
+      let conflicted = false;
+      for (let i = 0; i < stale.length && !conflicted; i += CHUNK) {
+        const chunk = stale.slice(i, i + CHUNK);
+        const ops = chunk.map(({ kv, row }) => ({ request_put: { key: kv.key, value: Buffer.from(JSON.stringify({ ...row, status: 'interrupted', endedAtMs: nowMs, reason })) } }));
+        if (await this.write(term.name, termRev, chunk.map(({ kv }) => ({ key: kv.key, mod: kv.mod_revision })), ops, 'interruptStale')) interrupted += chunk.length;
+        else conflicted = true;
+      }
+      if (!conflicted) return { fenced: false, interrupted, storeNowMs: nowMs };
     }
     throw contended('interruptStale');
   }
 
+  /**
+   * In pages (never the name's whole range in one answer: past about 17,000 rows it exceeds
+   * gRPC's 4 MB limit). Every page is read, since a key need not sort as its slot does (once-per
+   * keys, a caller's own keys); only the rows the filter keeps are held.
+   */
   async records(name: string, options: { sinceMs?: number; untilMs?: number; limit?: number } = {}): Promise<SlotRecord[]> {
-    const r = await this.txn({ compare: [], success: [rangePrefix(this.slotsOf(name))], failure: [] }, 'records');
     const prefix = this.slotsOf(name);
+    const from = Buffer.from(prefix);
     const scheduled = options.sinceMs !== undefined || options.untilMs !== undefined;
     const at = (x: SlotRecord): number => x.slotAtMs ?? x.startedAtMs ?? 0;
-    const rows = all(r.responses[0])
-      .map((kv) => toRecord(name, decodeURIComponent(kv.key.toString().slice(prefix.length)), kv))
-      .filter((x) => !scheduled || x.slotAtMs !== null)
-      .filter((x) => options.sinceMs === undefined || x.slotAtMs! > options.sinceMs)
-      .filter((x) => options.untilMs === undefined || x.slotAtMs! <= options.untilMs)
-      .sort((a, b) => at(a) - at(b) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const rows: SlotRecord[] = [];
+    for await (const kvs of this.pages(from, prefixEnd(from), 'Ascend', 'records')) {
+      for (const kv of kvs) {
+        const x = toRecord(name, decodeURIComponent(kv.key.toString().slice(prefix.length)), kv);
+        if (scheduled && x.slotAtMs === null) continue;
+        if (options.sinceMs !== undefined && !(x.slotAtMs! > options.sinceMs)) continue;
+        if (options.untilMs !== undefined && !(x.slotAtMs! <= options.untilMs)) continue;
+        rows.push(x);
+      }
+    }
+    rows.sort((a, b) => at(a) - at(b) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     return rows.slice(Math.max(0, rows.length - (options.limit ?? 1000)));
   }
 
@@ -285,15 +307,13 @@ export class EtcdSlotLedger implements SlotLedgerPort {
     /** The n-th scheduled row below `hi` (exclusive), downwards, whose slot is below `below`. */
     const nth = async (hi: Buffer, n: number, below: number): Promise<number | null> => {
       let seen = 0;
-      for (;;) {
-        const kvs = await this.page(prefix, hi, PAGE, 'Descend');
+      for await (const kvs of this.pages(prefix, hi, 'Descend', 'prune')) {
         for (const kv of kvs) {
           const t = parse(kv).slotAtMs;
           if (t !== null && t < below && ++seen === n) return t;
         }
-        if (kvs.length < PAGE) return null;
-        hi = kvs.at(-1)!.key;
       }
+      return null;
     };
     const kept = await nth(end, Math.max(1, req.keep), Infinity);
     const boundary = kept === null ? null : await nth(at(nowMs - req.olderThanMs), 1, nowMs - req.olderThanMs);
@@ -302,11 +322,9 @@ export class EtcdSlotLedger implements SlotLedgerPort {
     const victims: EtcdKeyValue[] = [];
     /** Upwards from `lo` to `hi`, the rows `take` accepts, until the batch is full. */
     const collect = async (lo: Buffer, hi: Buffer, take: (row: Row) => boolean): Promise<void> => {
-      while (victims.length < req.limit) {
-        const kvs = await this.page(lo, hi, PAGE, 'Ascend');
+      for await (const kvs of this.pages(lo, hi, 'Ascend', 'prune')) {
         for (const kv of kvs) if (victims.length < req.limit && take(parse(kv))) victims.push(kv);
-        if (kvs.length < PAGE) return;
-        lo = Buffer.concat([kvs.at(-1)!.key, Buffer.from([0])]);
+        if (victims.length >= req.limit) return;
       }
     };
     if (cutoff !== null) await collect(prefix, at(cutoff), (row) => row.status !== 'claimed' && row.slotAtMs !== null && row.slotAtMs < cutoff);
@@ -327,9 +345,8 @@ export class EtcdSlotLedger implements SlotLedgerPort {
     return { deleted, more: victims.length >= req.limit, storeNowMs: nowMs };
   }
 
-  private async page(from: Buffer, to: Buffer, limit: number, order: 'Ascend' | 'Descend'): Promise<EtcdKeyValue[]> {
-    const r = await this.txn({ compare: [], success: [{ request_range: { key: from, range_end: to, limit, sort_order: order, sort_target: 'Key' } }], failure: [] }, 'prune');
-    return all(r.responses[0]);
+  private pages(from: Buffer, to: Buffer, order: 'Ascend' | 'Descend', what: string, size?: number): AsyncGenerator<EtcdKeyValue[]> {
+    return pages((req) => this.txn(req, what), from, to, order, size);
   }
 
   /** One range per name: each answer's one key names a schedule, and the next read starts past its keys. */
@@ -338,13 +355,43 @@ export class EtcdSlotLedger implements SlotLedgerPort {
     const prefix = Buffer.from(this.keys.slotsPrefix);
     const end = prefixEnd(prefix);
     for (let from: Buffer = prefix; ; ) {
-      const [kv] = await this.page(from, end, 1, 'Ascend');
+      let kv: EtcdKeyValue | undefined;
+      for await (const kvs of this.pages(from, end, 'Ascend', 'names', 1)) {
+        kv = kvs[0];
+        break;
+      }
       if (kv === undefined) return names;
       const rest = kv.key.toString().slice(this.keys.slotsPrefix.length);
       const encoded = rest.slice(0, rest.indexOf('/'));
       names.push(decodeURIComponent(encoded));
       from = prefixEnd(Buffer.from(`${this.keys.slotsPrefix}${encoded}/`));
     }
+  }
+
+  private schedulesPrefix(): string {
+    return `${this.keys.prefix}/schedules/`;
+  }
+
+  /** Read, then written only if the key still has the mod revision read (0: absent) and no later term's record is there. */
+  async putSchedule(record: ScheduleRecord): Promise<void> {
+    const key = Buffer.from(`${this.schedulesPrefix()}${encodeURIComponent(record.name)}`);
+    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+      const kv = first((await this.txn({ compare: [], success: [rangeOf(key)], failure: [] }, 'putSchedule')).responses[0]);
+      if (kv !== undefined && decodeSchedule(kv.value.toString()).token > record.token) return;
+      const w = await this.txn(
+        { compare: [{ key, target: 'Mod', result: 'Equal', mod_revision: kv?.mod_revision ?? '0' }], success: [{ request_put: { key, value: Buffer.from(encodeSchedule(record)) } }], failure: [] },
+        'putSchedule',
+      );
+      if (w.succeeded) return;
+    }
+    throw contended('putSchedule');
+  }
+
+  async schedules(): Promise<ScheduleRecord[]> {
+    const from = Buffer.from(this.schedulesPrefix());
+    const out: ScheduleRecord[] = [];
+    for await (const kvs of this.pages(from, prefixEnd(from), 'Ascend', 'schedules')) for (const kv of kvs) out.push(decodeSchedule(kv.value.toString()));
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
   close(): Promise<void> {
@@ -357,14 +404,16 @@ function contended(what: string): StoreUnavailableError {
   return new StoreUnavailableError(`etcd: the slot ledger's ${what} kept meeting concurrent changes; this is retryable`);
 }
 
-function toRecord(name: string, key: string, kv: EtcdKeyValue): SlotRecord {
-  let row: Row;
+function parseRow(kv: EtcdKeyValue): Row {
   try {
-    row = JSON.parse(kv.value.toString()) as Row;
+    return JSON.parse(kv.value.toString()) as Row;
   } catch (err) {
     throw new SchemaError(`etcd key ${kv.key.toString()} is not a slot ledger row; was it written by something else?`, { cause: err });
   }
-  return fromRow(name, key, row);
+}
+
+function toRecord(name: string, key: string, kv: EtcdKeyValue): SlotRecord {
+  return fromRow(name, key, parseRow(kv));
 }
 
 function fromRow(name: string, key: string, r: Row): SlotRecord {

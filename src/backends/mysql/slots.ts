@@ -32,6 +32,7 @@ import {
   type SlotStatus,
   type SlotTerm,
 } from '../../scheduler/ledger.js';
+import { decodeSchedule, encodeSchedule, type ScheduleRecord } from '../../scheduler/schedule-record.js';
 import { runBatch } from './batch.js';
 import { NOW_US, T } from './schema.js';
 import type { MysqlStore } from './store.js';
@@ -250,6 +251,22 @@ export class MysqlSlotLedger implements SlotLedgerPort {
       deleted += r.affectedRows;
     }
     return { deleted, more: deleted >= req.limit, storeNowMs: Number(c.now_us) / 1000 };
+  }
+
+  /** The record's assignment comes first: MySQL assigns left to right, so it compares the old token. */
+  async putSchedule(record: ScheduleRecord): Promise<void> {
+    await this.store.q(
+      `INSERT INTO leasehold_schedules (name, token, record, updated_at_us) VALUES (?, CAST(? AS SIGNED), ?, ${NOW_US})
+       ON DUPLICATE KEY UPDATE
+         record = IF(token <= VALUES(token), VALUES(record), record),
+         updated_at_us = IF(token <= VALUES(token), VALUES(updated_at_us), updated_at_us),
+         token = GREATEST(token, VALUES(token))`,
+      [record.name, record.token.toString(), encodeSchedule(record)],
+    );
+  }
+
+  async schedules(): Promise<ScheduleRecord[]> {
+    return ((await this.store.q('SELECT record FROM leasehold_schedules ORDER BY name')) as { record: string }[]).map((r) => decodeSchedule(r.record));
   }
 
   async names(): Promise<string[]> {

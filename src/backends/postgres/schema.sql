@@ -37,6 +37,10 @@ leases.waiter text
 leases.waiter_nonce text
 leases.waiter_ttl_ms double precision
 leases.waiter_until timestamp with time zone
+schedules.name text NOT NULL
+schedules.record text NOT NULL
+schedules.token bigint NOT NULL
+schedules.updated_at timestamp with time zone NOT NULL DEFAULT now()
 schema_version.version integer NOT NULL
 slots.ended_at timestamp with time zone
 slots.exit_code integer
@@ -56,6 +60,7 @@ history history_event_check CHECK ((event = ANY (ARRAY['acquired'::text, 'takeov
 history history_pkey PRIMARY KEY (id)
 leases leases_ended_by_check CHECK ((ended_by = ANY (ARRAY['released'::text, 'revoked'::text, 'conflict'::text])))
 leases leases_pkey PRIMARY KEY (name)
+schedules schedules_pkey PRIMARY KEY (name)
 slots slots_pkey PRIMARY KEY (name, slot)
 slots slots_status_check CHECK ((status = ANY (ARRAY['claimed'::text, 'succeeded'::text, 'failed'::text, 'interrupted'::text, 'skipped'::text])))
 -- indexes
@@ -67,6 +72,7 @@ CREATE UNIQUE INDEX fleet_ownership_pkey ON SCHEMA.fleet_ownership USING btree (
 CREATE INDEX history_name_id ON SCHEMA.history USING btree (name, id)
 CREATE UNIQUE INDEX history_pkey ON SCHEMA.history USING btree (id)
 CREATE UNIQUE INDEX leases_pkey ON SCHEMA.leases USING btree (name)
+CREATE UNIQUE INDEX schedules_pkey ON SCHEMA.schedules USING btree (name)
 CREATE INDEX slots_name_slot_at ON SCHEMA.slots USING btree (name, slot_at)
 CREATE UNIQUE INDEX slots_pkey ON SCHEMA.slots USING btree (name, slot)
 -- triggers

@@ -20,6 +20,7 @@ import {
   type SlotStatus,
   type SlotTerm,
 } from '../../scheduler/ledger.js';
+import { decodeSchedule, encodeSchedule, type ScheduleRecord } from '../../scheduler/schedule-record.js';
 import { validateSchemaName } from './schema.js';
 import { createPool } from './driver.js';
 import { mapPgError } from './errors.js';
@@ -257,6 +258,25 @@ export class PostgresSlotLedger implements SlotLedgerPort {
       throw mapPgError(err, this.schema);
     });
     return r.rows.map((x) => x['name'] as string);
+  }
+
+  async putSchedule(record: ScheduleRecord): Promise<void> {
+    await this.pool
+      .query(
+        `INSERT INTO ${this.s}.schedules (name, token, record) VALUES ($1, $2, $3)
+         ON CONFLICT (name) DO UPDATE SET token = excluded.token, record = excluded.record, updated_at = now() WHERE schedules.token <= excluded.token`,
+        [record.name, record.token.toString(), encodeSchedule(record)],
+      )
+      .catch((err: unknown) => {
+        throw mapPgError(err, this.schema);
+      });
+  }
+
+  async schedules(): Promise<ScheduleRecord[]> {
+    const r = await this.pool.query(`SELECT record FROM ${this.s}.schedules ORDER BY name`).catch((err: unknown) => {
+      throw mapPgError(err, this.schema);
+    });
+    return r.rows.map((x) => decodeSchedule(x['record'] as string));
   }
 
   async close(): Promise<void> {

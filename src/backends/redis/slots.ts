@@ -29,6 +29,7 @@ import type {
   SlotStatus,
   SlotTerm,
 } from '../../scheduler/ledger.js';
+import { decodeSchedule, encodeSchedule, type ScheduleRecord } from '../../scheduler/schedule-record.js';
 import { LUA_CLOCK, LUA_DECIMAL_LESS, lua, type LuaScript } from './scripts.js';
 import { RedisStore } from './store.js';
 
@@ -264,6 +265,27 @@ return out
 `,
 );
 
+/**
+ * KEYS: the schedules hash (`{prefix}:schedules`, field = name, value = "TOKEN JSON"). ARGV: name,
+ * token, the record's JSON. Replaces the field unless it holds a later term's record (tokens
+ * compared as decimal strings: length, then text). Reply: [written 1/0].
+ */
+const PUT_SCHEDULE = lua(
+  'schedule-put',
+  `
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur then
+  local t = string.match(cur, '^(%d+) ')
+  if t and (#t > #ARGV[2] or (#t == #ARGV[2] and t > ARGV[2])) then return { '0' } end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
+return { '1' }
+`,
+);
+
+/** KEYS: the schedules hash. Reply: name, "TOKEN JSON" pairs. */
+const SCHEDULES = lua('schedule-list', `return redis.call('HGETALL', KEYS[1])`);
+
 interface EncodedRow {
   status: SlotStatus;
   token: string;
@@ -371,6 +393,17 @@ export class RedisSlotLedger implements SlotLedgerPort {
     const pattern = `${head.replace(/[*?[\]\\]/g, '\\$&')}*`;
     const keys = await this.run(NAMES, [`${head}`], [pattern]);
     return keys.map((x) => x.slice(head.length)).sort();
+  }
+
+  async putSchedule(record: ScheduleRecord): Promise<void> {
+    await this.run(PUT_SCHEDULE, [`${this.tag}:schedules`], [record.name, record.token.toString(), encodeSchedule(record)]);
+  }
+
+  async schedules(): Promise<ScheduleRecord[]> {
+    const flat = await this.run(SCHEDULES, [`${this.tag}:schedules`], []);
+    const out: ScheduleRecord[] = [];
+    for (let i = 1; i < flat.length; i += 2) out.push(decodeSchedule(flat[i]!.slice(flat[i]!.indexOf(' ') + 1)));
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
   /** The connection is the store's: closing the store closes it. */

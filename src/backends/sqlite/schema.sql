@@ -55,6 +55,13 @@ CREATE TABLE leasehold_leases (
   renewed_at      INTEGER,
   ended_by        TEXT CHECK (ended_by IN ('released', 'revoked', 'conflict'))
 , fence_token INTEGER, fence_nonce TEXT);
+-- table leasehold_schedules
+CREATE TABLE leasehold_schedules (
+  name       TEXT PRIMARY KEY,
+  token      INTEGER NOT NULL,
+  record     TEXT NOT NULL,
+  updated_at INTEGER NOT NULL
+);
 -- table leasehold_schema_version
 CREATE TABLE leasehold_schema_version (version INTEGER NOT NULL);
 -- table leasehold_slots

@@ -3,7 +3,7 @@
  * order, each once, in the migrating transaction (./store.ts, migrate).
  */
 import { SQLITE_FLEET_MIGRATION } from './fleet-schema.js';
-import { SQLITE_SLOTS_MIGRATION } from './slots-schema.js';
+import { SQLITE_SCHEDULES_MIGRATION, SQLITE_SLOTS_MIGRATION } from './slots-schema.js';
 
 /** The table names: one place, so the store and its tests cannot disagree. */
 export const T = {
@@ -58,6 +58,8 @@ ALTER TABLE ${T.leases} ADD COLUMN fence_nonce TEXT;
   `
 ALTER TABLE ${T.fences} ADD COLUMN lease TEXT;
 `,
+  // One row per schedule: what it is and whether it is catching up (issue 31).
+  SQLITE_SCHEDULES_MIGRATION,
 ];
 
 /** The version a migrated file is at: every entry of MIGRATIONS has run. */

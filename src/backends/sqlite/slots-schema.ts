@@ -15,3 +15,17 @@ CREATE TABLE IF NOT EXISTS leasehold_slots (
 );
 CREATE INDEX IF NOT EXISTS leasehold_slots_name_slot_at ON leasehold_slots (name, slot_at);
 `;
+
+/**
+ * Migration entry 6: one row per schedule (src/scheduler/schedule-record.ts), as the replica that
+ * leads it wrote it; `token` apart from the JSON so a record is replaced only by an equal or later
+ * term's. Times in ms.
+ */
+export const SQLITE_SCHEDULES_MIGRATION = `
+CREATE TABLE IF NOT EXISTS leasehold_schedules (
+  name       TEXT PRIMARY KEY,
+  token      INTEGER NOT NULL,
+  record     TEXT NOT NULL,
+  updated_at INTEGER NOT NULL
+);
+`;

@@ -19,10 +19,12 @@ import {
   type SlotStatus,
   type SlotTerm,
 } from '../../scheduler/ledger.js';
+import { decodeSchedule, encodeSchedule, type ScheduleRecord } from '../../scheduler/schedule-record.js';
 import { mapSqliteError } from './errors.js';
 import { immediate, type SqliteDatabaseLike } from './store.js';
 
 const SLOTS = 'leasehold_slots';
+const SCHEDULES = 'leasehold_schedules';
 const LEASES = 'leasehold_leases';
 
 interface Row {
@@ -173,6 +175,25 @@ export class SqliteSlotLedger implements SlotLedgerPort {
   names(): Promise<string[]> {
     try {
       return Promise.resolve((this.db.prepare(`SELECT DISTINCT name FROM ${SLOTS} ORDER BY name`).all() as { name: string }[]).map((r) => r.name));
+    } catch (err) {
+      return Promise.reject(mapSqliteError(err));
+    }
+  }
+
+  putSchedule(record: ScheduleRecord): Promise<void> {
+    return this.tx((now) => {
+      this.db
+        .prepare(
+          `INSERT INTO ${SCHEDULES} (name, token, record, updated_at) VALUES (?, ?, ?, ?)
+           ON CONFLICT (name) DO UPDATE SET token = excluded.token, record = excluded.record, updated_at = excluded.updated_at WHERE ${SCHEDULES}.token <= excluded.token`,
+        )
+        .run(record.name, record.token, encodeSchedule(record), now);
+    });
+  }
+
+  schedules(): Promise<ScheduleRecord[]> {
+    try {
+      return Promise.resolve((this.db.prepare(`SELECT record FROM ${SCHEDULES} ORDER BY name`).all() as { record: string }[]).map((r) => decodeSchedule(r.record)));
     } catch (err) {
       return Promise.reject(mapSqliteError(err));
     }

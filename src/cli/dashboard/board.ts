@@ -54,7 +54,7 @@ export interface BoardState {
   history: Array<{ id: string; name: string; event: string; holder: string | null; previousHolder: string | null; token: string; atMs: number; detail: string | null }>;
   error: string | null;
   /** Store reads since start, by kind: the watcher's lease lists, histories, slot-ledger reads, fleet readings. */
-  reads: { total: number; list: number; history: number; ledger: number; fleet: number };
+  reads: { total: number; list: number; history: number; ledger: number; records: number; fleet: number };
   schedules: ScheduleRow[];
   /** Null when this store has no slot ledger. */
   schedulesError: string | null;
@@ -273,10 +273,11 @@ export class Board {
       history: recent.map((h) => ({ id: h.id.toString(), name: h.name, event: h.event, holder: h.holder, previousHolder: h.previousHolder, token: h.token.toString(), atMs: h.atMs, detail: h.detail })),
       error: this.error,
       reads: {
-        total: this.watcher.reads.total + this.historyReads + (this.schedules?.reads ?? 0) + (this.fleet?.reads ?? 0),
+        total: this.watcher.reads.total + this.historyReads + (this.schedules?.reads ?? 0) + (this.schedules?.recordReads ?? 0) + (this.fleet?.reads ?? 0),
         list: this.watcher.reads.total,
         history: this.historyReads,
         ledger: this.schedules?.reads ?? 0,
+        records: this.schedules?.recordReads ?? 0,
         fleet: this.fleet?.reads ?? 0,
       },
       schedules: this.schedules?.rows() ?? [],

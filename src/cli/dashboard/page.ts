@@ -207,8 +207,18 @@ tr.ownerdead td{background:#fde2e1}
       } else {
         meta.appendChild(document.createTextNode((sc.state === 'expired' ? 'expired, not yet taken (its holder stopped renewing)' : 'not held: between slots (per-slot mode holds the lease only while a slot runs)') + ' · last token ' + sc.token));
       }
-      meta.appendChild(document.createTextNode(' · period (from the ledger) ' + (sc.periodMs === null ? '?' : fmt(sc.periodMs)) +
-        ' · next due ≈ ' + when(sc.nextDueEstimateMs) + ' (estimated: the expression is not stored) · last success ' + (sc.lastSuccessAtMs === null ? 'never (in the rows read)' : when(sc.lastSuccessAtMs))));
+      var rec = sc.schedule;
+      if (rec) {
+        var what = el('span', 'mono sched-expr', rec.description); what.setAttribute('data-expression', rec.expression || '');
+        meta.appendChild(document.createTextNode(' · ')); meta.appendChild(what);
+        meta.appendChild(document.createTextNode(' · ' + rec.mode + ' · catch-up ' + rec.catchUp + ' within ' + fmt(rec.catchUpWindowMs) +
+          ' · next due ' + (sc.nextDueMs === null ? '?' : when(sc.nextDueMs)) + ' (store clock)'));
+        if (rec.catchingUp) { var cu = el('span', 'mark catching-up', 'catching up ' + rec.catchingUp.slots + ' slot(s) from ' + new Date(rec.catchingUp.fromMs).toISOString()); meta.appendChild(cu); }
+        meta.appendChild(document.createTextNode(' · last success ' + (sc.lastSuccessAtMs === null ? 'never (in the rows read)' : when(sc.lastSuccessAtMs))));
+      } else {
+        meta.appendChild(document.createTextNode(' · period (from the ledger) ' + (sc.periodMs === null ? '?' : fmt(sc.periodMs)) +
+          ' · next due ≈ ' + when(sc.nextDueEstimateMs) + ' (estimated: no schedule record; its replicas write one from this version on) · last success ' + (sc.lastSuccessAtMs === null ? 'never (in the rows read)' : when(sc.lastSuccessAtMs))));
+      }
       wrap.appendChild(meta);
       var t = el('table'); var th = el('thead');
       th.appendChild(row(['slot', 'outcome', 'token', 'ran by', 'started', 'took', 'reason'].map(function (x) { return el('th', null, x); })));
@@ -258,7 +268,7 @@ tr.ownerdead td{background:#fde2e1}
     renderTimelines();
     renderSchedules();
     renderFleet();
-    $('stats').textContent = 'store reads: ' + state.reads.total + ' (lists ' + state.reads.list + ', histories ' + state.reads.history + ', slot ledgers ' + state.reads.ledger + ', fleet ' + state.reads.fleet + ') since ' + fmt(state.uptimeMs) + ' ago · browsers connected: ' + state.clients;
+    $('stats').textContent = 'store reads: ' + state.reads.total + ' (lists ' + state.reads.list + ', histories ' + state.reads.history + ', slot ledgers ' + state.reads.ledger + ', schedule records ' + state.reads.records + ', fleet ' + state.reads.fleet + ') since ' + fmt(state.uptimeMs) + ' ago · browsers connected: ' + state.clients;
   }
   function connect() {
     var es = new EventSource('events');

@@ -1,8 +1,12 @@
 /**
  * The dashboard's schedules: a schedule is a job lease whose slot ledger has scheduled rows
- * (`leasehold cron` writes them; `run --once-per` rows have no slot time and do not count). The
- * store keeps no list of schedules, no expression and no next due slot, so this is derived from
- * the watcher's lease list plus one ledger read per lease (`records(name, { limit })`).
+ * (`leasehold cron` writes them; `run --once-per` rows have no slot time and do not count). Its
+ * slots come from one ledger read per lease (`records(name, { limit })`); what it is (expression
+ * and zone, mode, catch-up policy, a catch-up in progress) from the schedule records startCron
+ * writes (`schedules()`, one read for every schedule: when one shows up without a record, else every
+ * LEDGER_SLOW_MS), and its
+ * next due slot from the stored expression by the store's clock. A ledger of the caller's without
+ * records, or a schedule whose replicas predate them, falls back to an estimate from the slot times.
  *
  * When to read (the store load is the point): a lease's ledger is read when the lease is first
  * seen and when the watcher reports a change of it (per-slot cron takes a new term for every
@@ -14,6 +18,7 @@
  */
 import type { LeaseView } from '../../observe/index.js';
 import type { SlotLedgerPort, SlotRecord } from '../../scheduler/ledger.js';
+import { nextDueOf, type ScheduleRecord } from '../../scheduler/schedule-record.js';
 import { AGENT_LEASE_PREFIX } from '../../core/reserved.js';
 import { errorMessage } from '../../core/errors.js';
 
@@ -48,8 +53,12 @@ export interface ScheduleRow {
   expiresAtMs: number | null;
   /** The smallest interval between consecutive slots in the rows read: the period of an --every schedule; a cron expression's shortest gap. */
   periodMs: number | null;
-  /** The newest slot's time plus periodMs: an estimate, since the expression is not stored. */
+  /** The newest slot's time plus periodMs: an estimate, for a schedule with no record. */
   nextDueEstimateMs: number | null;
+  /** What the schedule is, from its record (null: no record: a ledger without them, or replicas that predate them). */
+  schedule: Omit<ScheduleRecord, 'name' | 'token' | 'updatedAtMs'> | null;
+  /** The next slot after the store's time of the lease list, from the record's expression; null without one. */
+  nextDueMs: number | null;
   slots: SlotRow[];
   /** By the store's clock. */
   lastSuccessAtMs: number | null;
@@ -78,7 +87,14 @@ export class ScheduleReader {
   private slow: NodeJS.Timeout | undefined;
   private reading = false;
   private closed = false;
+  /** Every schedule's record by name: read after a pass of ledger reads that found a schedule without one, else every LEDGER_SLOW_MS. */
+  private records = new Map<string, ScheduleRecord>();
+  private recordsReadAt = -Infinity;
+  /** Schedules the last records read had none for (replicas of an older leasehold): not a reason to read again. */
+  private readonly askedFor = new Set<string>();
   reads = 0;
+  /** Reads of the schedule records (`schedules()`), apart from the ledger reads of each name. */
+  recordReads = 0;
   error: string | null = null;
 
   constructor(
@@ -154,6 +170,16 @@ export class ScheduleReader {
         changed = true;
         if (this.closed) return;
       }
+      if (changed && this.recordsOwed()) {
+        this.recordsReadAt = this.now();
+        this.recordReads++;
+        try {
+          this.records = new Map((await this.ledger.schedules!()).map((r) => [r.name, r]));
+        } catch (e) {
+          this.error = `schedule records: ${errorMessage(e)}`;
+        }
+        for (const [name, k] of this.known) if (k.rows !== null && k.rows.length > 0 && !this.records.has(name)) this.askedFor.add(name);
+      }
     } finally {
       this.reading = false;
     }
@@ -161,12 +187,24 @@ export class ScheduleReader {
     this.arm();
   }
 
+  /**
+   * A record changes when a schedule is first led and when a catch-up starts or ends, and costs
+   * a read of every schedule's: read when a schedule shows up without one, and otherwise on the
+   * slow timer, so a catch-up in progress shows within LEDGER_SLOW_MS, at 2 reads a minute.
+   */
+  private recordsOwed(): boolean {
+    if (this.ledger.schedules === undefined) return false;
+    if (this.now() - this.recordsReadAt >= LEDGER_SLOW_MS) return true;
+    for (const [name, k] of this.known) if (k.rows !== null && k.rows.length > 0 && !this.records.has(name) && !this.askedFor.has(name)) return true;
+    return false;
+  }
+
   rows(): ScheduleRow[] {
     const out: ScheduleRow[] = [];
     for (const [name, k] of [...this.known].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
       const l = this.leases.get(name);
       if (l === undefined || k.rows === null || k.rows.length === 0) continue;
-      out.push(scheduleRow(l, k.rows, k.readAtMs));
+      out.push(scheduleRow(l, k.rows, k.readAtMs, this.records.get(name)));
     }
     return out;
   }
@@ -179,7 +217,7 @@ export class ScheduleReader {
 }
 
 /** What one ledger read says about a schedule, newest slot first. */
-export function scheduleRow(l: LeaseView, records: readonly SlotRecord[], readAtMs: number): ScheduleRow {
+export function scheduleRow(l: LeaseView, records: readonly SlotRecord[], readAtMs: number, record?: ScheduleRecord): ScheduleRow {
   const sorted = records.filter((r): r is SlotRecord & { slotAtMs: number } => r.slotAtMs !== null).sort((a, b) => a.slotAtMs - b.slotAtMs);
   let periodMs: number | null = null;
   for (let i = 1; i < sorted.length; i++) {
@@ -213,9 +251,17 @@ export function scheduleRow(l: LeaseView, records: readonly SlotRecord[], readAt
     expiresAtMs: l.expiresAtMs,
     periodMs,
     nextDueEstimateMs: newest === undefined || periodMs === null ? null : newest.slotAtMs + periodMs,
+    schedule: record === undefined ? null : scheduleOf(record),
+    nextDueMs: record === undefined ? null : nextDueOf(record, l.storeNowMs),
     // The oldest row only finds the period; the rest are shown.
     slots: slots.slice(-SLOTS_SHOWN).reverse(),
     lastSuccessAtMs: success?.endedAtMs ?? success?.slotAtMs ?? null,
     readAtMs,
   };
+}
+
+/** A record as shown: who wrote it is the lease's business (holder and token are shown from it). */
+function scheduleOf(r: ScheduleRecord): NonNullable<ScheduleRow['schedule']> {
+  const { name: _n, token: _t, updatedAtMs: _u, ...shown } = r;
+  return shown;
 }

@@ -1,0 +1,65 @@
+/**
+ * Reading a key range that may be large (a schedule's slot rows, a fleet's ownership records)
+ * in pages. gRPC refuses an answer over 4 MB (grpc-js's default receive limit, which etcd3 does
+ * not raise) with RESOURCE_EXHAUSTED, which etcd3 marks recoverable: read in one answer, a
+ * schedule past about 17,000 rows failed every read the same way and the engine retried it for
+ * ever. So a range is read PAGE keys at a time, a page that is still too large (rows with long
+ * reasons) is read again halved, and an answer too large even for one key is a StoreError.
+ */
+import { StoreError } from '../../core/errors.js';
+import { mapEtcdError, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+
+/** Keys per page: about 250 bytes each in the ledger, so well under the 4 MB answer limit. */
+const PAGE = 500;
+
+/** An answer gRPC refused as larger than its receive limit: the same read fails the same way. */
+function isAnswerTooLarge(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if (/larger than max/i.test(e.message)) return true;
+  }
+  return false;
+}
+
+/** mapEtcdError, except an over-size answer, which is not retryable (waiting does not shrink it). */
+export function mapLedgerError(err: unknown, where: string): Error {
+  if (isAnswerTooLarge(err)) {
+    return new StoreError(
+      `etcd's answer to the ${where} was larger than gRPC's 4 MB message limit; this is not retried, it would fail the same way. ` +
+        'leasehold reads large ranges in pages, so a single key is that large: report it, with the key prefix',
+      { cause: err },
+    );
+  }
+  return mapEtcdError(err, where);
+}
+
+/** A Txn sender that throws mapped errors (mapLedgerError). */
+type PageTxn = (req: EtcdTxnRequest) => Promise<EtcdTxnResponse>;
+
+/**
+ * The keys in [from, to) in key order, a page at a time, each page its own read (so not one
+ * revision: callers pin their writes on each key's mod revision instead).
+ */
+export async function* pages(txn: PageTxn, from: Buffer, to: Buffer, order: 'Ascend' | 'Descend', size = PAGE): AsyncGenerator<EtcdKeyValue[]> {
+  let limit = size;
+  for (;;) {
+    const range: EtcdRangeRequest = { key: from, range_end: to, limit, sort_order: order, sort_target: 'Key' };
+    let r: EtcdTxnResponse;
+    try {
+      r = await txn({ compare: [], success: [{ request_range: range }], failure: [] });
+    } catch (err) {
+      if (limit > 1 && isAnswerTooLarge(err)) {
+        limit = Math.max(1, Math.floor(limit / 2));
+        continue;
+      }
+      throw err;
+    }
+    const answer = r.responses[0]?.response_range;
+    const kvs = answer?.kvs ?? [];
+    if (kvs.length > 0) yield kvs;
+    if (answer?.more !== true || kvs.length === 0) return;
+    // Past the last key read: upwards, from just after it; downwards, up to (excluding) it.
+    const last = kvs.at(-1)!.key;
+    if (order === 'Ascend') from = Buffer.concat([last, Buffer.from([0])]);
+    else to = last;
+  }
+}
