@@ -8,9 +8,12 @@ import { migration006 } from './sql/006-handover.js';
 import { migration007 } from './sql/007-release-many.js';
 import { migration008 } from './sql/008-placement-index.js';
 import { migration009 } from './sql/009-fence-lease.js';
+import { migration011 } from './sql/011-session-liveness.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 9;
+// 11's migration is the tenth in this list: 10 was reserved for another change; when it lands,
+// it goes before 11 here and the version becomes 11.
+export const SCHEMA_VERSION = 10;
 
 const CHANNEL_PREFIX = 'leasehold_freed_';
 
@@ -45,5 +48,5 @@ export function channelFor(schema: string): string {
 export function migrations(schema: string): string[] {
   const s = `"${validateSchemaName(schema)}"`;
   const channel = channelFor(schema);
-  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s)];
+  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration011(s)];
 }
