@@ -21,7 +21,7 @@ import { releaseStatement } from './release.js';
 const LOCK_WAIT_SLICE_MS = 3000;
 
 /** What the store gives a session: a connection of its own, and what to check it against. */
-export interface SessionEnv {
+interface SessionEnv {
   /** The quoted schema. */
   s: string;
   connect(): Promise<PgListenClientLike>;
