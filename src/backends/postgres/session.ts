@@ -73,6 +73,10 @@ export class PgLeaseSession implements LeaseSession {
     };
     client.on('error', (err) => ended(err));
     client.on('end', () => ended());
+    // As a LISTEN socket: the session alone must not keep a process alive. A holder that would
+    // exit without releasing (its work done, the lease forgotten) exits, and its term ends with
+    // its connection, as any death's does. A contender is kept alive by its contention.
+    streamOf(client)?.unref?.();
   }
 
   /**
@@ -188,6 +192,7 @@ export class PgLeaseSession implements LeaseSession {
       // One transaction: the release locks and ends the row, then the session lock goes, then
       // COMMIT. A follower the unlock wakes ends nothing: its claim waits for the row and then
       // finds it released (or handed over), not orphaned.
+      streamOf(this.client)?.ref?.(); // the release must be sent before the process may exit
       await this.client.query('BEGIN');
       const r = await this.client.query(releaseStatement(this.env.s), [req.name, req.holder, [...req.expect]]);
       await this.client.query('SELECT pg_advisory_unlock_all()');
@@ -208,6 +213,7 @@ export class PgLeaseSession implements LeaseSession {
 
   /** Ends the connection for good (never back into a pool: its session lock must go with it). */
   private static async destroy(c: PgListenClientLike): Promise<void> {
+    streamOf(c)?.ref?.(); // until the goodbye is written
     try {
       if (c.release !== undefined) c.release(true);
       else await c.end?.();
@@ -215,4 +221,8 @@ export class PgLeaseSession implements LeaseSession {
       // already closed
     }
   }
+}
+
+function streamOf(c: PgListenClientLike): { ref?: () => void; unref?: () => void } | undefined {
+  return (c as unknown as { connection?: { stream?: { ref?: () => void; unref?: () => void } } }).connection?.stream;
 }
