@@ -284,7 +284,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
       }
     } finally {
       freed?.cancel();
-      await session?.close();
+      if (session !== undefined) await session.close();
       // Best effort: if the withdrawal fails, that costs at most one TTL, as a crash would.
       const w = m.withdrawal();
       if (w !== undefined) await this.host.release({ name: this.name, ...w }).catch(() => false);
