@@ -182,6 +182,29 @@ void describe('liveness session on postgres', () => {
     }
   });
 
+  void it('a term recorded on another server instance (a restart, a failover, a restore) is left to its expiry, not ended early', async () => {
+    const name = uniq('moved');
+    const schema = new URL(t.url).searchParams.get('schema')!;
+    const holder = new Leasehold({ store: await t.open() });
+    const follower = new Leasehold({ store: await t.open() });
+    try {
+      const held = await holder.lease(name, { ttl: 30_000, liveness: 'session' }).acquire();
+      const pid = await sessionPid(t, name);
+      // As the row reads on a promoted standby or after a restart: recorded under another postmaster.
+      await sql(`UPDATE "${schema}".leases SET session_server = session_server - interval '1 day' WHERE name = $1`, [name]);
+      await sql('SELECT pg_terminate_backend($1)', [pid]);
+      await new Promise<void>((r) => (held.signal.aborted ? r() : held.signal.addEventListener('abort', () => r(), { once: true })));
+      // 2 s is far below the 30 s TTL and far above a session-end takeover (milliseconds).
+      await assert.rejects(follower.lease(name, { ttl: 30_000, liveness: 'session' }).acquire({ wait: 2000 }));
+      const history = await t.store.history({ name });
+      assert.ok(!history.some((e) => e.event === 'revoked'), 'the term was not ended for a session the server cannot vouch for');
+      assert.equal((await t.store.list({ name }))[0]?.state, 'held');
+    } finally {
+      await holder.close();
+      await follower.close();
+    }
+  });
+
   void it('a release over the session hands the lease on as a release (not as a session that ended)', async () => {
     const name = uniq('release');
     const a = new Leasehold({ store: await t.open() });

@@ -32,6 +32,7 @@ leases.name text NOT NULL
 leases.nonce text
 leases.renewed_at timestamp with time zone
 leases.session_pid integer
+leases.session_server timestamp with time zone
 leases.term_started_at timestamp with time zone
 leases.token bigint NOT NULL DEFAULT 0
 leases.waiter text
@@ -72,7 +73,7 @@ CREATE INDEX slots_name_slot_at ON SCHEMA.slots USING btree (name, slot_at)
 CREATE UNIQUE INDEX slots_pkey ON SCHEMA.slots USING btree (name, slot)
 -- triggers
 CREATE TRIGGER leases_freed AFTER UPDATE OF holder ON SCHEMA.leases FOR EACH ROW WHEN (((old.holder IS NOT NULL) AND (new.holder IS NULL))) EXECUTE FUNCTION SCHEMA.notify_freed()
-CREATE TRIGGER leases_session_clear BEFORE UPDATE ON SCHEMA.leases FOR EACH ROW WHEN (((old.session_pid IS NOT NULL) OR (new.session_pid IS NOT NULL))) EXECUTE FUNCTION SCHEMA.session_clear()
+CREATE TRIGGER leases_session_clear BEFORE UPDATE ON SCHEMA.leases FOR EACH ROW WHEN (((old.session_pid IS NOT NULL) OR (new.session_pid IS NOT NULL) OR (new.session_server IS NOT NULL))) EXECUTE FUNCTION SCHEMA.session_clear()
 -- functions
 CREATE OR REPLACE FUNCTION SCHEMA.claim(p_names text[], p_holders text[], p_expect text[], p_next text[], p_ttl_ms double precision[], p_contend boolean[])
  RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision)
@@ -202,15 +203,17 @@ DECLARE
 BEGIN
   IF EXISTS (SELECT 1 FROM SCHEMA.leases AS l
               WHERE l.name = ANY (p_names) AND l.holder IS NOT NULL AND l.session_pid IS NOT NULL
+                AND l.session_server = pg_postmaster_start_time()
                 AND l.expires_at > now() AND NOT SCHEMA.session_alive(l.name, l.session_pid)) THEN
     -- In name order, as claim_write locks, so that two batches never deadlock.
     PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
     WITH ended AS (
       UPDATE SCHEMA.leases AS l
-         SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'revoked', session_pid = NULL
+         SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'revoked', session_pid = NULL, session_server = NULL
         FROM SCHEMA.leases AS old
        WHERE old.name = l.name AND l.name = ANY (p_names) AND l.holder IS NOT NULL
-         AND l.session_pid IS NOT NULL AND l.expires_at > now() AND NOT SCHEMA.session_alive(l.name, l.session_pid)
+         AND l.session_pid IS NOT NULL AND l.session_server = pg_postmaster_start_time()
+         AND l.expires_at > now() AND NOT SCHEMA.session_alive(l.name, l.session_pid)
       RETURNING l.name, l.token, old.holder AS previous_holder, old.session_pid AS pid)
     INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
     SELECT e.name, 'revoked', NULL, e.previous_holder, e.token, now(),
@@ -223,7 +226,7 @@ BEGIN
             ORDER BY c.ordinality LOOP
     v_pid := NULL;
     IF r.outcome IN ('acquired', 'renewed') AND r.pid IS NOT NULL THEN
-      UPDATE SCHEMA.leases AS l SET session_pid = r.pid
+      UPDATE SCHEMA.leases AS l SET session_pid = r.pid, session_server = pg_postmaster_start_time()
        WHERE l.name = r.name AND l.token = r.token AND l.holder = r.holder
          AND l.session_pid IS DISTINCT FROM r.pid AND SCHEMA.session_alive(r.name, r.pid);
       SELECT l.session_pid INTO v_pid FROM SCHEMA.leases AS l WHERE l.name = r.name AND l.token = r.token;
@@ -444,7 +447,10 @@ CREATE OR REPLACE FUNCTION SCHEMA.session_clear()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  IF NEW.holder IS NULL OR NEW.token IS DISTINCT FROM OLD.token THEN NEW.session_pid := NULL; END IF;
+  IF NEW.holder IS NULL OR NEW.token IS DISTINCT FROM OLD.token THEN
+    NEW.session_pid := NULL;
+    NEW.session_server := NULL;
+  END IF;
   RETURN NEW;
 END
 $function$

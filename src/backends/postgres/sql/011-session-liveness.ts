@@ -9,6 +9,10 @@
  *    (pg_locks, which every role may read; pid and lock together, so a reused pid is not
  *    mistaken for the dead holder unless it also holds this lease's lock, which only errs on
  *    the side of waiting for the TTL);
+ *  - `leases.session_server` records the server it was on (pg_postmaster_start_time()): after a
+ *    restart, a failover or a restore, no lock of the old server's sessions can be seen, and that
+ *    says nothing of whether the holder lives (a partition during the restart hides the close
+ *    from it), so such a term is left to its expiry, as in 'ttl' mode;
  *  - `claim_session` ends every term among its names whose recorded session is gone, as an
  *    operator's revocation ends one (holder cleared, a 'revoked' history row with its own
  *    detail, the release trigger notifies), then claims as `claim` does, and records the caller's
@@ -28,7 +32,7 @@ export function migration011(s: string): string {
   // The lock's first key names the schema, so two schemas' leases of one name do not share it.
   const k1 = `hashtext('leasehold.session.${s.replace(/"/g, '')}')`;
   return `
-ALTER TABLE ${s}.leases ADD COLUMN session_pid integer;
+ALTER TABLE ${s}.leases ADD COLUMN session_pid integer, ADD COLUMN session_server timestamptz;
 
 CREATE FUNCTION ${s}.session_try_lock(p_name text) RETURNS boolean
 LANGUAGE sql VOLATILE AS $fn$ SELECT pg_try_advisory_lock(${k1}, hashtext(p_name)) $fn$;
@@ -47,12 +51,15 @@ $fn$;
 
 CREATE FUNCTION ${s}.session_clear() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
-  IF NEW.holder IS NULL OR NEW.token IS DISTINCT FROM OLD.token THEN NEW.session_pid := NULL; END IF;
+  IF NEW.holder IS NULL OR NEW.token IS DISTINCT FROM OLD.token THEN
+    NEW.session_pid := NULL;
+    NEW.session_server := NULL;
+  END IF;
   RETURN NEW;
 END
 $fn$;
 CREATE TRIGGER leases_session_clear BEFORE UPDATE ON ${s}.leases
-  FOR EACH ROW WHEN (OLD.session_pid IS NOT NULL OR NEW.session_pid IS NOT NULL)
+  FOR EACH ROW WHEN (OLD.session_pid IS NOT NULL OR NEW.session_pid IS NOT NULL OR NEW.session_server IS NOT NULL)
   EXECUTE FUNCTION ${s}.session_clear();
 
 -- claim, with p_session: per request, the backend pid of the caller's session (NULL for none).
@@ -71,15 +78,17 @@ DECLARE
 BEGIN
   IF EXISTS (SELECT 1 FROM ${s}.leases AS l
               WHERE l.name = ANY (p_names) AND l.holder IS NOT NULL AND l.session_pid IS NOT NULL
+                AND l.session_server = pg_postmaster_start_time()
                 AND l.expires_at > now() AND NOT ${s}.session_alive(l.name, l.session_pid)) THEN
     -- In name order, as claim_write locks, so that two batches never deadlock.
     PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
     WITH ended AS (
       UPDATE ${s}.leases AS l
-         SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'revoked', session_pid = NULL
+         SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'revoked', session_pid = NULL, session_server = NULL
         FROM ${s}.leases AS old
        WHERE old.name = l.name AND l.name = ANY (p_names) AND l.holder IS NOT NULL
-         AND l.session_pid IS NOT NULL AND l.expires_at > now() AND NOT ${s}.session_alive(l.name, l.session_pid)
+         AND l.session_pid IS NOT NULL AND l.session_server = pg_postmaster_start_time()
+         AND l.expires_at > now() AND NOT ${s}.session_alive(l.name, l.session_pid)
       RETURNING l.name, l.token, old.holder AS previous_holder, old.session_pid AS pid)
     INSERT INTO ${s}.history (name, event, holder, previous_holder, token, at, detail)
     SELECT e.name, 'revoked', NULL, e.previous_holder, e.token, now(),
@@ -92,7 +101,7 @@ BEGIN
             ORDER BY c.ordinality LOOP
     v_pid := NULL;
     IF r.outcome IN ('acquired', 'renewed') AND r.pid IS NOT NULL THEN
-      UPDATE ${s}.leases AS l SET session_pid = r.pid
+      UPDATE ${s}.leases AS l SET session_pid = r.pid, session_server = pg_postmaster_start_time()
        WHERE l.name = r.name AND l.token = r.token AND l.holder = r.holder
          AND l.session_pid IS DISTINCT FROM r.pid AND ${s}.session_alive(r.name, r.pid);
       SELECT l.session_pid INTO v_pid FROM ${s}.leases AS l WHERE l.name = r.name AND l.token = r.token;
