@@ -5,6 +5,8 @@
  * Baselines, on the same store in the same run: the polling elector with Kubernetes' timings
  * (PostgreSQL, Redis, SQLite has none), etcd3's Election (etcd), and pg_advisory_lock, which the
  * server frees when the dead process's socket closes (no TTL at all; nothing a paused VM gets).
+ * On PostgreSQL also liveness 'session' (docs/liveness.md): the holder's term ends with its
+ * connection, so its follower should land near the advisory-lock waiter, not near the TTL.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -63,6 +65,7 @@ export async function failover(rec: Recorder, kind: StoreKind, reps: number, bas
   const t = await makeTestStore(kind);
   const follower = new Leasehold({ store: await t.open() });
   const ours: number[] = [];
+  const session: number[] = [];
   const baselines = new Map<string, number[]>();
   const push = (name: string, ms: number): void => void baselines.set(name, [...(baselines.get(name) ?? []), ms / ttl]);
   const table = await pgTable();
@@ -82,6 +85,9 @@ export async function failover(rec: Recorder, kind: StoreKind, reps: number, bas
         await records.close();
       }
       if (kind === 'postgres') {
+        const s = uniq('failover-session');
+        const follow = async (): Promise<void> => void (await follower.lease(s, { ttl, liveness: 'session' }).acquire({ wait: '60s' }));
+        session.push((await crash({ mode: 'leasehold', url: t.url, name: s, ttl, liveness: 'session' }, follow, settle())) / ttl);
         const c = await advisoryClient();
         const key = Math.floor(Math.random() * 2 ** 31);
         push('pg_advisory_lock (socket close)', await crash({ mode: 'advisory', address: TEST_PG_URL, key }, async () => void (await c.query('SELECT pg_advisory_lock($1)', [key])), settle()));
@@ -100,6 +106,12 @@ export async function failover(rec: Recorder, kind: StoreKind, reps: number, bas
         await c.delete().prefix(prefix);
         c.close();
       }
+    }
+    if (session.length > 0) {
+      const label = `crash (SIGKILL), liveness session, ttl ${ttl}ms`;
+      rec.add({ figure: 'failover', store: kind, label, unit: 'x TTL', leasehold: stat(session), baselineName: 'liveness ttl (the default)', baseline: stat(ours) });
+      const advisory = baselines.get('pg_advisory_lock (socket close)');
+      if (advisory !== undefined) rec.add({ figure: 'failover', store: kind, label, unit: 'x TTL', leasehold: stat(session), baselineName: 'pg_advisory_lock (socket close)', baseline: stat(advisory) });
     }
     if (baselines.size === 0) baselines.set('TTL (the lease must run out)', [1]);
     for (const [name, xs] of baselines) {

@@ -7,7 +7,7 @@ import { Leasehold } from '../src/core/leasehold.js';
 import { K8sElector, pgRecords, redisRecords } from './k8s-elector.js';
 
 export type HolderConfig =
-  | { mode: 'leasehold'; url: string; name: string; ttl: number }
+  | { mode: 'leasehold'; url: string; name: string; ttl: number; liveness?: 'ttl' | 'session' }
   | { mode: 'k8s-postgres' | 'k8s-redis'; address: string; table?: string; name: string; ttl: number }
   | { mode: 'advisory'; address: string; key: number }
   | { mode: 'election'; hosts: string; prefix: string; ttl: number };
@@ -18,7 +18,7 @@ const held = (): void => void process.stdout.write('held\n');
 switch (config.mode) {
   case 'leasehold': {
     const lh = new Leasehold({ store: await openStore(config.url) });
-    await lh.lease(config.name, { ttl: config.ttl }).acquire();
+    await lh.lease(config.name, { ttl: config.ttl, liveness: config.liveness ?? 'ttl' }).acquire();
     held();
     break;
   }

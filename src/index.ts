@@ -25,6 +25,7 @@
  */
 export { Leasehold, type LeaseholdOptions, type RunContext, type RunExclusiveOptions, type SuspensionOptions, type SuspicionDetector, type LeaseholdEvents } from './core/leasehold.js';
 export { Lease, type Term, type LeaseState, type LeaseOptions, type AcquireOptions, type LeaseEvents } from './core/lease.js';
+export type { Liveness } from './core/liveness.js';
 export { Elector, type ElectorHandlers, type ElectorEvents } from './core/elector.js';
 export { realClock, type Clock, type ClockTimer } from './core/clock.js';
 export { parseDuration, validateLeaseName, resolveTiming, type Duration, type TimingOptions, type Timing } from './core/config.js';

@@ -38,6 +38,7 @@ export type {
   FreedListener,
   GrantedClaim,
   LeasePort,
+  LeaseSession,
   LostReason,
   ReleaseRequest,
   StoreSettingCheck,

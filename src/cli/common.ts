@@ -6,7 +6,7 @@
 import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { parseDuration } from '../core/config.js';
-import { ConfigError, NotAcquiredError, SchemaError, StoreError, StoreUnavailableError, errorMessage } from '../core/errors.js';
+import { ConfigError, LivenessError, NotAcquiredError, SchemaError, StoreError, StoreUnavailableError, errorMessage } from '../core/errors.js';
 import { AlreadyOwnedError, NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../fleet/errors.js';
 import { openStore, resolveStoreUrl } from '../backends/index.js';
 import type { LeaseAdmin, LeaseStore } from '../backends/store.js';
@@ -55,7 +55,8 @@ export function usageError(message: string): CliError {
 /** Maps any error to an exit code. Anything unexpected is 1, never a stack trace. */
 export function exitCodeFor(err: unknown): number {
   if (err instanceof CliError) return err.exitCode;
-  if (err instanceof ConfigError) return EXIT.USAGE;
+  // A refused liveness 'session' is configuration too: the message names what to change.
+  if (err instanceof ConfigError || err instanceof LivenessError) return EXIT.USAGE;
   // A StoreError is the store answering with something leasehold did not expect: still a store
   // problem (3), not a crash of leasehold's (1), so `run`'s exit table covers it.
   if (err instanceof SchemaError || err instanceof StoreUnavailableError || err instanceof StoreError) return EXIT.STORE;

@@ -74,6 +74,16 @@ if it cannot be executed, exit 126, and no lease is taken.`,
         'COMMAND must touch the file named in LEASEHOLD_PROGRESS_FILE at least every D; if it does not, the lease is released so ' +
         'another replica can lead, and the command is killed',
     },
+    liveness: {
+      type: 'string',
+      value: 'MODE',
+      env: 'LEASEHOLD_LIVENESS',
+      default: 'ttl',
+      help:
+        'ttl: a dead runner\'s term ends at its expiry. session (PostgreSQL): the term is also tied to a connection of the runner\'s own, ' +
+        'so a waiting runner takes over within milliseconds when this one dies (SIGKILL, OOM kill, crash), while --ttl can stay long; ' +
+        'refused (exit 2) on other stores, through a pooler, and when the server\'s TCP keepalive could end a live runner\'s session within the ttl. See docs/liveness.md',
+    },
     'metrics-port': {
       type: 'string',
       value: 'P',
@@ -144,6 +154,8 @@ export interface RunSettings {
   schema: string | undefined;
   marker: string | undefined;
   progressTimeoutMs: number | undefined;
+  /** `--liveness`: how the holder is judged alive (LeaseOptions.liveness). */
+  liveness: 'ttl' | 'session';
   /** The exit code when another process holds the lease (or --once-per KEY already ran); undefined: 75. */
   busyExit: number | undefined;
   /** `--once-per KEY`: the slot ledger key claimed before COMMAND starts. */
@@ -219,6 +231,7 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     schema: flagOrEnv(values.schema, 'LEASEHOLD_SCHEMA', env)?.value,
     marker: flagOrEnv(values.marker, 'LEASEHOLD_MARKER', env)?.value,
     progressTimeoutMs: progressTimeout(values['progress-timeout'], env),
+    liveness: livenessOption(values.liveness, env),
     busyExit: busyExit(values['busy-exit'], env),
     oncePer: oncePerKey(values['once-per']),
     logFormat: logFormat(values.json === true, values['log-format'], env),
@@ -226,6 +239,13 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     healthPort: portOption(values['health-port'], 'health-port', 'LEASEHOLD_HEALTH_PORT', env),
     httpHost: flagOrEnv(values['http-host'], 'LEASEHOLD_HTTP_HOST', env)?.value ?? '127.0.0.1',
   };
+}
+
+function livenessOption(flag: string | undefined, env: NodeJS.ProcessEnv): 'ttl' | 'session' {
+  const v = flagOrEnv(flag, 'LEASEHOLD_LIVENESS', env);
+  if (v === undefined) return 'ttl';
+  if (v.value === 'ttl' || v.value === 'session') return v.value;
+  throw usageError(`${v.from === 'flag' ? '--liveness' : v.from} ${JSON.stringify(v.value)} is not a liveness mode; use ttl (the default) or session`);
 }
 
 function progressTimeout(flag: string | undefined, env: NodeJS.ProcessEnv): number | undefined {

@@ -74,6 +74,7 @@ async function lead(settings: RunSettings, report: Reporter): Promise<number> {
         safetyMargin: timing.marginMs,
         ...(settings.marker === undefined ? {} : { marker: settings.marker }),
         ...(settings.progressTimeoutMs === undefined ? {} : { progressTimeout: settings.progressTimeoutMs }),
+        ...(settings.liveness === 'session' ? { liveness: 'session' as const } : {}),
       });
       const probes =
         settings.metricsPort === undefined && settings.healthPort === undefined

@@ -19,6 +19,7 @@ export type ErrorCode =
   | 'ALREADY_OWNED' // fleet: place() on a resource that already has an owner
   | 'NO_LIVE_AGENT' // fleet: no live, non-draining agent matches
   | 'OWNER_CHANGED' // fleet: reassign({ from }) where the owner is no longer `from`
+  | 'LIVENESS' // liveness 'session' cannot be had safely on this store or connection (LivenessError.why)
   | 'ABORTED' // the caller's own signal aborted the call
   | 'CLOSED'; // a call on a store, client or lease that was closed
 
@@ -193,6 +194,21 @@ export class FenceOwnedError extends LeaseholdError {
     this.resource = resource;
     this.lease = lease;
     this.owner = owner;
+  }
+}
+
+/**
+ * Liveness 'session' (LeaseOptions.liveness) was refused: the store cannot tie a term to its
+ * holder's session (`unsupported`), the connection's session is not the holder's own (`pooler`:
+ * PgBouncer or a proxy in between), or the server could declare a live holder's session dead
+ * before the holder stands down on its own (`keepalive`). Nothing was claimed. Not retryable:
+ * change the setting the message names, or use liveness 'ttl'.
+ */
+export class LivenessError extends LeaseholdError {
+  readonly why: 'unsupported' | 'pooler' | 'keepalive';
+  constructor(why: LivenessError['why'], message: string, options: LeaseholdErrorOptions = {}) {
+    super('LIVENESS', message, { ...options, retryable: false });
+    this.why = why;
   }
 }
 

@@ -2,6 +2,7 @@
 import type { Duration, TimingOptions } from './config.js';
 import type { LeaseLostError } from './errors.js';
 import type { Term } from './term.js';
+import type { Liveness } from './liveness.js';
 
 export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
 
@@ -27,6 +28,16 @@ export interface LeaseOptions extends TimingOptions {
    * own claim, after the release.
    */
   handover?: boolean;
+  /**
+   * How the holder is judged alive. `'ttl'` (default): by its renewals alone; a dead holder's term
+   * ends at its expiry. `'session'` (PostgreSQL): the term is also tied to a connection of the
+   * holder's own, and ends as soon as that connection closes (the process died, or the server
+   * ended the session; then this process stands down at once), so a follower takes over within
+   * milliseconds while the TTL can stay long. One extra connection per held or contended lease;
+   * refused with a LivenessError through a pooler, on stores that cannot see sessions, and when
+   * the server's TCP keepalive could declare a live holder dead before the TTL. docs/liveness.md.
+   */
+  liveness?: Liveness;
 }
 
 /**

@@ -20,13 +20,14 @@ import { newNonce } from './identity.js';
 import type { HeldTerm, LeaseHost } from './leasehold-host.js';
 import { TermMachine, issueFenceWrite, type Term, type TermFenceWrite, type TermOutcome } from './term.js';
 import { revokeMarker, writeMarker } from './marker.js';
-import type { ClaimResult, LeasePort, LostReason } from './port.js';
+import type { ClaimResult, LeasePort, LeaseSession, LostReason } from './port.js';
+import { ContenderSession, checkLiveness, tieSession, type Liveness } from './liveness.js';
+import { ProgressWatch } from './progress.js';
 
 export type { Term, TermFenceWrite } from './term.js';
 export type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseState } from './lease-types.js';
 
 const noop = (): void => {};
-
 
 /** Set by Lease's static block: the testing entry's way to its private snapshot and resume. */
 let testingHooks: { snapshot(lease: Lease): LeaseSnapshot | undefined; resume(lease: Lease, snap: LeaseSnapshot): Term } | undefined;
@@ -55,9 +56,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
     this.name = validateLeaseName(name);
     this.timing = resolveTiming(options);
     this.markerPath = options.marker;
+    this.liveness = checkLiveness(options.liveness, host.store, this.name);
     this.handover = options.handover !== false;
-    this.progressTimeoutMs = options.progressTimeout === undefined ? undefined : parseDuration(options.progressTimeout, 'progress timeout');
-    if (this.progressTimeoutMs !== undefined && this.progressTimeoutMs <= 0) throw new ConfigError('progress timeout must be greater than 0');
+    this.progressWatch = new ProgressWatch(this.clock, options.progressTimeout);
     // Revoke on the way in: whatever is on disk was not written by this process instance.
     if (this.markerPath !== undefined && revokeMarker(this.markerPath)) {
       host.logger.warn({ lease: this.name, marker: this.markerPath }, 'leasehold: deleted an inherited leadership marker before contending');
@@ -65,45 +66,27 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   private readonly markerPath: string | undefined;
+  private readonly liveness: Liveness;
+  /** Liveness 'session': the session the current term is tied to, closed when the term ends. */
+  private session: LeaseSession | undefined;
   private readonly handover: boolean;
   /** This lease's contentions register as the waiter a release hands the term to (LeaseOptions.handover). */
   private get handsOver(): boolean {
     return this.handover && this.host.store.handover === true;
   }
-  private readonly progressTimeoutMs: number | undefined;
-  private lastProgress = 0;
-  private progressTimer: ClockTimer | undefined;
+  private readonly progressWatch: ProgressWatch;
 
   /**
    * Reports that the work is making progress. Only needed with `progressTimeout`: without a
    * call within it, the term is ended with reason "stalled" and the lease released.
    */
   progress(): void {
-    this.lastProgress = this.clock.monoNow();
+    this.progressWatch.touch();
   }
 
   private armProgress(t: TermMachine): void {
-    if (this.progressTimeoutMs === undefined) return;
-    const timeout = this.progressTimeoutMs;
-    const check = (): void => {
-      this.progressTimer = undefined;
-      if (this.term !== t) return;
-      const idle = this.clock.monoNow() - this.lastProgress;
-      if (idle >= timeout) {
-        void this.standDownStalled(Math.round(idle));
-        return;
-      }
-      this.progressTimer = this.clock.setTimeout(check, timeout - idle);
-      this.progressTimer.unref();
-    };
-    this.lastProgress = this.clock.monoNow();
-    this.progressTimer = this.clock.setTimeout(check, timeout);
-    this.progressTimer.unref();
-  }
-
-  private async standDownStalled(idleMs: number): Promise<void> {
     // Hand over now rather than at expiry; if the work wakes up, its writes carry a stale token.
-    await this.endAndRelease('stalled', `no progress reported for ${idleMs}ms (progress timeout ${this.progressTimeoutMs}ms)`);
+    this.progressWatch.arm(() => this.term === t, (idleMs) => void this.endAndRelease('stalled', `no progress reported for ${idleMs}ms (progress timeout ${this.progressWatch.timeoutMs}ms)`));
   }
 
   /** Stands down locally first, then tells the store. Resolves true when the store confirmed. */
@@ -111,10 +94,13 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const t = this.term;
     if (t === undefined) return false;
     const expect = [t.confirmed, ...t.unconfirmed];
+    const session = this.session;
+    this.session = undefined; // released over the session itself, below, not closed by lose()
     this.lose(reason, detail);
     let handedOver = false;
     try {
-      handedOver = await this.host.release({ name: this.name, holder: t.holder, expect });
+      const req = { name: this.name, holder: t.holder, expect };
+      handedOver = session !== undefined ? await session.release(req) : await this.host.release(req);
     } catch (err) {
       this.emit('store-error', err, 'release');
       this.host.logger.warn({ lease: this.name, err: errorMessage(err) }, 'leasehold: release failed; the lease will expire instead');
@@ -236,6 +222,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const m = new ContentionMachine({ name: this.name, ttlMs: this.timing.ttlMs, renewMs: this.timing.renewMs, waitUntil, handsOver: this.handsOver });
     this._state = 'contending';
     let freed: { promise: Promise<void>; cancel(): void } | undefined;
+    const session = this.liveness === 'session' ? new ContenderSession(this.host.store, this.name, this.timing.ttlMs) : undefined;
     this.host.retainWhileContending(1);
     try {
       for (;;) {
@@ -252,7 +239,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
         const epoch = this.host.freedEpoch();
         let result: ClaimResult | undefined;
         try {
-          const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(plan.waits ? { handoff: plan.handoff! } : {}) });
+          const sessionId = await session?.id({ signal });
+          const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(plan.waits ? { handoff: plan.handoff! } : {}), ...(sessionId === undefined ? {} : { session: sessionId }) });
           result = plan.lastLook ? await claim : await claimWithinWait(this.clock, claim, waitUntil, `the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`, (r) => {
                   // Given up on, yet it landed: hand the term straight back, as one aborted in flight is.
                   if (r.outcome === 'acquired') void this.host.release({ name: this.name, holder, expect: [r.nonce ?? nextNonce] }).catch(() => false);
@@ -281,6 +269,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
           const term = TermMachine.granted(this.timing, result as ClaimResult & { outcome: 'acquired' }, holder, step.nonce, sentAt, this.clock.monoNow());
           if (term !== undefined) {
             m.wins();
+            this.session = tieSession(session?.take(), result!, this.host.logger, this.name, (detail) => this.term === term && this.lose('revoked', detail));
             this.beginTerm(term);
             return term;
           }
@@ -290,10 +279,12 @@ export class Lease extends EventEmitter<LeaseEvents> {
         }
         if (step.busy !== undefined) this.emit('busy', step.busy.holder, step.busy.remainingMs);
         if (step.kind === 'give-up') throw step.error;
-        await sleepOrFreed(this.clock, step.ms, freed ?? this.host.waitForFreed(this.name, signal));
+        const wake = freed ?? this.host.waitForFreed(this.name, signal);
+        await sleepOrFreed(this.clock, step.ms, session === undefined ? wake : session.wake(wake, step.ms));
       }
     } finally {
       freed?.cancel();
+      if (session !== undefined) await session.close();
       // Best effort: if the withdrawal fails, that costs at most one TTL, as a crash would.
       const w = m.withdrawal();
       if (w !== undefined) await this.host.release({ name: this.name, ...w }).catch(() => false);
@@ -427,8 +418,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const waiters = t.end();
     this.clock.clearTimeout(this.deadlineTimer);
     this.deadlineTimer = undefined;
-    this.clock.clearTimeout(this.progressTimer);
-    this.progressTimer = undefined;
+    this.progressWatch.stop();
+    void this.session?.close();
+    this.session = undefined;
     if (this.markerPath !== undefined) {
       try {
         revokeMarker(this.markerPath);
@@ -570,7 +562,6 @@ export class Lease extends EventEmitter<LeaseEvents> {
     await this.close();
   }
 }
-
 
 const leaseOfTerm = new WeakMap<Term, Lease>();
 

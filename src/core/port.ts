@@ -40,6 +40,13 @@ export interface ClaimRequest {
    * that do not hand over ignore the field. At most {@link MAX_EXPECTED_NONCES}; base64url.
    */
   handoff?: readonly string[];
+  /**
+   * Optional, liveness 'session' only: the id of the caller's {@link LeaseSession}. The store ties a
+   * term it grants to that session when the session holds the lease's session lock at that
+   * moment ({@link ClaimResult} `session`), and ends a term whose recorded session is gone before
+   * it decides. Stores without {@link LeasePort.openSession} never see it.
+   */
+  session?: string;
 }
 
 /** How many nonces one renewal may present (the engine sends at most three). */
@@ -67,6 +74,8 @@ export type ClaimResult =
        * and releases with it.
        */
       nonce?: string;
+      /** Liveness 'session': true when the store tied the term to the request's session. */
+      session?: boolean;
     }
   | {
       name: string;
@@ -168,6 +177,41 @@ export interface LeasePort {
    */
   checkSettings?(options?: CallOptions): Promise<StoreSettingCheck[]>;
 
+  /**
+   * Optional: liveness 'session' (LeaseOptions.liveness). Opens a session of this process's own
+   * for one lease (PostgreSQL: a dedicated connection) and takes the lease's session lock when
+   * it is free. A store without it refuses the mode.
+   * @throws {LivenessError} when the session would not be this process's alone (a pooler), or
+   *   when the store could end a live holder's session before the holder stands down (keepalive).
+   */
+  openSession?(name: string, ttlMs: number, options?: CallOptions): Promise<LeaseSession>;
+
+  close(): Promise<void>;
+}
+
+/**
+ * A session of the holder's own that the store ties a term to (liveness 'session'): while it
+ * lives, so may the term, until its expiry; once it is gone (the process died, the server ended
+ * it), the store ends the term at the next claim of a contender, as a revocation ends one.
+ */
+export interface LeaseSession {
+  /** What claims carry ({@link ClaimRequest.session}). */
+  readonly id: string;
+  /** True once the session ended (closed by us, or by the server or the network). */
+  readonly ended: boolean;
+  /**
+   * Waits up to `ms` for the lease's session lock to become this session's: it is granted the
+   * moment the session holding it ends. Resolves early only when granted; never rejects.
+   */
+  waitForLock(ms: number): Promise<void>;
+  /** Called once if the session ends without {@link close} or {@link release}, with what ended it. */
+  onEnd(listener: (detail: string) => void): void;
+  /**
+   * The holder's release over the session itself: the term ends and the session lock is let go
+   * in one transaction, so a follower waiting on the lock finds the term released, not
+   * orphaned. Then closes the session. Answers as {@link LeasePort.release}.
+   */
+  release(request: ReleaseRequest, options?: CallOptions): Promise<boolean>;
   close(): Promise<void>;
 }
 

@@ -31,6 +31,8 @@ leases.holder text
 leases.name text NOT NULL
 leases.nonce text
 leases.renewed_at timestamp with time zone
+leases.session_pid integer
+leases.session_server timestamp with time zone
 leases.term_started_at timestamp with time zone
 leases.token bigint NOT NULL DEFAULT 0
 leases.waiter text
@@ -77,6 +79,7 @@ CREATE INDEX slots_name_slot_at ON SCHEMA.slots USING btree (name, slot_at)
 CREATE UNIQUE INDEX slots_pkey ON SCHEMA.slots USING btree (name, slot)
 -- triggers
 CREATE TRIGGER leases_freed AFTER UPDATE OF holder ON SCHEMA.leases FOR EACH ROW WHEN (((old.holder IS NOT NULL) AND (new.holder IS NULL))) EXECUTE FUNCTION SCHEMA.notify_freed()
+CREATE TRIGGER leases_session_clear BEFORE UPDATE ON SCHEMA.leases FOR EACH ROW WHEN (((old.session_pid IS NOT NULL) OR (new.session_pid IS NOT NULL) OR (new.session_server IS NOT NULL))) EXECUTE FUNCTION SCHEMA.session_clear()
 -- functions
 CREATE OR REPLACE FUNCTION SCHEMA.claim(p_names text[], p_holders text[], p_expect text[], p_next text[], p_ttl_ms double precision[], p_contend boolean[])
  RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision)
@@ -192,6 +195,53 @@ BEGIN
   END IF;
   RETURN QUERY
   SELECT * FROM SCHEMA.claim_write(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff, v_handed, v_rest);
+END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.claim_session(p_names text[], p_holders text[], p_expect text[], p_next text[], p_ttl_ms double precision[], p_contend boolean[], p_handoff text[], p_session integer[])
+ RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision, nonce text, session boolean)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+  r record;
+  v_pid integer;
+BEGIN
+  IF EXISTS (SELECT 1 FROM SCHEMA.leases AS l
+              WHERE l.name = ANY (p_names) AND l.holder IS NOT NULL AND l.session_pid IS NOT NULL
+                AND l.session_server = pg_postmaster_start_time()
+                AND l.expires_at > now() AND NOT SCHEMA.session_alive(l.name, l.session_pid)) THEN
+    -- In name order, as claim_write locks, so that two batches never deadlock.
+    PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+    WITH ended AS (
+      UPDATE SCHEMA.leases AS l
+         SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'revoked', session_pid = NULL, session_server = NULL
+        FROM SCHEMA.leases AS old
+       WHERE old.name = l.name AND l.name = ANY (p_names) AND l.holder IS NOT NULL
+         AND l.session_pid IS NOT NULL AND l.session_server = pg_postmaster_start_time()
+         AND l.expires_at > now() AND NOT SCHEMA.session_alive(l.name, l.session_pid)
+      RETURNING l.name, l.token, old.holder AS previous_holder, old.session_pid AS pid)
+    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+    SELECT e.name, 'revoked', NULL, e.previous_holder, e.token, now(),
+           'the holder''s session ended (liveness: session): its connection to PostgreSQL closed (backend ' || e.pid || ')'
+      FROM ended AS e;
+  END IF;
+  FOR r IN SELECT c.*, x.pid, x.ord
+             FROM SCHEMA.claim(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff) WITH ORDINALITY AS c
+             JOIN unnest(p_session) WITH ORDINALITY AS x(pid, ord) ON x.ord = c.ordinality
+            ORDER BY c.ordinality LOOP
+    v_pid := NULL;
+    IF r.outcome IN ('acquired', 'renewed') AND r.pid IS NOT NULL THEN
+      UPDATE SCHEMA.leases AS l SET session_pid = r.pid, session_server = pg_postmaster_start_time()
+       WHERE l.name = r.name AND l.token = r.token AND l.holder = r.holder
+         AND l.session_pid IS DISTINCT FROM r.pid AND SCHEMA.session_alive(r.name, r.pid);
+      SELECT l.session_pid INTO v_pid FROM SCHEMA.leases AS l WHERE l.name = r.name AND l.token = r.token;
+    END IF;
+    name := r.name; outcome := r.outcome; reason := r.reason; token := r.token; holder := r.holder;
+    expires_at_ms := r.expires_at_ms; now_ms := r.now_ms; nonce := r.nonce;
+    session := v_pid IS NOT DISTINCT FROM r.pid AND r.pid IS NOT NULL;
+    RETURN NEXT;
+  END LOOP;
 END
 $function$
 
@@ -385,6 +435,41 @@ BEGIN
   END IF;
 END
 $function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.session_alive(p_name text, p_pid integer)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT EXISTS (
+    SELECT 1 FROM pg_catalog.pg_locks
+     WHERE locktype = 'advisory' AND granted AND pid = p_pid AND objsubid = 2
+       AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+       AND classid = (hashtext('leasehold.session.SCHEMA'))::oid AND objid = (hashtext(p_name))::oid)
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.session_clear()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF NEW.holder IS NULL OR NEW.token IS DISTINCT FROM OLD.token THEN
+    NEW.session_pid := NULL;
+    NEW.session_server := NULL;
+  END IF;
+  RETURN NEW;
+END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.session_try_lock(p_name text)
+ RETURNS boolean
+ LANGUAGE sql
+AS $function$ SELECT pg_try_advisory_lock(hashtext('leasehold.session.SCHEMA'), hashtext(p_name)) $function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.session_wait_lock(p_name text)
+ RETURNS boolean
+ LANGUAGE sql
+AS $function$ SELECT pg_advisory_lock(hashtext('leasehold.session.SCHEMA'), hashtext(p_name)) IS NOT NULL $function$
 
 CREATE OR REPLACE FUNCTION SCHEMA.timeline_token_floor()
  RETURNS bigint

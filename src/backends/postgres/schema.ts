@@ -9,9 +9,10 @@ import { migration007 } from './sql/007-release-many.js';
 import { migration008 } from './sql/008-placement-index.js';
 import { migration009 } from './sql/009-fence-lease.js';
 import { migration010 } from './sql/010-schedules.js';
+import { migration011 } from './sql/011-session-liveness.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 10;
+export const SCHEMA_VERSION = 11;
 
 const CHANNEL_PREFIX = 'leasehold_freed_';
 
@@ -46,5 +47,5 @@ export function channelFor(schema: string): string {
 export function migrations(schema: string): string[] {
   const s = `"${validateSchemaName(schema)}"`;
   const channel = channelFor(schema);
-  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration010(s)];
+  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration010(s), migration011(s)];
 }

@@ -7,7 +7,7 @@ import type {
   HistoryEntry,
   LeaseInfo,
   LeaseStore,
-  LostReason,
+  LeaseSession,
   MigrateOptions,
   MigrateResult,
   ReleaseRequest,
@@ -24,6 +24,8 @@ import { closeListenClient, createPool, cutConnecting, loadPg } from './driver.j
 import { mapPgError } from './errors.js';
 import { parseNotifyUrl, parsePostgresUrl } from './url.js';
 import { connectFirst, type PgTarget } from './multi-host.js';
+import { claimStatement, toClaimResult } from './claim.js';
+import { PgLeaseSession } from './session.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -107,6 +109,9 @@ export class PostgresStore implements LeaseStore {
   private notifyBrokenAt = 0;
   private listen: { stop: () => Promise<void> } | undefined;
 
+  /** Where liveness sessions connect: the store URL's hosts (undefined for a pool of the caller's: its own connections). */
+  private sessionTarget: PgTarget | undefined;
+
   private constructor(pool: PgPoolLike, ownsPool: boolean, schema: string, description: string, notify: NotifyVia) {
     this.pool = pool;
     this.ownsPool = ownsPool;
@@ -135,7 +140,9 @@ export class PostgresStore implements LeaseStore {
       idleTimeoutMillis: 30_000,
       allowExitOnIdle: true,
     }, schema);
-    return new PostgresStore(pool, true, schema, parsed.description, listenAt === 'none' ? 'none' : { target: listenAt.target });
+    const store = new PostgresStore(pool, true, schema, parsed.description, listenAt === 'none' ? 'none' : { target: listenAt.target });
+    store.sessionTarget = parsed.target;
+    return store;
   }
 
   private async q(text: string, values?: unknown[], options?: CallOptions): Promise<PgResultLike> {
@@ -268,7 +275,7 @@ export class PostgresStore implements LeaseStore {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
-    if (requests.every((q) => q.expect !== null)) {
+    if (requests.every((q) => q.expect !== null && q.session === undefined)) {
       // The scheduler's steady state: renewals only, one statement that never inserts (./renew.ts).
       const r = await this.q(
         renewalStatement(this.s),
@@ -291,21 +298,8 @@ export class PostgresStore implements LeaseStore {
         (q) => found.get(q.name) ?? { name: q.name, outcome: 'lost', reason: 'expired', holder: null, token: null, expiresAtMs: null, storeNowMs },
       );
     }
-    const r = await this.q(
-      `SELECT * FROM ${this.s}.claim($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[], $7::text[])`,
-      [
-        requests.map((q) => q.name),
-        requests.map((q) => q.holder),
-        // Nonces are base64url, so a comma-joined list is unambiguous and keeps the arrays flat.
-        requests.map((q) => (q.expect === null ? null : q.expect.join(','))),
-        requests.map((q) => q.nextNonce),
-        requests.map((q) => q.ttlMs),
-        requests.map((q) => q.expect === null),
-        // A waiting contender: it may be registered as the waiter and handed the term (sql/006-handover.ts).
-        requests.map((q) => (q.expect === null && q.handoff !== undefined ? q.handoff.join(',') : null)),
-      ],
-      options,
-    );
+    const { text, values } = claimStatement(this.s, requests);
+    const r = await this.q(text, values, options);
     return r.rows.map(toClaimResult);
   }
 
@@ -545,6 +539,23 @@ export class PostgresStore implements LeaseStore {
     return client;
   }
 
+  /** Liveness 'session': a connection of its own per lease (./session.ts). */
+  async openSession(name: string, ttlMs: number, options?: CallOptions): Promise<LeaseSession> {
+    if (this.closed) throw new ClosedError('this PostgresStore is closed; open a new store');
+    const direct = this.sessionTarget;
+    return PgLeaseSession.open({
+      s: this.s,
+      urlPort: direct === undefined ? undefined : portOf(direct.urls[0]!),
+      mapError: (err) => mapPgError(err, this.schema),
+      release: (req, o) => this.release(req, o),
+      connect: async () => {
+        if (direct === undefined) return this.pool.connect();
+        const { client } = await connectFirst(await loadPg(), direct, { keepAlive: true }, 5000, (err) => mapPgError(err, this.schema));
+        return client;
+      },
+    }, name, ttlMs, options);
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -557,36 +568,12 @@ export class PostgresStore implements LeaseStore {
   }
 }
 
-/**
- * One row of the claim function's answer. The SQL reports a clone conflict (our holder id, a nonce
- * we do not hold, a live term: the function has just ended it) with the row's holder and expiry as
- * they were before; the claim rule answers with the term as it is now: no holder, ended at the
- * store's now (the conformance table compares the two).
- */
-function toClaimResult(row: Record<string, unknown>): ClaimResult {
-  const name = row['name'] as string;
-  const outcome = row['outcome'] as string;
-  const token = row['token'] == null ? null : BigInt(row['token'] as string);
-  const holder = (row['holder'] as string | null) ?? null;
-  const expiresAtMs = (row['expires_at_ms'] as number | null) ?? null;
-  const storeNowMs = row['now_ms'] as number;
-  if (outcome === 'acquired' || outcome === 'renewed') {
-    // A term a release handed to this contender (sql/006-handover.ts) carries the nonce it was handed under.
-    const nonce = (row['nonce'] as string | null | undefined) ?? undefined;
-    return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs, ...(nonce === undefined ? {} : { nonce }) };
-  }
-  if (outcome === 'lost') {
-    const reason = row['reason'] as LostReason;
-    if (reason === 'cloned' && holder !== null && expiresAtMs !== null && expiresAtMs > storeNowMs) {
-      return { name, outcome, reason, holder: null, token, expiresAtMs: storeNowMs, storeNowMs };
-    }
-    return { name, outcome, reason, holder, token, expiresAtMs, storeNowMs };
-  }
-  return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs };
-}
-
 /** How long a NOTIFY probe may take to come back before notifications count as not arriving. */
 const NOTIFY_PROBE_MS = 3000;
 /** How long a failed probe's verdict stands before watchFreed probes again. */
 const NOTIFY_REPROBE_MS = 60_000;
 
+function portOf(url: string): number {
+  const u = new URL(url);
+  return Number(u.searchParams.get('port') ?? (u.port || 5432));
+}

@@ -1,0 +1,54 @@
+import type { ClaimRequest, ClaimResult, LostReason } from '../../core/port.js';
+
+/**
+ * The claim of a batch that is not all renewals (those go to ./renew.ts): the schema's claim
+ * function, or, when a request carries a session (liveness 'session', sql/011-session-liveness.ts),
+ * claim_session, which first ends the terms among the batch's names whose session is gone.
+ * @param s the quoted schema name
+ */
+export function claimStatement(s: string, requests: readonly ClaimRequest[]): { text: string; values: unknown[] } {
+  const values: unknown[] = [
+    requests.map((q) => q.name),
+    requests.map((q) => q.holder),
+    // Nonces are base64url, so a comma-joined list is unambiguous and keeps the arrays flat.
+    requests.map((q) => (q.expect === null ? null : q.expect.join(','))),
+    requests.map((q) => q.nextNonce),
+    requests.map((q) => q.ttlMs),
+    requests.map((q) => q.expect === null),
+    // A waiting contender: it may be registered as the waiter and handed the term (sql/006-handover.ts).
+    requests.map((q) => (q.expect === null && q.handoff !== undefined ? q.handoff.join(',') : null)),
+  ];
+  const args = '$1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[], $7::text[]';
+  if (!requests.some((q) => q.session !== undefined)) return { text: `SELECT * FROM ${s}.claim(${args})`, values };
+  values.push(requests.map((q) => (q.session === undefined ? null : Number(q.session))));
+  return { text: `SELECT * FROM ${s}.claim_session(${args}, $8::int[])`, values };
+}
+
+/**
+ * One row of the claim function's answer. The SQL reports a clone conflict (our holder id, a nonce
+ * we do not hold, a live term: the function has just ended it) with the row's holder and expiry as
+ * they were before; the claim rule answers with the term as it is now: no holder, ended at the
+ * store's now (the conformance table compares the two).
+ */
+export function toClaimResult(row: Record<string, unknown>): ClaimResult {
+  const name = row['name'] as string;
+  const outcome = row['outcome'] as string;
+  const token = row['token'] == null ? null : BigInt(row['token'] as string);
+  const holder = (row['holder'] as string | null) ?? null;
+  const expiresAtMs = (row['expires_at_ms'] as number | null) ?? null;
+  const storeNowMs = row['now_ms'] as number;
+  if (outcome === 'acquired' || outcome === 'renewed') {
+    // A term a release handed to this contender (sql/006-handover.ts) carries the nonce it was handed under.
+    const nonce = (row['nonce'] as string | null | undefined) ?? undefined;
+    const session = row['session'] == null ? {} : { session: row['session'] === true };
+    return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs, ...(nonce === undefined ? {} : { nonce }), ...session };
+  }
+  if (outcome === 'lost') {
+    const reason = row['reason'] as LostReason;
+    if (reason === 'cloned' && holder !== null && expiresAtMs !== null && expiresAtMs > storeNowMs) {
+      return { name, outcome, reason, holder: null, token, expiresAtMs: storeNowMs, storeNowMs };
+    }
+    return { name, outcome, reason, holder, token, expiresAtMs, storeNowMs };
+  }
+  return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs };
+}

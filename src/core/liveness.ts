@@ -1,0 +1,102 @@
+/**
+ * Liveness 'session' (LeaseOptions.liveness, issue 32): a term tied to a session of its holder's
+ * own, so that a holder that dies (its connection closes) is replaced within milliseconds
+ * instead of at its TTL. docs/liveness.md has the safety argument. This file holds what the
+ * Lease needs around its port: the refusal of stores that cannot do it, and the session a
+ * contender keeps open while it waits (and hands to its term when it wins).
+ */
+import { LivenessError } from './errors.js';
+import type { LoggerLike } from './logger.js';
+import type { CallOptions, ClaimResult, LeasePort, LeaseSession } from './port.js';
+
+/** How a lease's holder is judged alive: its renewals alone (`ttl`), or also its session. */
+export type Liveness = 'ttl' | 'session';
+
+/**
+ * Why a store without {@link LeasePort.openSession} cannot do it. Stores are named by kind here
+ * (rather than in their folders) so that one table says, for every store, what the mode needs.
+ */
+const REFUSALS: Record<string, string> = {
+  redis:
+    "Redis scripts cannot see connections: a Lua script cannot ask whether the holder's client is still connected, " +
+    "so the store cannot end a term when its holder's connection closes; a dead holder's term ends at its TTL",
+  etcd:
+    "etcd leases are TTL-only: an etcd lease ends when its keepalives stop for its TTL, never when a connection closes, " +
+    'so there is no earlier sign of the holder\'s death to act on; use a shorter TTL on etcd instead',
+  mysql: "not built yet for MySQL/MariaDB (a named lock whose IS_USED_LOCK names the holder's connection, issue 32)",
+  sqlite: "not built yet for SQLite (the holder's pid and process start time checked by the claim, issue 32)",
+  memory: 'the in-memory store has no sessions',
+};
+
+/**
+ * Validates the option and that the store can honour it.
+ * @throws {LivenessError} (`unsupported`) a store that cannot tie a term to a session.
+ */
+export function checkLiveness(liveness: Liveness | undefined, store: LeasePort, name: string): Liveness {
+  const mode = liveness ?? 'ttl';
+  if (mode !== 'ttl' && mode !== 'session') throw new LivenessError('unsupported', `liveness must be 'ttl' or 'session', not ${JSON.stringify(liveness)}`);
+  if (mode === 'session' && store.openSession === undefined) {
+    const why = REFUSALS[store.kind] ?? `the ${store.kind} store does not implement sessions (LeasePort.openSession)`;
+    throw new LivenessError(
+      'unsupported',
+      `lease "${name}": liveness 'session' is not available on ${store.kind}: ${why}. Use liveness 'ttl' (the default) there, or a PostgreSQL store`,
+    );
+  }
+  return mode;
+}
+
+/**
+ * A contender's session: opened before its first claim (a refusal surfaces there, before any
+ * term), opened again if it ends while waiting, and handed to the term on a win.
+ */
+export class ContenderSession {
+  private session: LeaseSession | undefined;
+
+  constructor(
+    private readonly store: LeasePort,
+    private readonly name: string,
+    private readonly ttlMs: number,
+  ) {}
+
+  /** The session's id for the next claim, opening one first when there is none. */
+  async id(options?: CallOptions): Promise<string> {
+    if (this.session === undefined || this.session.ended) {
+      void this.session?.close();
+      this.session = await this.store.openSession!(this.name, this.ttlMs, options);
+    }
+    return this.session.id;
+  }
+
+  /** A follower's wake-up: the freed channel, or the session lock becoming ours (its holder's session ended). */
+  wake(freed: { promise: Promise<void>; cancel(): void }, ms: number): { promise: Promise<void>; cancel(): void } {
+    const s = this.session;
+    if (s === undefined || s.ended) return freed;
+    return { promise: Promise.race([freed.promise, s.waitForLock(ms)]), cancel: () => freed.cancel() };
+  }
+
+  /** The session, for the term that was just granted; the contender forgets it. */
+  take(): LeaseSession | undefined {
+    const s = this.session;
+    this.session = undefined;
+    return s;
+  }
+
+  async close(): Promise<void> {
+    await this.take()?.close();
+  }
+}
+
+/**
+ * A won term takes the contender's session: when the session ends under the term (the server
+ * ended it), `onEnd` stands the holder down at once. A term the store did not tie to the session
+ * (another session still held the lease's session lock: a frozen holder whose term expired) is a
+ * 'ttl' term, and the log says so.
+ */
+export function tieSession(session: LeaseSession | undefined, result: ClaimResult, logger: LoggerLike, name: string, onEnd: (detail: string) => void): LeaseSession | undefined {
+  if (session === undefined) return undefined;
+  session.onEnd((detail) => onEnd(`${detail}; the store ends this term as its session ended (liveness: session)`));
+  if (result.outcome !== 'busy' && result.outcome !== 'lost' && result.session !== true) {
+    logger.warn({ lease: name }, "leasehold: the store could not tie this term to this process's session (another session still holds the lease's session lock): it ends at its TTL, as in liveness 'ttl'");
+  }
+  return session;
+}
