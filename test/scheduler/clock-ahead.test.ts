@@ -77,7 +77,13 @@ for (const kind of (['etcd', 'postgres', 'redis'] as StoreKind[]).filter((k) => 
         ahead.proc.kill('SIGTERM');
         await ahead.done;
         const end = JSON.parse((await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url])).stdout) as Row[];
-        const skippedLater = end.filter((r) => r.status === 'skipped' && Date.parse(r.slotAt!) > realNow && !overlapByRule(end, r));
+        // A slot the replica itself was too late for (a starved process: a loaded run had it miss
+        // 8 s of slots) is said so and is not a clock error; the one this file guards against, a
+        // replica timing slots by its own clock, would sleep its whole 30 s lead, which the 20 s
+        // wait for three more slots above already refuses.
+        const late = (r: Row): boolean => /^missed: this replica was late/.test(r.reason ?? '');
+        for (const r of end.filter((x) => x.status === 'skipped' && late(x))) t.diagnostic(`${r.slot}: ${r.reason}`);
+        const skippedLater = end.filter((r) => r.status === 'skipped' && Date.parse(r.slotAt!) > realNow && !overlapByRule(end, r) && !late(r));
         assert.deepEqual(skippedLater.map((r) => `${r.slot}: ${r.reason}`), []);
         assert.match(ahead.stderr, /this host's clock is 3\d\.\ds ahead of the store's; slots are judged by the store's clock/);
         // Each replica ran each slot once. The same slot on both is the documented rerun: the kill

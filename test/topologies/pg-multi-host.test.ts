@@ -18,7 +18,8 @@
  * Timings are printed, not asserted, except the engine's own promise (a term ends by its
  * deadline) and prompt handover through LISTEN after the failover.
  *
- * Ports: LEASEHOLD_TEST_PG_REPLICA_PORT (default 24432; the standby on the next port).
+ * Ports: LEASEHOLD_TEST_PG_REPLICA_PORT + 10 (default 24442; the standby on the next port): not
+ * pg-failover's pair, which may be running beside this file in the test runner's parallel phase.
  */
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -30,7 +31,7 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import type { Term } from '../../src/core/lease.js';
 import { PG_REPLICA_PORT, pgReplicaSkip, startPgReplicas, type PgReplicas as Replicas } from './shared.js';
 
-const PORT = PG_REPLICA_PORT;
+const PORT = PG_REPLICA_PORT + 10;
 const skip = pgReplicaSkip();
 const silent = { debug() {}, info() {}, warn() {}, error() {} };
 /** Everything a test opened, closed in `after` even when an assertion failed half-way (no process left hanging). */
@@ -44,7 +45,7 @@ async function open(url: string, options: { queryTimeoutMs?: number } = {}): Pro
   return store;
 }
 
-const replicas = (synchronous: boolean): Promise<Replicas> => startPgReplicas({ synchronous });
+const replicas = (synchronous: boolean): Promise<Replicas> => startPgReplicas({ synchronous, port: PORT });
 
 const hostsUrl = (ports: number[], schema: string): string =>
   `postgres://postgres@${ports.map((p) => `127.0.0.1:${p}`).join(',')}/test?target_session_attrs=read-write&schema=${schema}`;

@@ -28,10 +28,10 @@ export function pgReplicaSkip(): string | false {
   return existsSync('/usr/lib/postgresql') ? false : 'no PostgreSQL server binaries';
 }
 
-export async function startPgReplicas(options: { synchronous?: boolean } = {}): Promise<PgReplicas> {
+export async function startPgReplicas(options: { synchronous?: boolean; port?: number } = {}): Promise<PgReplicas> {
   const mjs = join(fileURLToPath(import.meta.url), '..', '..', '..', '..', 'scripts', 'services', 'pg-replicas.mjs');
   const mod = (await import(pathToFileURL(mjs).href)) as { startPgReplicas(o: { port: number; synchronous: boolean }): Promise<PgReplicas> };
-  return mod.startPgReplicas({ port: PG_REPLICA_PORT, synchronous: options.synchronous ?? false });
+  return mod.startPgReplicas({ port: options.port ?? PG_REPLICA_PORT, synchronous: options.synchronous ?? false });
 }
 
 /** Milliseconds between `from` and `to` (same clock as the terms) with no live term. */
