@@ -45,6 +45,20 @@ export function run(conn: MysqlConnectionLike, sql: string, values: unknown, tim
   });
 }
 
+/**
+ * Every session of the store, set up alike: reads committed data without gap locks (no
+ * deadlocks from two contenders inserting into one gap), waits for a row lock at most
+ * lockWaitSeconds, and on MariaDB loses its connection when frozen inside a transaction.
+ * `/*M!100300 ... *\/` runs on MariaDB 10.3+ only; MySQL reads it as a comment. Two statements.
+ */
+export function sessionSetupSql(options: Pick<MysqlPoolOptions, 'lockWaitSeconds' | 'idleTransactionSeconds'>): string {
+  return (
+    'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; ' +
+    `SET SESSION innodb_lock_wait_timeout = ${options.lockWaitSeconds}, time_zone = '+00:00'` +
+    ` /*M!100300 , idle_transaction_timeout = ${options.idleTransactionSeconds} */`
+  );
+}
+
 interface MysqlPoolOptions {
   /** Per statement; the connection is dropped when it passes (the outcome is then unknown). */
   queryTimeoutMs: number;
@@ -143,16 +157,8 @@ export class MysqlConnector {
           }
           cb(err, result);
         });
-      // Queued ahead of the statement the connection was taken for: every session of the store
-      // reads committed data without gap locks (no deadlocks from two contenders inserting into
-      // one gap), waits for a row lock at most lockWaitSeconds, and on MariaDB loses its
-      // connection when frozen inside a transaction.
-      // `/*M!100300 ... */` runs on MariaDB 10.3+ only; MySQL reads it as a comment.
-      const sql =
-        'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; ' +
-        `SET SESSION innodb_lock_wait_timeout = ${this.options.lockWaitSeconds}, time_zone = '+00:00'` +
-        ` /*M!100300 , idle_transaction_timeout = ${this.options.idleTransactionSeconds} */; ` +
-        'SELECT VERSION() AS v, @@read_only AS ro';
+      // Queued ahead of the statement the connection was taken for (see sessionSetupSql).
+      const sql = sessionSetupSql(this.options) + '; SELECT VERSION() AS v, @@read_only AS ro';
       conn.query({ sql, timeout: this.options.queryTimeoutMs }, (err, result) => {
         (conn as { __lhReady?: boolean }).__lhReady = true;
         if (err !== null) return;
