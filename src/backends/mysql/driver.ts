@@ -36,6 +36,8 @@ export function loadMysql2(): Mysql2Module {
 interface ServerInfo {
   version: string;
   mariadb: boolean;
+  /** The largest packet the server accepts (./packet.ts). */
+  maxPacket: number;
 }
 
 /** Runs one query (or several, `;`-separated, in one round trip) on a connection. */
@@ -158,12 +160,12 @@ export class MysqlConnector {
           cb(err, result);
         });
       // Queued ahead of the statement the connection was taken for (see sessionSetupSql).
-      const sql = sessionSetupSql(this.options) + '; SELECT VERSION() AS v, @@read_only AS ro';
+      const sql = sessionSetupSql(this.options) + '; SELECT VERSION() AS v, @@read_only AS ro, @@max_allowed_packet AS mp';
       conn.query({ sql, timeout: this.options.queryTimeoutMs }, (err, result) => {
         (conn as { __lhReady?: boolean }).__lhReady = true;
         if (err !== null) return;
-        const row = ((result as unknown[])[2] as { v: string; ro: number | string }[])[0]!;
-        this.server = { version: row.v, mariadb: /mariadb/i.test(row.v) };
+        const row = ((result as unknown[])[2] as { v: string; ro: number | string; mp: number | string }[])[0]!;
+        this.server = { version: row.v, mariadb: /mariadb/i.test(row.v), maxPacket: Number(row.mp) };
         if (Number(row.ro) === 1) (conn as { __lhReadOnly?: boolean }).__lhReadOnly = true;
       });
     });

@@ -20,6 +20,7 @@ import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { CONFIRM_SQL, handedTerm, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
 import { loadMysql2, MysqlConnector, run, sessionSetupSql, type MysqlConnectionLike } from './driver.js';
 import { runBatch } from './batch.js';
+import { claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
 import { FreedChannel, knockTargets } from './freed.js';
 import { endTermStatements, planReleaseMany } from './release.js';
 import { mapMysqlError } from './errors.js';
@@ -111,7 +112,6 @@ export class MysqlStore implements LeaseStore {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
-    // Name order: every batch locks rows in the same order, so two never wait on each other.
     if (this.freed.rang(requests)) {
       // Followers woken by their doorbell, each registered as its lease's waiter: the release that
       // rang it has most likely handed them the term, which a read confirms (sql/006-handover.ts).
@@ -127,23 +127,35 @@ export class MysqlStore implements LeaseStore {
         return handed;
       }
     }
+    // Name order: every batch locks rows in the same order, so two never wait on each other. One
+    // round trip per part: a batch too large for the server's packet is cut (./packet.ts).
     const sorted = [...requests].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    let rowsAt = 0;
-    const r = (await this.withLockRetry((retry) => {
-      const plan = planClaim(sorted, retry);
-      rowsAt = plan.rowsAt;
-      return plan;
-    }, options)) as unknown[];
-    const rows = r[rowsAt] as LeaseRow[];
-    const now = (r[rowsAt + 1] as { now_us: string }[])[0]!.now_us;
-    const { results, conflicts } = readAnswers(requests, rows, now);
-    if (conflicts.length > 0) await this.withLockRetry(() => planConflicts(conflicts), options);
+    const byName = new Map<string, ClaimResult>();
+    for (const part of splitByPacket(sorted, claimRequestBytes, this.maxPacket)) {
+      let rowsAt = 0;
+      const r = (await this.withLockRetry((retry) => {
+        const plan = planClaim(part, retry);
+        rowsAt = plan.rowsAt;
+        return plan;
+      }, options)) as unknown[];
+      const rows = r[rowsAt] as LeaseRow[];
+      const now = (r[rowsAt + 1] as { now_us: string }[])[0]!.now_us;
+      const { results, conflicts } = readAnswers(part, rows, now);
+      if (conflicts.length > 0) await this.withLockRetry(() => planConflicts(conflicts), options);
+      for (const res of results) byName.set(res.name, res);
+    }
+    const results = requests.map((req) => byName.get(req.name)!);
     for (const res of results) {
       if (res.outcome === 'acquired' || res.outcome === 'renewed') this.holding(res.name);
       else if (res.outcome === 'busy') this.freed.follow(res.name);
       else void this.freed.unhold(res.name);
     }
     return results;
+  }
+
+  /** The server's max_allowed_packet, once a session has read it (./packet.ts). */
+  private get maxPacket(): number {
+    return this.connector.server?.maxPacket ?? DEFAULT_MAX_PACKET;
   }
 
   private holding(name: string): void {
@@ -212,12 +224,14 @@ export class MysqlStore implements LeaseStore {
   async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
     if (requests.length === 0) return [];
     const order = requests.map((_, i) => i).sort((a, b) => (requests[a]!.name < requests[b]!.name ? -1 : requests[a]!.name > requests[b]!.name ? 1 : a - b));
-    const plan = planReleaseMany(order.map((i) => requests[i]!));
-    const r = (await this.withLockRetry(() => plan, options)) as unknown[];
-    const out = String((r[r.length - 1] as { out: string | null }[])[0]!.out ?? '');
-    if (out.length !== requests.length) throw new StoreError(`MySQL answered ${out.length} of ${requests.length} releases; report this`);
     const answers = requests.map(() => false);
-    order.forEach((i, k) => (answers[i] = out[k] === '1'));
+    for (const part of splitByPacket(order, (i) => releaseRequestBytes(requests[i]!), this.maxPacket)) {
+      const plan = planReleaseMany(part.map((i) => requests[i]!));
+      const r = (await this.withLockRetry(() => plan, options)) as unknown[];
+      const out = String((r[r.length - 1] as { out: string | null }[])[0]!.out ?? '');
+      if (out.length !== part.length) throw new StoreError(`MySQL answered ${out.length} of ${part.length} releases; report this`);
+      part.forEach((i, k) => (answers[i] = out[k] === '1'));
+    }
     // After the commit: a follower woken by a lock must find the lease free.
     await this.freed.unholdMany(requests.map((q) => q.name));
     return answers;
