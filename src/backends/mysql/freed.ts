@@ -40,6 +40,8 @@ const EMPTY_RETRY_MS = [100, 300, 1000, 3000];
 const MAX_FOLLOWED = 16;
 /** The shortest time between two claims one name's doorbell asks for. */
 const HEARD_GAP_MS = 500;
+/** How long the holding connection stays open once this process holds nothing (closeIdleHolding). */
+const HOLDING_LINGER_MS = 1000;
 /** A claim this soon after its name's doorbell rang is taken as the answer to it ({@link FreedChannel.rang}). */
 const RANG_MS = 2000;
 
@@ -242,11 +244,24 @@ export class FreedChannel {
     this.closeIdleHolding();
   }
 
+  private lingering: NodeJS.Timeout | undefined;
+
+  /**
+   * With nothing held, the holding connection closes after HOLDING_LINGER_MS: a process that
+   * releases and soon acquires again (a handover back and forth, a leader stepping down and
+   * re-elected) then takes its next lock on a connection already open, instead of waiting for a
+   * connect, a login and the session setup while followers find the lock free.
+   */
   private closeIdleHolding(): void {
-    const c = this.holding;
-    if (c === undefined || this.held.size > 0 || this.locked.size > 0 || this.taking.size > 0) return;
-    this.holding = undefined;
-    c.end(() => {});
+    if (this.holding === undefined || this.held.size > 0 || this.locked.size > 0 || this.taking.size > 0) return;
+    clearTimeout(this.lingering);
+    this.lingering = setTimeout(() => {
+      this.lingering = undefined;
+      const c = this.holding;
+      if (c === undefined || this.held.size > 0 || this.locked.size > 0 || this.taking.size > 0) return;
+      this.holding = undefined;
+      c.end(() => {});
+    }, HOLDING_LINGER_MS).unref();
   }
 
   // ---- the followers' side ----------------------------------------------------------------
@@ -364,6 +379,7 @@ export class FreedChannel {
 
   async close(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.lingering);
     for (const name of [...this.followed.keys()]) this.unfollow(name);
     this.held.clear();
     this.locked.clear();
