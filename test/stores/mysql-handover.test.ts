@@ -230,10 +230,10 @@ void describe('MySQL store: one-write handover', { skip }, () => {
 
       const releases = holderSent.slice(h0).filter((s) => /leasehold_history/.test(s));
       assert.equal(releases.length, 1, 'one release');
-      assert.match(releases[0]!, /COMMIT;\s*SELECT @lh_prev AS prev, RELEASE_LOCK\(\?\)/, 'the lock goes in the release round trip, after the commit');
+      assert.match(releases[0]!, /DO RELEASE_LOCK\(\?\);\s*COMMIT;\s*SELECT @lh_prev AS prev$/, 'the lock goes in the release round trip, as it commits');
       const claims = followerSent.slice(f0).filter((s) => /leasehold_leases/.test(s));
       assert.equal(claims.length, 1, `one claim by the follower: ${claims.join(' | ')}`);
-      assert.match(claims[0]!, /^SELECT name, holder, nonce, token/, 'a read');
+      assert.match(claims[0]!, /^SELECT COUNT\(\*\) INTO @lh_seen FROM leasehold_leases WHERE name IN \(\?\) LOCK IN SHARE MODE;\s*SELECT name, holder, nonce, token/, 'a read, which waits for the release to commit');
       assert.doesNotMatch(claims[0]!, /INSERT|UPDATE|START TRANSACTION|FOR UPDATE/, 'and nothing else');
       assert.equal(await lb.confirm(), second.token, 'it renews as any holder does');
       await lb.release();

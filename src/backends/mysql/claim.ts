@@ -210,10 +210,17 @@ export function handedTerm(req: ClaimRequest, row: LeaseRow): ClaimResult | unde
 }
 
 /**
- * A woken waiter's claim, first as a read (no transaction, no lock, no write): when a release
- * handed every request its term, this is the whole claim. Otherwise the caller runs the claim.
+ * A woken waiter's claim, first as a read (no transaction, no write): when a release handed
+ * every request its term, this is the whole claim. Otherwise (or when it fails) the caller runs
+ * the claim. The release lets the named lock go just before its commit (./freed.ts,
+ * releaseHere), so the first statement waits for that commit: a shared lock on the rows, held
+ * for that statement only. The second reads them, and the server's clock, after that wait (the
+ * clock a statement reads is its start time): its result is the answer (CONFIRM_ROWS_AT).
  */
-export const CONFIRM_SQL = `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us FROM ${T.leases} WHERE name IN (?)`;
+export const CONFIRM_SQL =
+  `SELECT COUNT(*) INTO @lh_seen FROM ${T.leases} WHERE name IN (?) LOCK IN SHARE MODE;\n` +
+  `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us FROM ${T.leases} WHERE name IN (?)`;
+export const CONFIRM_ROWS_AT = 1;
 
 /** Ends the terms two processes renewed (store.ts expectation 4b), each only if it is still so. */
 export function planConflicts(conflicts: readonly ClaimRequest[]): { sql: string; values: unknown[] } {

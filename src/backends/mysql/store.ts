@@ -17,7 +17,7 @@ import type {
 } from '../store.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
-import { CONFIRM_SQL, handedTerm, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
+import { CONFIRM_ROWS_AT, CONFIRM_SQL, handedTerm, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
 import { loadMysql2, MysqlConnector, run, sessionSetupSql, type MysqlConnectionLike } from './driver.js';
 import { runBatch } from './batch.js';
 import { claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
@@ -116,7 +116,9 @@ export class MysqlStore implements LeaseStore {
       // Followers woken by their doorbell, each registered as its lease's waiter: the release that
       // rang it has most likely handed them the term, which a read confirms (sql/006-handover.ts).
       // Only then: an idle follower's re-check would otherwise cost two round trips instead of one.
-      const rows = (await this.q(CONFIRM_SQL, [requests.map((r) => r.name)], options)) as LeaseRow[];
+      const names = requests.map((r) => r.name);
+      const r = (await this.q(CONFIRM_SQL, [names, names], options).catch(() => [])) as unknown[];
+      const rows = (r[CONFIRM_ROWS_AT] ?? []) as LeaseRow[];
       const byName = new Map(rows.map((row) => [row.name, row]));
       const handed = requests.map((req) => {
         const row = byName.get(req.name);
@@ -170,7 +172,7 @@ export class MysqlStore implements LeaseStore {
     // round trip sooner. Any failure there (rolled back, or the outcome unknown with the
     // connection gone) runs the release again below, where a release that did land answers false.
     const one = endTermStatements(req.name, 'released', null, req);
-    const here = await this.freed.releaseHere(req.name, ['START TRANSACTION', ...one.sql, 'COMMIT'].join(';\n'), one.values).catch(() => undefined);
+    const here = await this.freed.releaseHere(req.name, ['START TRANSACTION', ...one.sql].join(';\n'), one.values).catch(() => undefined);
     if (here !== undefined) return here.prev !== null;
     const r = await this.endTerm(req.name, 'released', null, req, options);
     // After the commit: a follower woken by the lock must find the lease free.
