@@ -9,6 +9,7 @@
 //   node scripts/services/tls.mjs etcd DIR PORT        etcd, client-cert-auth, on PORT (peer PORT+1)
 //   node scripts/services/tls.mjs redis DIR PORT       redis-server with only a TLS port
 //   node scripts/services/tls.mjs postgres DIR PORT    a pg_createcluster cluster with ssl=on
+//   node scripts/services/tls.mjs mariadb DIR PORT     mariadbd (mariadb-install-db) with require_secure_transport
 //
 // Or from a test: `const certs = makeCerts(dir); const s = await startEtcdTls({ dir, port, certs })`
 // then `await s.stop()`. Pids are recorded in DIR; stop only kills a recorded pid that is still
@@ -217,6 +218,86 @@ export async function startPostgresSsl({ dir, port, certs, log = silent }) {
   };
 }
 
+/** Debian's MariaDB server binaries, or null when they are not installed. */
+export function mariadbTlsBinaries() {
+  const first = (paths) => paths.find((x) => existsSync(x));
+  const server = first(['/usr/sbin/mariadbd', '/usr/sbin/mysqld']);
+  const install = first(['/usr/bin/mariadb-install-db', '/usr/bin/mysql_install_db']);
+  const client = first(['/usr/bin/mariadb', '/usr/bin/mysql']);
+  return server && install && client ? { server, install, client } : null;
+}
+
+/**
+ * A MariaDB of its own (a data dir made by mariadb-install-db under DIR), listening on PORT with
+ * ssl-cert/ssl-key/ssl-ca and require_secure_transport: a TCP session that is not TLS is refused
+ * (3159), so every connection that works, a store's named-lock connections included, is
+ * encrypted. Root without a password, and a database `leasehold` (made over the socket, which
+ * counts as secure). Run as root, the server runs as the user `mysql` (it refuses root without
+ * --user=root), which owns its data dir and a copy of the key. The machine's own MariaDB is
+ * never touched.
+ */
+export async function startMariadbTls({ dir, port, certs, log = silent }) {
+  const bins = mariadbTlsBinaries();
+  if (bins === null) throw new Error('no MariaDB server binaries (mariadbd, mariadb-install-db, mariadb); apt-get install mariadb-server');
+  const base = join(dir, `mariadb-${port}`);
+  const data = join(base, 'data');
+  const socket = join(base, 'mysqld.sock');
+  const pidFile = join(base, 'server.pid');
+  const logFile = join(base, 'error.log');
+  mkdirSync(base, { recursive: true, mode: 0o700 });
+  for (const [from, to] of [[certs.serverCert, 'server.pem'], [certs.serverKey, 'server-key.pem'], [certs.ca, 'ca.pem']]) copyFileSync(from, join(base, to));
+  const asRoot = process.getuid?.() === 0;
+  const userArgs = asRoot ? ['--user=mysql'] : [];
+  if (asRoot) {
+    run('chmod', ['o+x', dir]);
+    run('chown', ['-R', 'mysql', base]);
+  }
+  run(bins.install, ['--no-defaults', `--datadir=${data}`, ...userArgs, '--auth-root-authentication-method=normal', '--skip-test-db', '--skip-name-resolve']);
+  const args = [
+    '--no-defaults',
+    `--datadir=${data}`,
+    ...userArgs,
+    `--port=${port}`,
+    `--bind-address=${HOST}`,
+    `--socket=${socket}`,
+    `--pid-file=${pidFile}`,
+    `--log-error=${logFile}`,
+    '--skip-name-resolve',
+    '--innodb-buffer-pool-size=16M',
+    '--performance-schema=OFF',
+    `--ssl-cert=${join(base, 'server.pem')}`,
+    `--ssl-key=${join(base, 'server-key.pem')}`,
+    `--ssl-ca=${join(base, 'ca.pem')}`,
+    '--require-secure-transport=ON',
+  ];
+  const out = openSync(join(base, 'server.out'), 'a');
+  const child = spawn(bins.server, args, { detached: true, stdio: ['ignore', out, out] });
+  closeSync(out);
+  child.unref();
+  writeFileSync(join(base, 'started.pid'), `${child.pid}\n`);
+  const ours = () => commandLine(child.pid)?.includes(`--datadir=${data}`) === true;
+  const stop = async () => {
+    if (ours()) await killPid(child.pid, () => !ours(), { timeoutMs: 10_000 });
+    rmSync(base, { recursive: true, force: true });
+  };
+  try {
+    await waitForPort(port, `mariadbd on ${base}`, logFile, 30_000);
+    // Listening precedes accepting logins by a moment: the socket answers once it is ready.
+    const end = Date.now() + 30_000;
+    for (;;) {
+      const r = spawnSync(bins.client, ['--no-defaults', '-uroot', `--socket=${socket}`, '-e', 'CREATE DATABASE IF NOT EXISTS leasehold'], { encoding: 'utf8' });
+      if (r.status === 0) break;
+      if (Date.now() > end) throw new Error(`mariadbd on ${base} did not accept a login: ${r.stderr}\n${tail(logFile)}`);
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  log(`[tls] mariadb on ${HOST}:${port} (${base})`);
+  return { url: `mysql://root@${HOST}:${port}/leasehold`, socket, client: bins.client, stop };
+}
+
 async function main(cmd, dir, port) {
   const log = (m) => console.log(m);
   if (dir === undefined) throw new Error('usage: node scripts/services/tls.mjs certs|etcd|redis|postgres|stop DIR [PORT]');
@@ -237,8 +318,11 @@ async function main(cmd, dir, port) {
     case 'postgres':
       await startPostgresSsl({ dir, port: Number(port ?? 26320), certs: certs(), log });
       return;
+    case 'mariadb':
+      await startMariadbTls({ dir, port: Number(port ?? 3317), certs: certs(), log });
+      return;
     default:
-      throw new Error('usage: node scripts/services/tls.mjs certs|etcd|redis|postgres DIR [PORT]');
+      throw new Error('usage: node scripts/services/tls.mjs certs|etcd|redis|postgres|mariadb DIR [PORT]');
   }
 }
 

@@ -263,7 +263,7 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
     });
 
     void it('a process waiting for a live agent id is never made the waiter a release hands the liveness lease to', async () => {
-      // PostgreSQL hands a released term to a registered waiter (one-write handover). For an
+      // PostgreSQL and MySQL hand a released term to a registered waiter (one-write handover). For an
       // agent that would say "alive" for a process that never confirmed it (CI's fleet chaos saw
       // a departed waiter handed agent/f3 and a resource reassigned to it), so agents never register.
       const lh1 = new Leasehold({ store: await ts.open() });
@@ -281,6 +281,16 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
           try {
             const r = await db.query(`SELECT waiter FROM "${schema}".leases WHERE name = 'agent/hw'`);
             assert.equal(r.rows[0]?.['waiter'], null, 'the waiting agent process was registered as the waiter');
+          } finally {
+            await db.end();
+          }
+        }
+        if (kind === 'mysql') {
+          const { createConnection } = await import('mysql2/promise');
+          const db = await createConnection(ts.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''));
+          try {
+            const [rows] = (await db.query("SELECT waiter FROM leasehold_leases WHERE name = 'agent/hw'")) as unknown as [{ waiter: string | null }[]];
+            assert.equal(rows[0]?.waiter, null, 'the waiting agent process was registered as the waiter');
           } finally {
             await db.end();
           }

@@ -112,11 +112,25 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean): Cl
       // holds. And never below the server's clock in microseconds: see TOKENS below.
       add(`SET @k${i} = IF(@a${i}, GREATEST(COALESCE(@k${i}, @t${i} + 1), @n${i}), NULL)`);
       add(`INSERT INTO ${T.tokens} (id, last) SELECT 1, @k${i} FROM DUAL WHERE @a${i} ON DUPLICATE KEY UPDATE last = GREATEST(last, VALUES(last))`);
+      // A waiter that takes the lease itself is waiting no more. MySQL assigns SET clauses left to
+      // right, each seeing the ones before it: `waiter` goes last, after the columns tested on it.
       add(
         `UPDATE ${T.leases} SET holder = ?, nonce = ?, token = @k${i}, expires_at_us = @n${i} + ?, term_started_at_us = @n${i},
-           renewed_at_us = @n${i}, ended_by = NULL WHERE name = ? AND @a${i}`,
-        r.holder, r.nextNonce, ttlUs(r), r.name,
+           renewed_at_us = @n${i}, ended_by = NULL, waiter_nonce = IF(waiter <=> ?, NULL, waiter_nonce),
+           waiter_ttl_us = IF(waiter <=> ?, NULL, waiter_ttl_us), waiter_until_us = IF(waiter <=> ?, NULL, waiter_until_us),
+           waiter = IF(waiter <=> ?, NULL, waiter) WHERE name = ? AND @a${i}`,
+        r.holder, r.nextNonce, ttlUs(r), r.holder, r.holder, r.holder, r.holder, r.name,
       );
+      if (r.handoff !== undefined) {
+        // A contender that will wait, told 'busy': the waiter a release hands the term to
+        // (sql/006-handover.ts), replacing any earlier one (the latest is the one seen alive). Never
+        // the waiter of its own term: a row we hold under a nonce we registered is a handed term.
+        add(
+          `UPDATE ${T.leases} SET waiter = ?, waiter_nonce = ?, waiter_ttl_us = ?, waiter_until_us = @n${i} + 2 * ?
+             WHERE name = ? AND NOT @a${i} AND @p${i} <> ?`,
+          r.holder, r.nextNonce, ttlUs(r), ttlUs(r), r.name, r.holder,
+        );
+      }
       add(
         `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at_us, detail)
            SELECT ?, IF(@p${i} IS NULL, 'acquired', 'takeover'), ?, @p${i}, @k${i}, @n${i}, NULL FROM DUAL WHERE @a${i}`,
@@ -156,6 +170,8 @@ export function readAnswers(requests: readonly ClaimRequest[], rows: readonly Le
       const expiresAtMs = Number(row.expires_at_us) / 1000;
       return { name: req.name, outcome: req.expect === null ? 'acquired' : 'renewed', token: BigInt(row.token), holder: req.holder, expiresAtMs, storeNowMs };
     }
+    const handed = row === undefined ? undefined : handedTerm(req, row);
+    if (handed !== undefined) return handed;
     const state = row === undefined || row.expires_at_us === null && row.holder === null && row.token === '0' ? undefined : rowState(row);
     const d = decideClaim(state, req, storeNowMs);
     switch (d.outcome) {
@@ -174,6 +190,37 @@ export function readAnswers(requests: readonly ClaimRequest[], rows: readonly Le
   });
   return { results, conflicts };
 }
+
+/**
+ * A term a release handed to this contender (sql/006-handover.ts): live, our holder id, and a
+ * nonce we registered under. Answered 'acquired' with that nonce, as the term holds it.
+ */
+export function handedTerm(req: ClaimRequest, row: LeaseRow): ClaimResult | undefined {
+  if (req.expect !== null || req.handoff === undefined || row.holder !== req.holder || row.nonce === null || !req.handoff.includes(row.nonce)) return undefined;
+  if (row.expires_at_us === null || Number(row.expires_at_us) <= Number(row.now_us)) return undefined;
+  return {
+    name: req.name,
+    outcome: 'acquired',
+    token: BigInt(row.token),
+    holder: req.holder,
+    expiresAtMs: Number(row.expires_at_us) / 1000,
+    storeNowMs: Number(row.now_us) / 1000,
+    nonce: row.nonce,
+  };
+}
+
+/**
+ * A woken waiter's claim, first as a read (no transaction, no write): when a release handed
+ * every request its term, this is the whole claim. Otherwise (or when it fails) the caller runs
+ * the claim. The release lets the named lock go just before its commit (./freed.ts,
+ * releaseHere), so the first statement waits for that commit: a shared lock on the rows, held
+ * for that statement only. The second reads them, and the server's clock, after that wait (the
+ * clock a statement reads is its start time): its result is the answer (CONFIRM_ROWS_AT).
+ */
+export const CONFIRM_SQL =
+  `SELECT COUNT(*) INTO @lh_seen FROM ${T.leases} WHERE name IN (?) LOCK IN SHARE MODE;\n` +
+  `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us FROM ${T.leases} WHERE name IN (?)`;
+export const CONFIRM_ROWS_AT = 1;
 
 /** Ends the terms two processes renewed (store.ts expectation 4b), each only if it is still so. */
 export function planConflicts(conflicts: readonly ClaimRequest[]): { sql: string; values: unknown[] } {

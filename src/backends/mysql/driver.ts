@@ -36,6 +36,8 @@ export function loadMysql2(): Mysql2Module {
 interface ServerInfo {
   version: string;
   mariadb: boolean;
+  /** The largest packet the server accepts (./packet.ts). */
+  maxPacket: number;
 }
 
 /** Runs one query (or several, `;`-separated, in one round trip) on a connection. */
@@ -43,6 +45,20 @@ export function run(conn: MysqlConnectionLike, sql: string, values: unknown, tim
   return new Promise((resolve, reject) => {
     conn.query({ sql, values, timeout: timeoutMs }, (err, result) => (err === null ? resolve(result) : reject(err)));
   });
+}
+
+/**
+ * Every session of the store, set up alike: reads committed data without gap locks (no
+ * deadlocks from two contenders inserting into one gap), waits for a row lock at most
+ * lockWaitSeconds, and on MariaDB loses its connection when frozen inside a transaction.
+ * `/*M!100300 ... *\/` runs on MariaDB 10.3+ only; MySQL reads it as a comment. Two statements.
+ */
+export function sessionSetupSql(options: Pick<MysqlPoolOptions, 'lockWaitSeconds' | 'idleTransactionSeconds'>): string {
+  return (
+    'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; ' +
+    `SET SESSION innodb_lock_wait_timeout = ${options.lockWaitSeconds}, time_zone = '+00:00'` +
+    ` /*M!100300 , idle_transaction_timeout = ${options.idleTransactionSeconds} */`
+  );
 }
 
 interface MysqlPoolOptions {
@@ -143,21 +159,13 @@ export class MysqlConnector {
           }
           cb(err, result);
         });
-      // Queued ahead of the statement the connection was taken for: every session of the store
-      // reads committed data without gap locks (no deadlocks from two contenders inserting into
-      // one gap), waits for a row lock at most lockWaitSeconds, and on MariaDB loses its
-      // connection when frozen inside a transaction.
-      // `/*M!100300 ... */` runs on MariaDB 10.3+ only; MySQL reads it as a comment.
-      const sql =
-        'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; ' +
-        `SET SESSION innodb_lock_wait_timeout = ${this.options.lockWaitSeconds}, time_zone = '+00:00'` +
-        ` /*M!100300 , idle_transaction_timeout = ${this.options.idleTransactionSeconds} */; ` +
-        'SELECT VERSION() AS v, @@read_only AS ro';
+      // Queued ahead of the statement the connection was taken for (see sessionSetupSql).
+      const sql = sessionSetupSql(this.options) + '; SELECT VERSION() AS v, @@read_only AS ro, @@max_allowed_packet AS mp';
       conn.query({ sql, timeout: this.options.queryTimeoutMs }, (err, result) => {
         (conn as { __lhReady?: boolean }).__lhReady = true;
         if (err !== null) return;
-        const row = ((result as unknown[])[2] as { v: string; ro: number | string }[])[0]!;
-        this.server = { version: row.v, mariadb: /mariadb/i.test(row.v) };
+        const row = ((result as unknown[])[2] as { v: string; ro: number | string; mp: number | string }[])[0]!;
+        this.server = { version: row.v, mariadb: /mariadb/i.test(row.v), maxPacket: Number(row.mp) };
         if (Number(row.ro) === 1) (conn as { __lhReadOnly?: boolean }).__lhReadOnly = true;
       });
     });

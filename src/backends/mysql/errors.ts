@@ -46,7 +46,12 @@ export function mapMysqlError(err: unknown, database: string): Error {
   }
   if (errno === 1049) return new ConfigError(`MySQL database "${database}" does not exist (${msg}); create it (CREATE DATABASE ${database}) or fix the store URL`, { cause: err });
   if (errno === 1045 || errno === 1044 || errno === 1698) {
-    return new ConfigError(`MySQL refused the login (${msg}); check the user and password in the store URL`, { cause: err });
+    // MariaDB's require_secure_transport refuses a session without TLS with this same error.
+    return new ConfigError(
+      `MySQL refused the login (${msg}); check the user and password in the store URL, and whether the server requires TLS ` +
+        '(require_secure_transport, or a user created with REQUIRE SSL/X509): then add sslmode=verify-full&cacert=<CA file> (and cert=, key=)',
+      { cause: err },
+    );
   }
   if (errno === 1142 || errno === 1143 || errno === 1227 || errno === 1370) {
     return new ConfigError(`MySQL refused a statement (${msg}); grant the store's user ALL on database "${database}"`, { cause: err });

@@ -17,7 +17,7 @@
  * 300ms, 1s and 3s while the lock stays free, then leaves the lease to the expiry timer.
  */
 import { createHash } from 'node:crypto';
-import type { FreedListener } from '../../core/port.js';
+import type { ClaimRequest, FreedListener } from '../../core/port.js';
 import type { MysqlTarget } from './url.js';
 
 interface LockConnection {
@@ -40,6 +40,10 @@ const EMPTY_RETRY_MS = [100, 300, 1000, 3000];
 const MAX_FOLLOWED = 16;
 /** The shortest time between two claims one name's doorbell asks for. */
 const HEARD_GAP_MS = 500;
+/** How long the holding connection stays open once this process holds nothing (closeIdleHolding). */
+const HOLDING_LINGER_MS = 1000;
+/** A claim this soon after its name's doorbell rang is taken as the answer to it ({@link FreedChannel.rang}). */
+const RANG_MS = 2000;
 
 /** The named lock of a lease: at most 64 characters, so a hash of the database and the name. */
 function lockName(database: string, lease: string): string {
@@ -62,6 +66,8 @@ export class FreedChannel {
   private readonly followed = new Map<string, { conn: LockConnection | undefined; stop: boolean; armedAt: number; empty: number }>();
   private listener: FreedListener | undefined;
   private readonly lastHeard = new Map<string, number>();
+  /** Names whose doorbell rang and whose claim has not been sent yet: when it rang. */
+  private readonly ringing = new Map<string, number>();
   private onReconnect: (() => void) | undefined;
   private closed = false;
 
@@ -70,6 +76,8 @@ export class FreedChannel {
     private readonly target: MysqlTarget,
     /** The host the store's pool uses now, `host:port`. */
     private readonly host: () => string,
+    /** The store's session setup (driver.ts, sessionSetupSql): a release runs on the holding connection. */
+    private readonly sessionSql: string,
   ) {}
 
   private connect(): LockConnection {
@@ -84,6 +92,11 @@ export class FreedChannel {
       ...(t.ssl === undefined ? {} : { ssl: { ...t.ssl.material, rejectUnauthorized: t.ssl.mode !== 'require' } }),
       connectTimeout: t.connectTimeoutMs ?? 5000,
       enableKeepAlive: true,
+      // A release runs on the holding connection, as the pool's connections run it (./release.ts).
+      multipleStatements: true,
+      supportBigNumbers: true,
+      bigNumberStrings: true,
+      charset: 'utf8mb4',
     });
     // An error on an idle lock connection must not crash the process; its users see the end.
     c.on('error', () => {});
@@ -102,9 +115,14 @@ export class FreedChannel {
     this.held.add(name);
     if (this.locked.has(name) || this.taking.has(name)) return;
     this.taking.add(name);
-    void this.take(name).finally(() => {
-      this.taking.delete(name);
-      this.closeIdleHolding();
+    // After the claim's answer reaches the engine: opening the holding connection costs a few
+    // hundred microseconds of this thread, which a woken follower's handover would otherwise wait
+    // for. take() lets the lock go again if the lease was released meanwhile.
+    setImmediate(() => {
+      void this.take(name).finally(() => {
+        this.taking.delete(name);
+        this.closeIdleHolding();
+      });
     });
   }
 
@@ -113,7 +131,7 @@ export class FreedChannel {
     this.holdingUp ??= (async () => {
       const c = this.connect();
       // Idle for as long as a term lasts; the server must not close it for that.
-      await q(c, 'SET SESSION wait_timeout = 31536000', []);
+      await q(c, `SET SESSION wait_timeout = 31536000; ${this.sessionSql}`, []);
       c.on('end', () => this.lostHolding(c));
       c.on('error', () => this.lostHolding(c));
       this.holding = c;
@@ -138,16 +156,56 @@ export class FreedChannel {
     for (const name of this.held) this.listener?.(name);
   }
 
+  /** Statements in flight on the holding connection: a release runs there only when there are none. */
+  private holdingBusy = 0;
+
+  private async onHolding<R>(c: LockConnection, f: () => Promise<R>): Promise<R> {
+    this.holdingBusy++;
+    try {
+      return await f();
+    } finally {
+      this.holdingBusy--;
+    }
+  }
+
+  /**
+   * A holder's release, on the connection that holds the lease's lock, with the lock let go in
+   * the same round trip. `sql` is the release's transaction, without its COMMIT: the lock goes
+   * just before the commit, so the waiter wakes and sends its claim while the commit is flushed.
+   * That claim cannot see the release's work early: it reads the row with a lock (a shared lock,
+   * or FOR UPDATE), which waits for the commit. Undefined when that connection holds no lock for
+   * `name` or is busy (taking another lease's lock can wait up to 2s): the caller runs the
+   * release on the pool, then {@link unhold}. Rejects when it failed, rolled back if it could
+   * be; with the connection gone, whether it committed is unknown.
+   */
+  async releaseHere(name: string, sql: string, values: unknown[]): Promise<{ prev: string | null } | undefined> {
+    const c = this.holding;
+    if (c === undefined || !this.locked.has(name) || this.holdingBusy > 0) return undefined;
+    const lock = lockName(this.target.database, name);
+    const r = await this.onHolding(c, async () => {
+      try {
+        return (await q(c, `${sql};\nDO RELEASE_LOCK(?);\nCOMMIT;\nSELECT @lh_prev AS prev`, [...values, lock], 10_000)) as unknown[];
+      } catch (err) {
+        await q(c, 'ROLLBACK', [], 5000).catch(() => c.destroy());
+        throw err;
+      }
+    });
+    this.held.delete(name);
+    this.locked.delete(name);
+    this.closeIdleHolding();
+    return (r[r.length - 1] as { prev: string | null }[])[0]!;
+  }
+
   private async take(name: string): Promise<void> {
     try {
       const c = await this.holdingConnection();
       const lock = lockName(this.target.database, name);
       // A waiter holds the lock for an instant when it wakes: queue behind it briefly rather than
       // fail, or waiters would wake one another, each taking it as a release, until the next renewal.
-      const r = (await q(c, 'SELECT GET_LOCK(?, 2) AS ok', [lock], 5000)) as { ok: number | null }[];
+      const r = (await this.onHolding(c, () => q(c, 'SELECT GET_LOCK(?, 2) AS ok', [lock], 5000))) as { ok: number | null }[];
       if (Number(r[0]?.ok) !== 1) return;
       // Released while the lock was being taken: let it go again.
-      if (!this.held.has(name)) await q(c, 'DO RELEASE_LOCK(?)', [lock], 5000);
+      if (!this.held.has(name)) await this.onHolding(c, () => q(c, 'DO RELEASE_LOCK(?)', [lock], 5000));
       else this.locked.add(name);
     } catch {
       // No lock: followers wait on their expiry timers for this term. Nothing else depends on it.
@@ -163,7 +221,7 @@ export class FreedChannel {
   async unhold(name: string): Promise<void> {
     this.held.delete(name);
     const c = this.holding;
-    if (this.locked.delete(name) && c !== undefined) await q(c, 'DO RELEASE_LOCK(?)', [lockName(this.target.database, name)], 5000).catch(() => {});
+    if (this.locked.delete(name) && c !== undefined) await this.onHolding(c, () => q(c, 'DO RELEASE_LOCK(?)', [lockName(this.target.database, name)], 5000)).catch(() => {});
     this.closeIdleHolding();
   }
 
@@ -182,17 +240,30 @@ export class FreedChannel {
     if (c !== undefined) {
       for (let i = 0; i < locks.length; i += 500) {
         const part = locks.slice(i, i + 500);
-        await q(c, `DO ${part.map(() => 'RELEASE_LOCK(?)').join(', ')}`, part, 5000).catch(() => {});
+        await this.onHolding(c, () => q(c, `DO ${part.map(() => 'RELEASE_LOCK(?)').join(', ')}`, part, 5000)).catch(() => {});
       }
     }
     this.closeIdleHolding();
   }
 
+  private lingering: NodeJS.Timeout | undefined;
+
+  /**
+   * With nothing held, the holding connection closes after HOLDING_LINGER_MS: a process that
+   * releases and soon acquires again (a handover back and forth, a leader stepping down and
+   * re-elected) then takes its next lock on a connection already open, instead of waiting for a
+   * connect, a login and the session setup while followers find the lock free.
+   */
   private closeIdleHolding(): void {
-    const c = this.holding;
-    if (c === undefined || this.held.size > 0 || this.locked.size > 0 || this.taking.size > 0) return;
-    this.holding = undefined;
-    c.end(() => {});
+    if (this.holding === undefined || this.held.size > 0 || this.locked.size > 0 || this.taking.size > 0) return;
+    clearTimeout(this.lingering);
+    this.lingering = setTimeout(() => {
+      this.lingering = undefined;
+      const c = this.holding;
+      if (c === undefined || this.held.size > 0 || this.locked.size > 0 || this.taking.size > 0) return;
+      this.holding = undefined;
+      c.end(() => {});
+    }, HOLDING_LINGER_MS).unref();
   }
 
   // ---- the followers' side ----------------------------------------------------------------
@@ -205,6 +276,24 @@ export class FreedChannel {
       this.onReconnect = undefined;
       for (const name of [...this.followed.keys()]) this.unfollow(name);
     };
+  }
+
+  private ring(name: string): void {
+    this.ringing.set(name, performance.now());
+    if (this.ringing.size > 1000) this.ringing.clear();
+    this.listener?.(name);
+  }
+
+  /**
+   * Whether a claim is a woken waiter's: every request a contender registered as its lease's
+   * waiter (non-empty handoff) whose doorbell rang just now. Each ring answers one claim.
+   */
+  rang(requests: readonly ClaimRequest[]): boolean {
+    if (this.ringing.size === 0) return false;
+    const now = performance.now();
+    const ok = requests.every((r) => r.expect === null && r.handoff !== undefined && r.handoff.length > 0 && now - (this.ringing.get(r.name) ?? -Infinity) < RANG_MS);
+    for (const r of requests) this.ringing.delete(r.name);
+    return ok;
   }
 
   /** Called after a claim of `name` answered 'busy': wait for its holder's lock, if watching. */
@@ -249,28 +338,33 @@ export class FreedChannel {
           if (performance.now() - f.armedAt > 2 * WAIT_S * 1000) break;
           continue;
         }
-        await q(f.conn, 'DO RELEASE_LOCK(?)', [lock]);
+        // Sent now, awaited after the listener: the engine's claim need not wait a round trip for it.
+        const letGo = q(f.conn, 'DO RELEASE_LOCK(?)', [lock]);
+        letGo.catch(() => {});
         if (performance.now() - t0 >= HEARD_MS) {
           f.empty = 0;
           // Another waiter's own wake-up also lets the lock go: at most one claim per name per
           // HEARD_GAP_MS from this doorbell, however the waiters wake one another.
           const last = this.lastHeard.get(name) ?? -Infinity;
           if (performance.now() - last < HEARD_GAP_MS) {
+            await letGo;
             await new Promise((res) => setTimeout(res, HEARD_GAP_MS).unref());
             continue;
           }
           this.lastHeard.set(name, performance.now());
           if (this.lastHeard.size > 1000) this.lastHeard.clear();
-          this.listener?.(name);
+          this.ring(name);
+          await letGo;
           // Until a claim answers busy again, nothing to wait for.
           break;
         }
+        await letGo;
         // The lock was free at once: either the holder let it go before this wait began (a
         // release between the 'busy' answer and here, which must not be missed) or a new holder
         // has not taken it yet. A claim tells the two apart; the waits between such claims grow,
         // and this entry stays (a 'busy' answer meanwhile does not start a new one).
         if (f.empty >= EMPTY_RETRY_MS.length) break;
-        this.listener?.(name);
+        this.ring(name);
         await new Promise((res) => setTimeout(res, EMPTY_RETRY_MS[f.empty++]).unref());
       } catch {
         f.conn?.destroy();
@@ -287,6 +381,7 @@ export class FreedChannel {
 
   async close(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.lingering);
     for (const name of [...this.followed.keys()]) this.unfollow(name);
     this.held.clear();
     this.locked.clear();

@@ -9,6 +9,7 @@ import { migration002 } from './sql/002-slots.js';
 import { migration003 } from './sql/003-fleet.js';
 import { migration004 } from './sql/004-placement-index.js';
 import { migration005 } from './sql/005-fence-lease.js';
+import { migration006 } from './sql/006-handover.js';
 import { migration007 } from './sql/007-schedules.js';
 
 export const T = {
@@ -19,7 +20,7 @@ export const T = {
   version: 'leasehold_schema_version',
 } as const;
 
-export const MIGRATIONS: readonly (readonly string[])[] = [migration001, migration002, migration003, migration004, migration005, migration007];
+export const MIGRATIONS: readonly (readonly string[])[] = [migration001, migration002, migration003, migration004, migration005, migration006, migration007];
 
 /** The version a migrated database is at: every entry of MIGRATIONS has run. */
 export const MYSQL_SCHEMA_VERSION = MIGRATIONS.length;

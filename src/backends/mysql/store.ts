@@ -17,9 +17,10 @@ import type {
 } from '../store.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
-import { planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
-import { loadMysql2, MysqlConnector, run, type MysqlConnectionLike } from './driver.js';
+import { CONFIRM_ROWS_AT, CONFIRM_SQL, handedTerm, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
+import { loadMysql2, MysqlConnector, run, sessionSetupSql, type MysqlConnectionLike } from './driver.js';
 import { runBatch } from './batch.js';
+import { claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
 import { FreedChannel, knockTargets } from './freed.js';
 import { endTermStatements, planReleaseMany } from './release.js';
 import { mapMysqlError } from './errors.js';
@@ -36,6 +37,10 @@ export interface MysqlStoreOptions {
 }
 
 
+/** innodb_lock_wait_timeout and MariaDB's idle_transaction_timeout on every session of the store. */
+const LOCK_WAIT_S = 2;
+const IDLE_TRANSACTION_S = 5;
+
 /**
  * Leases in a MySQL or MariaDB database (InnoDB), beside the application's own tables: a claim
  * is one round trip (./claim.ts), expiry is judged by the server's clock, and tokens come from
@@ -45,6 +50,8 @@ export class MysqlStore implements LeaseStore {
   readonly kind = 'mysql';
   /** A batch travels as one JSON document; 2,000 leases is about 300 KB, far below max_allowed_packet. */
   readonly maxClaimBatch = 2000;
+  /** A release hands the term to the registered waiter in its own transaction (sql/006-handover.ts). */
+  readonly handover = true as const;
   readonly description: string;
   readonly database: string;
   /** @internal the fleet registry, slot ledger and fence run on these connections. */
@@ -73,11 +80,12 @@ export class MysqlStore implements LeaseStore {
       connectTimeoutMs: options.connectTimeoutMs ?? 5000,
       // A claim's own locks are held for one server-side batch (microseconds); a wait of 2s means
       // another process is frozen inside a fenced write, and is retried as contention.
-      lockWaitSeconds: 2,
-      idleTransactionSeconds: 5,
+      lockWaitSeconds: LOCK_WAIT_S,
+      idleTransactionSeconds: IDLE_TRANSACTION_S,
       max: 4,
     });
-    return new MysqlStore(connector, description, new FreedChannel(mysql as never, target, () => connector.current));
+    const session = sessionSetupSql({ lockWaitSeconds: LOCK_WAIT_S, idleTransactionSeconds: IDLE_TRANSACTION_S });
+    return new MysqlStore(connector, description, new FreedChannel(mysql as never, target, () => connector.current, session));
   }
 
   private check(options?: CallOptions): void {
@@ -104,29 +112,68 @@ export class MysqlStore implements LeaseStore {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
-    // Name order: every batch locks rows in the same order, so two never wait on each other.
+    if (this.freed.rang(requests)) {
+      // Followers woken by their doorbell, each registered as its lease's waiter: the release that
+      // rang it has most likely handed them the term, which a read confirms (sql/006-handover.ts).
+      // Only then: an idle follower's re-check would otherwise cost two round trips instead of one.
+      const names = requests.map((r) => r.name);
+      const r = (await this.q(CONFIRM_SQL, [names, names], options).catch(() => [])) as unknown[];
+      const rows = (r[CONFIRM_ROWS_AT] ?? []) as LeaseRow[];
+      const byName = new Map(rows.map((row) => [row.name, row]));
+      const handed = requests.map((req) => {
+        const row = byName.get(req.name);
+        return row === undefined ? undefined : handedTerm(req, row);
+      });
+      if (handed.every((h) => h !== undefined)) {
+        for (const h of handed) this.holding(h.name);
+        return handed;
+      }
+    }
+    // Name order: every batch locks rows in the same order, so two never wait on each other. One
+    // round trip per part: a batch too large for the server's packet is cut (./packet.ts).
     const sorted = [...requests].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    let rowsAt = 0;
-    const r = (await this.withLockRetry((retry) => {
-      const plan = planClaim(sorted, retry);
-      rowsAt = plan.rowsAt;
-      return plan;
-    }, options)) as unknown[];
-    const rows = r[rowsAt] as LeaseRow[];
-    const now = (r[rowsAt + 1] as { now_us: string }[])[0]!.now_us;
-    const { results, conflicts } = readAnswers(requests, rows, now);
-    if (conflicts.length > 0) await this.withLockRetry(() => planConflicts(conflicts), options);
+    const byName = new Map<string, ClaimResult>();
+    for (const part of splitByPacket(sorted, claimRequestBytes, this.maxPacket)) {
+      let rowsAt = 0;
+      const r = (await this.withLockRetry((retry) => {
+        const plan = planClaim(part, retry);
+        rowsAt = plan.rowsAt;
+        return plan;
+      }, options)) as unknown[];
+      const rows = r[rowsAt] as LeaseRow[];
+      const now = (r[rowsAt + 1] as { now_us: string }[])[0]!.now_us;
+      const { results, conflicts } = readAnswers(part, rows, now);
+      if (conflicts.length > 0) await this.withLockRetry(() => planConflicts(conflicts), options);
+      for (const res of results) byName.set(res.name, res);
+    }
+    const results = requests.map((req) => byName.get(req.name)!);
     for (const res of results) {
-      if (res.outcome === 'acquired' || res.outcome === 'renewed') {
-        this.freed.unfollow(res.name);
-        this.freed.hold(res.name);
-      } else if (res.outcome === 'busy') this.freed.follow(res.name);
+      if (res.outcome === 'acquired' || res.outcome === 'renewed') this.holding(res.name);
+      else if (res.outcome === 'busy') this.freed.follow(res.name);
       else void this.freed.unhold(res.name);
     }
     return results;
   }
 
+  /** The server's max_allowed_packet, once a session has read it (./packet.ts). */
+  private get maxPacket(): number {
+    return this.connector.server?.maxPacket ?? DEFAULT_MAX_PACKET;
+  }
+
+  private holding(name: string): void {
+    this.freed.unfollow(name);
+    this.freed.hold(name);
+  }
+
   async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
+    this.check(options);
+    // On the connection that holds the lease's named lock when it is free: the lock goes in the
+    // same round trip as the commit, and a waiter (handed the term, sql/006-handover.ts) wakes a
+    // round trip sooner. Any failure there (rolled back, or the outcome unknown with the
+    // connection gone) runs the release again below, where a release that did land answers false.
+    const one = endTermStatements(req.name, 'released', null, req);
+    const here = await this.freed.releaseHere(req.name, ['START TRANSACTION', ...one.sql].join(';\n'), one.values).catch(() => undefined);
+    if (here !== undefined) return here.prev !== null;
     const r = await this.endTerm(req.name, 'released', null, req, options);
     // After the commit: a follower woken by the lock must find the lease free.
     await this.freed.unhold(req.name);
@@ -179,12 +226,14 @@ export class MysqlStore implements LeaseStore {
   async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
     if (requests.length === 0) return [];
     const order = requests.map((_, i) => i).sort((a, b) => (requests[a]!.name < requests[b]!.name ? -1 : requests[a]!.name > requests[b]!.name ? 1 : a - b));
-    const plan = planReleaseMany(order.map((i) => requests[i]!));
-    const r = (await this.withLockRetry(() => plan, options)) as unknown[];
-    const out = String((r[r.length - 1] as { out: string | null }[])[0]!.out ?? '');
-    if (out.length !== requests.length) throw new StoreError(`MySQL answered ${out.length} of ${requests.length} releases; report this`);
     const answers = requests.map(() => false);
-    order.forEach((i, k) => (answers[i] = out[k] === '1'));
+    for (const part of splitByPacket(order, (i) => releaseRequestBytes(requests[i]!), this.maxPacket)) {
+      const plan = planReleaseMany(part.map((i) => requests[i]!));
+      const r = (await this.withLockRetry(() => plan, options)) as unknown[];
+      const out = String((r[r.length - 1] as { out: string | null }[])[0]!.out ?? '');
+      if (out.length !== part.length) throw new StoreError(`MySQL answered ${out.length} of ${part.length} releases; report this`);
+      part.forEach((i, k) => (answers[i] = out[k] === '1'));
+    }
     // After the commit: a follower woken by a lock must find the lease free.
     await this.freed.unholdMany(requests.map((q) => q.name));
     return answers;

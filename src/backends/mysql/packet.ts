@@ -1,0 +1,58 @@
+/**
+ * A batch's statements travel as one packet, and the server refuses a packet larger than its
+ * `max_allowed_packet` (error 1153): 16 MiB by default on MariaDB 10.2+, 64 MiB on MySQL 8.
+ * mysql2's `query` inlines every value client-side (no server-side prepared statement, so the
+ * 65,535-placeholder limit never applies), and the inlined values dominate the size: a contender
+ * repeats its name and holder id in several statements (./claim.ts), so 2,000 contenders with
+ * 200-character names and 512-character holder ids of 3-byte characters make 35 MB of SQL, while
+ * 2,000 with short names make 4 MB. A batch is therefore cut into parts by an upper bound on its
+ * bytes, each part one round trip, rather than sent whole and refused.
+ */
+
+/** Until a session has read the server's max_allowed_packet: MySQL 5.7's default, the smallest in use. */
+export const DEFAULT_MAX_PACKET = 4 * 1024 * 1024;
+
+/** Room for what the bounds below leave out (the statements' fixed text is counted per request). */
+const MARGIN = 0.75;
+
+const bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
+
+/**
+ * At most the bytes a claim request adds to its batch once inlined: every byte of a value may be
+ * escaped (doubled), and a renewal's values are inside a JSON string that is escaped twice
+ * (JSON, then SQL: a quote becomes four bytes, a control character up to seven).
+ */
+export function claimRequestBytes(r: { name: string; holder: string; expect: readonly string[] | null; nextNonce: string; handoff?: readonly string[] }): number {
+  const name = bytes(r.name);
+  const holder = bytes(r.holder);
+  const nonces = bytes(r.nextNonce) + (r.expect ?? []).reduce((n, x) => n + bytes(x) + 1, 0) + (r.handoff ?? []).reduce((n, x) => n + bytes(x) + 1, 0);
+  // Contender: about 1,600 bytes of statement text, its name in 5 places and its holder in 8.
+  if (r.expect === null) return 2000 + 2 * (5 * name + 8 * holder + 3 * nonces);
+  // Renewal: one JSON entry (name, holder, nonces, TTL) and its name in the read-back's IN list.
+  return 100 + 7 * (name + holder + nonces) + 2 * name;
+}
+
+/** At most the bytes one release adds to a releaseMany (./release.ts): its name in 5 places, holder and nonces in 2. */
+export function releaseRequestBytes(r: { name: string; holder: string; expect: readonly string[] }): number {
+  return 2500 + 2 * (5 * bytes(r.name) + 2 * bytes(r.holder) + 2 * r.expect.reduce((n, x) => n + bytes(x) + 1, 0));
+}
+
+/** `items` in order, cut into runs whose bounds add up to at most the packet budget (at least one item each). */
+export function splitByPacket<T>(items: readonly T[], size: (item: T) => number, maxPacket: number): T[][] {
+  const budget = maxPacket * MARGIN;
+  const parts: T[][] = [];
+  let part: T[] = [];
+  let used = 0;
+  for (const item of items) {
+    const n = size(item);
+    if (part.length > 0 && used + n > budget) {
+      parts.push(part);
+      part = [];
+      used = 0;
+    }
+    part.push(item);
+    used += n;
+  }
+  if (part.length > 0) parts.push(part);
+  return parts;
+}

@@ -1,0 +1,290 @@
+/**
+ * One-write handover on MySQL (src/backends/mysql/sql/006-handover.ts), on the real MariaDB: a
+ * waiting follower's 'busy' claim registers it in the lease row, the holder's release hands it
+ * the term in the release's own transaction (and lets the named lock go in the same round trip),
+ * and the woken follower confirms the term with one read.
+ *
+ * What the store sends is observed on its own connections: the pool's (claims, and releases
+ * that fall back to it) and the named-lock connections (./freed.ts), by wrapping `query` on
+ * each connection mysql2 hands out.
+ */
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { randomBytes } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { Leasehold } from '../../src/core/leasehold.js';
+import { newNonce } from '../../src/core/identity.js';
+import { SchemaError } from '../../src/core/errors.js';
+import { MysqlStore } from '../../src/backends/mysql/store.js';
+import { MYSQL_SCHEMA_VERSION } from '../../src/backends/mysql/schema.js';
+import type { ClaimResult } from '../../src/core/port.js';
+import { makeTestStore, mysqlAdmin, selectedStores, type TestStore } from '../helpers/stores.js';
+
+const skip = selectedStores().includes('mysql') ? false : 'mysql not selected (LEASEHOLD_TEST_STORES)';
+const uniq = (p: string): string => `h25-${p}-${randomBytes(4).toString('hex')}`;
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+interface Admin {
+  query(sql: string, v?: unknown[]): Promise<[Record<string, unknown>[]]>;
+  end(): Promise<void>;
+}
+
+function granted(r: ClaimResult | undefined): Extract<ClaimResult, { outcome: 'acquired' | 'renewed' }> {
+  assert.ok(r !== undefined && (r.outcome === 'acquired' || r.outcome === 'renewed'), `expected a granted claim, got ${r?.outcome}`);
+  return r;
+}
+
+/** Every SQL text `store` sends from now on, on any of its connections. */
+function observe(store: MysqlStore): string[] {
+  const sent: string[] = [];
+  const wrap = (conn: { query: (o: { sql: string }, cb: unknown) => unknown; __h25?: true }): void => {
+    if (conn.__h25 === true) return;
+    conn.__h25 = true;
+    const query = conn.query.bind(conn);
+    conn.query = (o, cb) => (sent.push(o.sql), query(o, cb));
+  };
+  const connector = store.connector as unknown as { connection(): Promise<never> };
+  const connection = connector.connection.bind(connector);
+  connector.connection = async () => {
+    const c = await connection();
+    wrap(c);
+    return c;
+  };
+  const freed = (store as unknown as { freed: { connect(): never } }).freed;
+  const connect = freed.connect.bind(freed);
+  freed.connect = () => {
+    const c = connect();
+    wrap(c);
+    return c;
+  };
+  return sent;
+}
+
+void describe('MySQL store: one-write handover', { skip }, () => {
+  let t: TestStore;
+  let admin: Admin;
+  let store: MysqlStore;
+  before(async () => {
+    t = await makeTestStore('mysql');
+    store = (await t.open()) as MysqlStore;
+    const mysql = createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<Admin> };
+    admin = await mysql.createConnection(t.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''));
+  });
+  after(async () => {
+    await store?.close();
+    await admin?.end();
+    await t?.cleanup();
+  });
+
+  const waiterOf = async (name: string): Promise<string | null> =>
+    ((await admin.query('SELECT waiter FROM leasehold_leases WHERE name = ?', [name]))[0][0]?.['waiter'] as string | null | undefined) ?? null;
+  const contend = async (s: MysqlStore | TestStore['store'], name: string, holder: string, ttlMs: number, handoff?: string[]): Promise<ClaimResult & { sent: string }> => {
+    const sent = newNonce();
+    const [r] = await s.claim([{ name, holder, ttlMs, expect: null, nextNonce: sent, ...(handoff === undefined ? {} : { handoff }) }]);
+    return { ...r!, sent };
+  };
+
+  void it('the release hands the term to the registered waiter: a larger token, history released then acquired, and its claim answers with the handed nonce', async () => {
+    const name = uniq('hand');
+    const a = await contend(t.store, name, 'A', 30_000);
+    const tokenA = granted(a).token;
+    const b = await contend(store, name, 'B', 20_000, []);
+    assert.equal(b.outcome, 'busy');
+    assert.equal(await waiterOf(name), 'B', "a waiting contender's busy claim registers it");
+
+    assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+    const [row] = await t.store.list({ name });
+    assert.equal(row?.holder, 'B', 'the release handed the term to the waiter');
+    assert.ok(row!.token > tokenA, `the handed term's token ${row!.token} is above ${tokenA}`);
+    assert.ok(row!.expiresAtMs! - row!.storeNowMs <= 20_000, "the waiter's own TTL");
+    assert.deepEqual(
+      (await t.store.history({ name })).map((h) => [h.event, h.holder ?? h.previousHolder, h.token]),
+      [
+        ['acquired', 'A', tokenA],
+        ['released', 'A', tokenA],
+        ['acquired', 'B', row!.token],
+      ],
+    );
+    assert.equal(await waiterOf(name), null, 'the handover used up the registration');
+
+    const c = granted(await contend(store, name, 'B', 20_000, [b.sent]));
+    assert.equal(c.outcome, 'acquired');
+    assert.equal(c.nonce, b.sent, 'the term is held under the nonce B registered, not the one this claim sent');
+    assert.equal(c.token, row!.token);
+    assert.ok(c.expiresAtMs > c.storeNowMs && c.expiresAtMs - c.storeNowMs <= 20_000);
+
+    // B holds it as any acquirer would: it renews with the handed nonce, and A is out.
+    const [renewed] = await store.claim([{ name, holder: 'B', ttlMs: 20_000, expect: [b.sent], nextNonce: newNonce() }]);
+    assert.equal(renewed?.outcome, 'renewed');
+    const [stale] = await t.store.claim([{ name, holder: 'A', ttlMs: 30_000, expect: [a.sent], nextNonce: newNonce() }]);
+    assert.equal(stale?.outcome, 'lost');
+    if (stale?.outcome === 'lost') assert.equal(stale.reason, 'superseded');
+  });
+
+  void it("the handed term's token is above every token issued for any name (the counter row), not only this name's", async () => {
+    const name = uniq('counter');
+    const a = await contend(t.store, name, 'A', 30_000);
+    await contend(store, name, 'B', 30_000, []);
+    // Another name's acquisition after A's raises the counter above A's token.
+    const other = granted(await contend(t.store, uniq('other'), 'X', 30_000));
+    assert.ok(other.token > granted(a).token);
+    assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+    const [row] = await t.store.list({ name });
+    assert.equal(row?.holder, 'B');
+    assert.ok(row!.token > other.token, `handed token ${row!.token} above the last token issued (${other.token})`);
+  });
+
+  void it('a registration that has lapsed (two TTLs with no re-check) is not handed the term', async () => {
+    const name = uniq('lapsed');
+    const a = await contend(t.store, name, 'A', 30_000);
+    assert.equal((await contend(store, name, 'B', 150, [])).outcome, 'busy');
+    assert.equal(await waiterOf(name), 'B');
+    await sleep(450); // three of B's TTLs: past the two its registration lasts
+    assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+    const [row] = await t.store.list({ name });
+    assert.equal(row?.holder, null, 'released, not handed to a waiter that stopped checking');
+    assert.equal((await t.store.history({ name })).at(-1)?.event, 'released');
+  });
+
+  void it('a contender that will not wait (no handoff) does not register', async () => {
+    const name = uniq('nowait');
+    const a = await contend(t.store, name, 'A', 30_000);
+    assert.equal((await contend(store, name, 'B', 30_000)).outcome, 'busy');
+    assert.equal(await waiterOf(name), null);
+    assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+    assert.equal((await t.store.list({ name }))[0]?.holder, null);
+  });
+
+  void it("a waiter's release of its registered nonce withdraws it; a holder never hands the term to itself", async () => {
+    const name = uniq('withdraw');
+    const a = await contend(t.store, name, 'A', 30_000);
+    const b = await contend(store, name, 'B', 30_000, []);
+    assert.equal(await store.release({ name, holder: 'B', expect: [b.sent] }), false, 'B held nothing to release');
+    assert.equal(await waiterOf(name), null, 'withdrawn');
+    assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+    assert.equal((await t.store.list({ name }))[0]?.holder, null);
+
+    const own = uniq('own');
+    const o = await contend(store, own, 'A', 30_000);
+    assert.equal((await contend(store, own, 'A', 30_000, [])).outcome, 'busy');
+    assert.equal(await waiterOf(own), null, 'a holder is never the waiter of its own term');
+    assert.equal(await store.release({ name: own, holder: 'A', expect: [o.sent] }), true);
+    assert.equal((await t.store.list({ name: own }))[0]?.holder, null);
+  });
+
+  void it('a waiter withdraws from a revoked term (the row has no holder), and a revoked handed term is not confirmed', async () => {
+    const name = uniq('revoked');
+    await contend(t.store, name, 'A', 30_000);
+    const b = await contend(store, name, 'B', 30_000, []);
+    assert.equal((await t.store.revoke(name, 'test')).revoked, true);
+    assert.equal(await store.release({ name, holder: 'B', expect: [b.sent] }), false);
+    assert.equal(await waiterOf(name), null, 'withdrawn from the free row');
+
+    const handed = uniq('handed-revoked');
+    const a = await contend(t.store, handed, 'A', 30_000);
+    const w = await contend(store, handed, 'B', 30_000, []);
+    assert.equal(await t.store.release({ name: handed, holder: 'A', expect: [a.sent] }), true);
+    assert.equal((await t.store.revoke(handed, 'test')).revoked, true);
+    const c = await contend(store, handed, 'B', 30_000, [w.sent]);
+    assert.equal(c.outcome, 'acquired');
+    assert.equal(c.outcome === 'acquired' ? c.nonce : 'x', undefined, 'a new acquisition, under the nonce it sent');
+  });
+
+  void it('a batch release (releaseMany) hands over as a single release does', async () => {
+    const names = [uniq('many-a'), uniq('many-b')].sort();
+    const held = await Promise.all(names.map((n) => contend(t.store, n, 'A', 30_000)));
+    await contend(store, names[0]!, 'B', 30_000, []);
+    const answers = await (t.store as MysqlStore).releaseMany(names.map((n, i) => ({ name: n, holder: 'A', expect: [held[i]!.sent] })));
+    assert.deepEqual(answers, [true, true]);
+    const rows = await t.store.list();
+    assert.equal(rows.find((r) => r.name === names[0])?.holder, 'B', 'the waited-for lease was handed over');
+    assert.equal(rows.find((r) => r.name === names[1])?.holder, null, 'the other was released');
+  });
+
+  void it('the engine: the woken follower confirms with one SELECT, holds a larger token within the store expiry, and the release let the lock go in its own round trip', async () => {
+    const name = uniq('engine');
+    const holderStore = (await t.open()) as MysqlStore;
+    const followerStore = (await t.open()) as MysqlStore;
+    const a = new Leasehold({ store: holderStore });
+    const b = new Leasehold({ store: followerStore });
+    const holderSent = observe(holderStore);
+    const followerSent = observe(followerStore);
+    try {
+      const la = a.lease(name, { ttl: 30_000 });
+      const lb = b.lease(name, { ttl: 20_000 });
+      const first = await la.acquire();
+      const following = lb.acquire({ wait: '20s' });
+      // The follower registered and is blocked on the named lock.
+      for (let i = 0; i < 100 && (await waiterOf(name)) === null; i++) await sleep(20);
+      assert.notEqual(await waiterOf(name), null, 'the follower registered');
+      await sleep(200);
+      const h0 = holderSent.length;
+      const f0 = followerSent.length;
+      await la.release();
+      const second = await following;
+      const remaining = lb.msUntilDeadline!;
+      const [row] = await t.store.list({ name });
+      assert.equal(row?.holder, second.holder);
+      assert.ok(second.token > first.token, `${second.token} > ${first.token}`);
+      assert.ok(remaining <= row!.expiresAtMs! - row!.storeNowMs, `the local deadline (${remaining}ms away) is within the store's expiry`);
+
+      const releases = holderSent.slice(h0).filter((s) => /leasehold_history/.test(s));
+      assert.equal(releases.length, 1, 'one release');
+      assert.match(releases[0]!, /DO RELEASE_LOCK\(\?\);\s*COMMIT;\s*SELECT @lh_prev AS prev$/, 'the lock goes in the release round trip, as it commits');
+      const claims = followerSent.slice(f0).filter((s) => /leasehold_leases/.test(s));
+      assert.equal(claims.length, 1, `one claim by the follower: ${claims.join(' | ')}`);
+      assert.match(claims[0]!, /^SELECT COUNT\(\*\) INTO @lh_seen FROM leasehold_leases WHERE name IN \(\?\) LOCK IN SHARE MODE;\s*SELECT name, holder, nonce, token/, 'a read, which waits for the release to commit');
+      assert.doesNotMatch(claims[0]!, /INSERT|UPDATE|START TRANSACTION|FOR UPDATE/, 'and nothing else');
+      assert.equal(await lb.confirm(), second.token, 'it renews as any holder does');
+      await lb.release();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  void it('the engine: a follower that stopped waiting is not handed the term', async () => {
+    const name = uniq('stopped');
+    const a = new Leasehold({ store: await t.open() });
+    const b = new Leasehold({ store: await t.open() });
+    try {
+      const la = a.lease(name, { ttl: 30_000 });
+      const lb = b.lease(name, { ttl: 30_000 });
+      await la.acquire();
+      const following = lb.acquire({ wait: '20s' }).catch((e: unknown) => e);
+      for (let i = 0; i < 100 && (await waiterOf(name)) === null; i++) await sleep(20);
+      assert.notEqual(await waiterOf(name), null, 'the follower registered');
+      await lb.close();
+      assert.equal(await waiterOf(name), null, 'close() withdrew it before resolving');
+      await following;
+      await la.release();
+      assert.equal((await t.store.list({ name }))[0]?.holder, null, 'released, not handed to the stopped follower');
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  void it('a database at schema version 5 is refused with the SchemaError that says to migrate; migrate adds the columns, and a rerun is harmless', async () => {
+    const own = await makeTestStore('mysql');
+    const db = new URL(own.url).pathname.slice(1);
+    try {
+      await mysqlAdmin(`ALTER TABLE ${db}.leasehold_leases DROP COLUMN waiter, DROP COLUMN waiter_nonce, DROP COLUMN waiter_ttl_us, DROP COLUMN waiter_until_us`);
+      await mysqlAdmin(`UPDATE ${db}.leasehold_schema_version SET version = 5`);
+      const s5 = own.store as MysqlStore;
+      assert.deepEqual(await s5.schemaStatus(), { current: 5, expected: MYSQL_SCHEMA_VERSION });
+      await assert.rejects(contend(s5, 'n', 'H', 10_000, []), (err: unknown) => err instanceof SchemaError && /leasehold migrate/.test(err.message));
+      assert.deepEqual(await s5.migrate(), { current: MYSQL_SCHEMA_VERSION, expected: MYSQL_SCHEMA_VERSION });
+      // Cut short after the ALTER: the version still says 5, and migration 6 runs again.
+      await mysqlAdmin(`UPDATE ${db}.leasehold_schema_version SET version = 5`);
+      assert.equal((await s5.migrate()).current, MYSQL_SCHEMA_VERSION, 'rerun over columns that exist: no error');
+      const a = await contend(s5, 'n', 'A', 30_000);
+      assert.equal(a.outcome, 'acquired');
+      assert.equal((await contend(s5, 'n', 'B', 30_000, [])).outcome, 'busy');
+      assert.equal(await s5.release({ name: 'n', holder: 'A', expect: [a.sent] }), true);
+      assert.equal((await s5.list({ name: 'n' }))[0]?.holder, 'B');
+    } finally {
+      await own.cleanup();
+    }
+  });
+});
