@@ -363,7 +363,14 @@ export class FreedChannel {
         // release between the 'busy' answer and here, which must not be missed) or a new holder
         // has not taken it yet. A claim tells the two apart; the waits between such claims grow,
         // and this entry stays (a 'busy' answer meanwhile does not start a new one).
-        if (f.empty >= EMPTY_RETRY_MS.length) break;
+        if (f.empty >= EMPTY_RETRY_MS.length) {
+          // Stop following, but let the engine look once more first: its last claim may have
+          // registered it as the lease's waiter (migration 6), and a term handed to it after
+          // this loop ends would ring no doorbell; it would sit unseen, the lease held by nobody
+          // who knows it, until its TTL ran out. A 'busy' answer to this look follows again.
+          this.ring(name);
+          break;
+        }
         this.ring(name);
         await new Promise((res) => setTimeout(res, EMPTY_RETRY_MS[f.empty++]).unref());
       } catch {
