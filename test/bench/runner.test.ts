@@ -65,4 +65,16 @@ void describe('the test runner (scripts/test.mjs)', () => {
     assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
     assert.match(r.stderr, /\[test\] no progress for \d+ s in .*quiet\.test\.js \(last started: sits still\)/);
   });
+
+  void it('a module whose tests have all ended is not named (the exported suites in dist/src), the test file that goes on is', async () => {
+    // A suite module, as dist/src/conformance is: its tests report it as their file, and it never
+    // ends as a file does. Each CI run named it every three minutes, though nothing in it ran.
+    writeFileSync(join(unit, 'suite-module.js'), "import { test } from 'node:test';\nexport function suite() { test('from the module', () => {}); }\n");
+    const user = fixture('uses-suite.test.js', "import { suite } from './suite-module.js';\nsuite();\ntest('sits still after', async () => { await new Promise((r) => setTimeout(r, 2500)); });");
+    const r = await runner([user], { LEASEHOLD_TEST_STORES: 'sqlite', LEASEHOLD_TEST_QUIET_MS: '500' });
+    assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
+    assert.match(r.stdout, /✔ from the module/, 'the module\'s test ran, reported under the module');
+    assert.match(r.stderr, /no progress for \d+ s in .*uses-suite\.test\.js \(last started: sits still after\)/);
+    assert.doesNotMatch(r.stderr, /no progress for \d+ s in .*suite-module\.js/);
+  });
 });
