@@ -84,7 +84,11 @@ for (const kind of (['etcd', 'postgres', 'redis'] as StoreKind[]).filter((k) => 
         const late = (r: Row): boolean => /^missed: this replica was late/.test(r.reason ?? '');
         for (const r of end.filter((x) => x.status === 'skipped' && late(x))) t.diagnostic(`${r.slot}: ${r.reason}`);
         const skippedLater = end.filter((r) => r.status === 'skipped' && Date.parse(r.slotAt!) > realNow && !overlapByRule(end, r) && !late(r));
-        assert.deepEqual(skippedLater.map((r) => `${r.slot}: ${r.reason}`), []);
+        assert.deepEqual(
+          skippedLater.map((r) => `${r.slot}: ${r.reason}`),
+          [],
+          `slots after the takeover were skipped (real now was ${new Date(realNow).toISOString()})\nhistory:\n${end.map((r) => `${r.slot} ${r.status} ${r.reason ?? ''}`).join('\n')}\nstderr of the fast replica:\n${ahead.stderr}`,
+        );
         assert.match(ahead.stderr, /this host's clock is 3\d\.\ds ahead of the store's; slots are judged by the store's clock/);
         // Each replica ran each slot once. The same slot on both is the documented rerun: the kill
         // lands just after a job wrote its line, often before its completion did ('interrupted').
