@@ -65,6 +65,8 @@ const HOLD_FOR_NEXT_MS = 250;
  * (by the store's clock, as its busy answer gave it), so the look finds the term over.
  */
 const RECHECK_AFTER_MS = 250;
+/** After a slot's claim got no answer (a store error): when to try the slot again. */
+const ERROR_RETRY_MS = 500;
 
 /** A host clock further than this from the store's is logged (the lag of etcd's clock bound included). */
 const SKEW_WARN_MS = 2000;
@@ -266,6 +268,11 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         // or a dead replica's term running out). Unavailable: this replica sits the slot out.
         if (!(e instanceof NotAcquiredError || isRetryableError(e))) throw e;
         if (e instanceof NotAcquiredError && e.expiresInMs !== null) recheck = { what: pending, atMs: storeNow() + e.expiresInMs + RECHECK_AFTER_MS };
+        // No answer at all (the store unavailable, a claim that timed out): nothing was decided,
+        // the slot is still anyone's, and this replica may be the only one left to run it. It
+        // tries again shortly, until the next slot, rather than leave the slot to be found
+        // missing then.
+        else if (!(e instanceof NotAcquiredError) || (e.holder === null && e.expiresInMs === null)) recheck = { what: pending, atMs: storeNow() + ERROR_RETRY_MS };
       }
       const what = pending;
       pending = 0;
