@@ -6,27 +6,20 @@
  * nobody else would run it either.
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, it } from 'node:test';
-import { startCron, type CronHandle } from '../../src/scheduler/cron.js';
+import { describe, it } from 'node:test';
+import { startCron } from '../../src/scheduler/cron.js';
 import { everySchedule } from '../../src/scheduler/schedule.js';
 import { slotKey } from '../../src/scheduler/ledger.js';
-import { world, type World } from '../unit/harness.js';
+import { useCronWorld } from './cron-world.js';
 import { MemoryLedger } from './memory-ledger.js';
 
 const SEC = 1000;
 const MINUTE = 60 * SEC;
-let w: World | undefined;
-const crons: CronHandle[] = [];
-afterEach(async () => {
-  for (const c of crons.splice(0)) await c.stop();
-  await w?.close();
-  w = undefined;
-});
+const { world, crons } = useCronWorld();
 
 void describe('per-slot: a store error on the slot claim', () => {
   void it('the slot is tried again and runs before the next slot, not recorded missed at it', async () => {
-    w = world();
-    const cw = w;
+    const cw = world();
     const now = (): number => cw.clock.outsideNow();
     cw.clock.suspend(MINUTE - (now() % MINUTE) + 100);
     const ledger = new MemoryLedger(cw.store, now);

@@ -6,27 +6,20 @@
  * in clock-ahead.test.ts.)
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, it } from 'node:test';
-import { startCron, type CronHandle, type SlotContext } from '../../src/scheduler/cron.js';
+import { describe, it } from 'node:test';
+import { startCron, type SlotContext } from '../../src/scheduler/cron.js';
 import { everySchedule } from '../../src/scheduler/schedule.js';
 import { slotKey } from '../../src/scheduler/ledger.js';
 import type { LoggerLike } from '../../src/core/logger.js';
-import { world, type World } from '../unit/harness.js';
+import { useCronWorld } from './cron-world.js';
 import { MemoryLedger } from './memory-ledger.js';
 
 const SEC = 1000;
-let w: World | undefined;
-const crons: CronHandle[] = [];
-afterEach(async () => {
-  for (const c of crons.splice(0)) await c.stop();
-  await w?.close();
-  w = undefined;
-});
+const { world, crons } = useCronWorld();
 
 void describe('a leader whose clock runs ahead of the store', () => {
   void it('records only the slots behind the store clock as missed, runs the rest at their time, and says how far off it is', async () => {
-    w = world();
-    const cw = w;
+    const cw = world();
     const storeNow = (): number => cw.clock.outsideNow();
     cw.clock.suspend(SEC - (storeNow() % SEC) + 500);
     const ledger = new MemoryLedger(cw.store, storeNow);
@@ -55,8 +48,7 @@ void describe('a leader whose clock runs ahead of the store', () => {
 
 void describe('a per-slot replica whose clock runs ahead, starting while a dead replica\'s term still holds the lease', () => {
   void it('runs the slots due by the store\'s clock once that term has run out, not the slots its own clock names', async () => {
-    w = world();
-    const cw = w;
+    const cw = world();
     const storeNow = (): number => cw.clock.outsideNow();
     cw.clock.suspend(SEC - (storeNow() % SEC) + 500);
     const ledger = new MemoryLedger(cw.store, storeNow);
