@@ -273,8 +273,13 @@ export class Lease extends EventEmitter<LeaseEvents> {
             this.beginTerm(term);
             return term;
           }
-          // The answer came back too late to use; the row expires on its own.
-          this.host.logger.warn({ lease: this.name, token: String(result!.token) }, 'leasehold: acquire answer arrived too late to use');
+          // The answer came back too late to use; the row expires on its own. Until then every
+          // claim is answered with it again (a handed term is re-answered to its waiter as
+          // "acquired"), so claiming at once would spin: wait out its time left, counted from now
+          // (later than the store's expiry, never earlier), or until a release frees it first.
+          const left = Math.max(0, result!.expiresAtMs! - result!.storeNowMs);
+          this.host.logger.warn({ lease: this.name, token: String(result!.token), retryInMs: left }, 'leasehold: acquire answer arrived too late to use');
+          await sleepOrFreed(this.clock, Math.min(left, Math.max(0, waitUntil - this.clock.monoNow())), this.host.waitForFreed(this.name, signal));
           continue;
         }
         if (step.busy !== undefined) this.emit('busy', step.busy.holder, step.busy.remainingMs);
