@@ -69,6 +69,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private readonly liveness: Liveness;
   /** Liveness 'session': the session the current term is tied to, closed when the term ends. */
   private session: LeaseSession | undefined;
+  /** The release on its way to the store, if any (endAndRelease). */
+  private releasing: Promise<boolean> | undefined;
   private readonly handover: boolean;
   /** This lease's contentions register as the waiter a release hands the term to (LeaseOptions.handover). */
   private get handsOver(): boolean {
@@ -90,9 +92,20 @@ export class Lease extends EventEmitter<LeaseEvents> {
   }
 
   /** Stands down locally first, then tells the store. Resolves true when the store confirmed. */
-  private async endAndRelease(reason: LeaseLostReason, detail: string): Promise<boolean> {
-    const t = this.term;
-    if (t === undefined) return false;
+  private endAndRelease(reason: LeaseLostReason, detail: string): Promise<boolean> {
+    // A second call while a release is on its way (a shutdown hook and the work's own finally)
+    // waits for it: resolving at once would let its caller close the store under the release.
+    if (this.term === undefined) return this.releasing ?? Promise.resolve(false);
+    const p = this.releaseTerm(reason, detail);
+    this.releasing = p;
+    void p.finally(() => {
+      if (this.releasing === p) this.releasing = undefined;
+    });
+    return p;
+  }
+
+  private async releaseTerm(reason: LeaseLostReason, detail: string): Promise<boolean> {
+    const t = this.term!;
     const expect = [t.confirmed, ...t.unconfirmed];
     const session = this.session;
     this.session = undefined; // released over the session itself, below, not closed by lose()
