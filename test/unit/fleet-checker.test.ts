@@ -58,3 +58,14 @@ void test('fleet checker: a renewal whose answer was logged (lost) excuses nothi
   const { v } = run(agents, 2000);
   assert.equal(v.ok, false, v.detail);
 });
+
+void test('fleet checker: a renewal that failed with an error may have been applied: the placement is unverified, not a violation', () => {
+  const agents = [
+    ...confirmed(0),
+    { ...base, t: 1000, ev: 'claim-sent' as const, sent: 1000 },
+    { ...base, t: 2600, ev: 'claim' as const, sent: 1000, outcome: 'error' },
+  ];
+  const { v, counts } = run(agents, 2000);
+  assert.equal(v.ok, true, v.detail);
+  assert.equal(counts['unverifiedByUnansweredRenewal'], 1);
+});
