@@ -201,8 +201,6 @@ function printTimes(wallSeconds) {
   for (const line of table.slice(0, 15)) log(line);
 }
 
-if (etcd?.started) {
-  await etcd.stop();
-  log('stopped the etcd this run started');
-}
+// Stops it only when a test run started it and no other run still uses it (etcd.mjs keeps count).
+if (etcd !== undefined) await etcd.stop();
 process.exitCode = code;

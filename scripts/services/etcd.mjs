@@ -13,7 +13,7 @@
 // data live under os.tmpdir()/leasehold-etcd/. `stop` only ever kills the pid recorded there,
 // and only after checking that the pid is still that etcd (pids get reused).
 import { spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,13 +21,19 @@ import { pathToFileURL } from 'node:url';
 import { commandLine, killPid, readPid } from './proc.mjs';
 
 const HOST = '127.0.0.1';
-const CLIENT_PORT = 2379;
-const PEER_PORT = 2380;
+// Other ports and another state dir only for the test of this script itself (test/bench/etcd-service).
+const CLIENT_PORT = Number(process.env.LEASEHOLD_ETCD_SERVICE_PORT ?? 2379);
+const PEER_PORT = CLIENT_PORT + 1;
 const CLIENT_URL = `http://${HOST}:${CLIENT_PORT}`;
 const PEER_URL = `http://${HOST}:${PEER_PORT}`;
-const STATE_DIR = join(tmpdir(), 'leasehold-etcd');
+const STATE_DIR = process.env.LEASEHOLD_ETCD_SERVICE_DIR ?? join(tmpdir(), 'leasehold-etcd');
 const DATA_DIR = join(STATE_DIR, 'data');
 const PID_FILE = join(STATE_DIR, 'etcd.pid');
+// Who is using the etcd a test run started: one file per ensureEtcd() call, holding its pid. The
+// last user out stops it; a run that ends while another still uses it leaves it running.
+const USERS_DIR = join(STATE_DIR, 'users');
+// Present while the running etcd was started by ensureEtcd() (a test run), not by `start`.
+const RUN_STARTED = join(STATE_DIR, 'started-by-a-run');
 const LOG_FILE = join(STATE_DIR, 'etcd.log');
 const MEMBER = 'leasehold-test';
 
@@ -191,20 +197,30 @@ export async function stopEtcd({ log = silent } = {}) {
     log('[etcd] no etcd started by this script is running');
   }
   rmSync(PID_FILE, { force: true });
+  rmSync(RUN_STARTED, { force: true });
   rmSync(DATA_DIR, { recursive: true, force: true });
 }
 
 /**
  * Makes sure an etcd answers on 127.0.0.1:2379, starting one if none does.
- * `stop()` stops it only if this call started it; `restart()` works whenever the running etcd
- * was started by this script (by this call or by `etcd.mjs start`).
+ * `stop()` stops it when a test run started it (this one, or one that has ended) and no other run
+ * still uses it; `restart()` works whenever the running etcd was started by this script.
  */
-export async function ensureEtcd({ log = silent, timeoutMs = 20_000 } = {}) {
+export async function ensureEtcd({ log = silent, timeoutMs = 20_000, run = true } = {}) {
   let started = false;
+  mkdirSync(USERS_DIR, { recursive: true });
+  const me = join(USERS_DIR, `${process.pid}-${Math.random().toString(36).slice(2, 10)}`);
+  if (run) writeFileSync(me, `${process.pid}\n`);
   if (await etcdHealthy()) {
     log(`[etcd] already running at ${ETCD_URL}`);
   } else {
-    await startOwned(log, timeoutMs);
+    try {
+      await startOwned(log, timeoutMs);
+    } catch (err) {
+      rmSync(me, { force: true });
+      throw err;
+    }
+    if (run) writeFileSync(RUN_STARTED, `${process.pid}\n`);
     started = true;
   }
   return {
@@ -212,17 +228,46 @@ export async function ensureEtcd({ log = silent, timeoutMs = 20_000 } = {}) {
     started,
     canRestart: canRestartEtcd,
     restart: (opts = {}) => restartEtcd({ log, ...opts }),
+    /**
+     * Stops the etcd if a test run started it (this one or an earlier one that has ended) and no
+     * other run still uses it: two runs at once (two contributors' terminals, parallel helpers)
+     * no longer stop it under each other. An etcd started with `etcd.mjs start` is left alone.
+     */
     stop: async () => {
-      if (started) await stopEtcd({ log });
+      rmSync(me, { force: true });
+      const others = otherUsers();
+      if (others > 0) {
+        if (started) log(`[etcd] left running: ${others} other test run(s) still use it`);
+        return;
+      }
+      if (started || existsSync(RUN_STARTED)) await stopEtcd({ log });
     },
   };
+}
+
+/** Live users of the etcd other than those removed (a file whose pid is gone is a crashed run's: removed). */
+function otherUsers() {
+  let n = 0;
+  let entries = [];
+  try {
+    entries = readdirSync(USERS_DIR);
+  } catch {
+    return 0;
+  }
+  for (const f of entries) {
+    const pid = readPid(join(USERS_DIR, f));
+    if (pid !== null && commandLine(pid) !== null) n++;
+    else rmSync(join(USERS_DIR, f), { force: true });
+  }
+  return n;
 }
 
 async function main(cmd) {
   const log = (m) => console.log(m);
   switch (cmd) {
     case 'start':
-      await ensureEtcd({ log });
+      // Started by hand: it outlives every test run, which then never stops it.
+      await ensureEtcd({ log, run: false });
       console.log(ETCD_URL);
       return;
     case 'stop':

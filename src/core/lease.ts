@@ -13,7 +13,7 @@ import {
   type LeaseLostReason,
 } from './errors.js';
 import { ContentionMachine } from './contention.js';
-import { claimWithinWait, ranOutOfWait, sleepOrFreed, withSignal } from './waits.js';
+import { InFlight, claimWithinWait, ranOutOfWait, sleepOrFreed, withSignal } from './waits.js';
 import type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseState } from './lease-types.js';
 import { snapshotOfTerm, termFromSnapshot } from './snapshot.js';
 import { newNonce } from './identity.js';
@@ -69,8 +69,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private readonly liveness: Liveness;
   /** Liveness 'session': the session the current term is tied to, closed when the term ends. */
   private session: LeaseSession | undefined;
-  /** The release on its way to the store, if any (endAndRelease). */
-  private releasing: Promise<boolean> | undefined;
+  private readonly releasing = new InFlight<boolean>();
   private readonly handover: boolean;
   /** This lease's contentions register as the waiter a release hands the term to (LeaseOptions.handover). */
   private get handsOver(): boolean {
@@ -95,13 +94,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private endAndRelease(reason: LeaseLostReason, detail: string): Promise<boolean> {
     // A second call while a release is on its way (a shutdown hook and the work's own finally)
     // waits for it: resolving at once would let its caller close the store under the release.
-    if (this.term === undefined) return this.releasing ?? Promise.resolve(false);
-    const p = this.releaseTerm(reason, detail);
-    this.releasing = p;
-    void p.finally(() => {
-      if (this.releasing === p) this.releasing = undefined;
-    });
-    return p;
+    if (this.term === undefined) return this.releasing.current ?? Promise.resolve(false);
+    return this.releasing.run(() => this.releaseTerm(reason, detail));
   }
 
   private async releaseTerm(reason: LeaseLostReason, detail: string): Promise<boolean> {
@@ -286,10 +280,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
             this.beginTerm(term);
             return term;
           }
-          // The answer came back too late to use; the row expires on its own. Until then every
-          // claim is answered with it again (a handed term is re-answered to its waiter as
-          // "acquired"), so claiming at once would spin: wait out its time left, counted from now
-          // (later than the store's expiry, never earlier), or until a release frees it first.
+          // Too late to use: the row expires on its own, and until then every claim is answered
+          // with it again (a handed term is re-answered to its waiter), so wait out its time left.
           const left = Math.max(0, result!.expiresAtMs! - result!.storeNowMs);
           this.host.logger.warn({ lease: this.name, token: String(result!.token), retryInMs: left }, 'leasehold: acquire answer arrived too late to use');
           await sleepOrFreed(this.clock, Math.min(left, Math.max(0, waitUntil - this.clock.monoNow())), this.host.waitForFreed(this.name, signal));

@@ -81,3 +81,18 @@ export async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefin
     if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
   }
 }
+
+/** One call at a time: a call made while another is on its way joins it (`current`) instead of starting its own. */
+export class InFlight<T> {
+  current: Promise<T> | undefined;
+
+  run(f: () => Promise<T>): Promise<T> {
+    const p = f();
+    this.current = p;
+    const clear = (): void => {
+      if (this.current === p) this.current = undefined;
+    };
+    p.then(clear, clear);
+    return p;
+  }
+}
