@@ -26,6 +26,7 @@ import { parseNotifyUrl, parsePostgresUrl } from './url.js';
 import { connectFirst, type PgTarget } from './multi-host.js';
 import { claimStatement, toClaimResult } from './claim.js';
 import { PgLeaseSession } from './session.js';
+import { listenReconnectDelayMs } from './reconnect.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -412,7 +413,7 @@ export class PostgresStore implements LeaseStore {
 
   /**
    * One LISTEN connection per store instance, however many leases wait on it. When the
-   * connection drops, it reconnects with backoff and calls `onReconnect` so waiters re-check:
+   * connection drops, it reconnects with backoff (./reconnect.ts) and calls `onReconnect` so waiters re-check:
    * a notification sent while we were away is gone.
    */
   async watchFreed(listener: FreedListener, onReconnect?: () => void): Promise<() => Promise<void>> {
@@ -475,7 +476,7 @@ export class PostgresStore implements LeaseStore {
     const scheduleReconnect = (): void => {
       if (stopped || timer !== undefined) return;
       attempt++;
-      const delay = Math.min(30_000, 250 * 2 ** Math.min(attempt, 7)) * (0.5 + Math.random() / 2);
+      const delay = listenReconnectDelayMs(attempt, Math.random());
       timer = setTimeout(() => {
         timer = undefined;
         void connect();
