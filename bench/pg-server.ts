@@ -18,7 +18,7 @@ import pg from 'pg';
 import { newNonce } from '../src/core/identity.js';
 import { Leasehold } from '../src/core/leasehold.js';
 import { PostgresStore } from '../src/backends/postgres/store.js';
-import { renewalStatement } from '../src/backends/postgres/renew.js';
+import { renewalStatement, RENEW_FUNCTION_MIN } from '../src/backends/postgres/renew.js';
 import { TEST_PG_URL } from '../test/helpers/stores.js';
 import { stat, type Recorder } from './lib.js';
 
@@ -125,7 +125,8 @@ export async function pgServer(rec: Recorder, counts: number[], samples: number)
         rawNonces = next;
       };
       const sides = [
-        { like: `SELECT * FROM "${now.schema}".renew(%`, tick: () => now.tick() },
+        // The store sends batches under RENEW_FUNCTION_MIN as the statement, larger ones to `renew`.
+        { like: n >= RENEW_FUNCTION_MIN ? `SELECT * FROM "${now.schema}".renew(%` : `%WITH cur AS MATERIALIZED%"${now.schema}".leases%`, tick: () => now.tick() },
         { like: `%WITH cur AS MATERIALIZED%"${before.schema}".leases%`, tick: () => before.tick() },
         { like: `UPDATE ${table} %`, tick: rawTick },
       ];
