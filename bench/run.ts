@@ -24,10 +24,11 @@ import { followerLoad } from './followers.js';
 import { fenceOverhead } from './fence.js';
 import { startup } from './startup.js';
 import { cronFailover } from './cron-failover.js';
+import { pgServer } from './pg-server.js';
 import { chartSvg } from './chart.js';
 import { preflight } from './preflight.js';
 
-const FIGURES = ['renewal', 'handover', 'failover', 'followers', 'fence', 'startup', 'cron-failover'] as const;
+const FIGURES = ['renewal', 'handover', 'failover', 'followers', 'fence', 'startup', 'cron-failover', 'pg-server'] as const;
 type Figure = (typeof FIGURES)[number];
 
 const { values } = parseArgs({
@@ -123,6 +124,9 @@ await run('fence', 'fence overhead: fenced vs unfenced PostgreSQL transaction', 
 await run('cron-failover', 'cron through replica deaths: per-slot mode vs leader mode, the latest slot\'s replica SIGKILLed between slots', async () => {
   // Smoke: one store only (the figure takes ~20 s a store even so).
   await eachStore('cron-failover', mode === 'smoke' ? stores.slice(0, 1) : stores, (kind) => cronFailover(rec, kind, Math.max(2, sizes.failovers), sizes.ttlMs, mode === 'smoke'));
+});
+await run('pg-server', 'PostgreSQL server time (pg_stat_statements): renewal vs raw, and the statements a close sends', async () => {
+  await eachStore('pg-server', stores.includes('postgres') ? ['postgres'] : [], () => pgServer(rec, mode === 'full' ? [1, 1000, 10_000] : sizes.leases, sizes.samples));
 });
 await run('startup', 'CLI start-up: leasehold run --store URL -- true vs node -e 0', async () => {
   await eachStore('startup', stores, (kind) => startup(rec, kind, sizes.startups));

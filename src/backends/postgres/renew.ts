@@ -1,8 +1,22 @@
 import { CONFLICT_DETAIL } from '../../core/claim-rule.js';
 
+/** The smallest batch sent to `renew` rather than the statement (the store's comment says why). */
+export const RENEW_FUNCTION_MIN = 1000;
+
 /**
- * A batch of renewals (every request has `expect`) in one statement, without the claim
- * function's INSERT ... ON CONFLICT of every name (a renewal never creates a row) and without
+ * A batch of renewals on a schema at version 12 or later: the schema's `renew` function
+ * (sql/012-renew.ts), which answers as the statement below does without locking every row in a
+ * pass of its own. Every row carries the store's now; a row with a NULL name carries only that.
+ * @param s the quoted schema name
+ */
+export function renewCall(s: string): string {
+  return `SELECT * FROM ${s}.renew($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[])`;
+}
+
+/**
+ * The renewal of batches under RENEW_FUNCTION_MIN, and of schemas before version 12 (a process
+ * upgraded before `migrate`): a batch of renewals (every request has `expect`) in one
+ * statement, without the claim function's INSERT ... ON CONFLICT of every name (a renewal never creates a row) and without
  * its acquisition branches: the scheduler's steady state, 10,000 leases per round trip.
  *
  * It encodes the renewal half of the claim rule (src/core/claim-rule.ts, decideClaim), as the

@@ -436,6 +436,70 @@ BEGIN
 END
 $function$
 
+CREATE OR REPLACE FUNCTION SCHEMA.renew(p_names text[], p_holders text[], p_expect text[], p_next text[], p_ttl_ms double precision[])
+ RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision)
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+AS $function$
+#variable_conflict use_column
+DECLARE
+  v_now_ms float8 := (extract(epoch FROM now()) * 1000)::float8;
+  v_renewed bigint;
+BEGIN
+  RETURN QUERY
+  WITH r AS MATERIALIZED (
+    SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.nxt, r.ttl_ms
+      FROM unnest(p_names, p_holders, p_expect, p_next, p_ttl_ms) AS r(name, holder, expect, nxt, ttl_ms)
+     ORDER BY r.name
+  ), upd AS (
+    UPDATE SCHEMA.leases AS l
+       SET nonce = r.nxt, expires_at = now() + r.ttl_ms * interval '1 millisecond', renewed_at = now(), ended_by = NULL
+      FROM r
+     WHERE l.name = r.name AND l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > now()
+    RETURNING l.name, l.token, l.holder, l.expires_at
+  )
+  SELECT u.name, 'renewed'::text, NULL::text, u.token, u.holder, (extract(epoch FROM u.expires_at) * 1000)::float8, v_now_ms
+    FROM upd u;
+  GET DIAGNOSTICS v_renewed = ROW_COUNT;
+  IF v_renewed = cardinality(p_names) THEN
+    RETURN;
+  END IF;
+  RETURN QUERY
+  WITH rest AS MATERIALIZED (
+    SELECT r.name, r.holder AS req_holder, string_to_array(r.expect, ',') AS expect,
+           l.holder, l.nonce, l.token, l.expires_at, l.ended_by
+      FROM unnest(p_names, p_holders, p_expect, p_next) AS r(name, holder, expect, nxt)
+      JOIN SCHEMA.leases AS l ON l.name = r.name
+     WHERE NOT coalesce(l.holder = r.holder AND l.nonce = r.nxt AND l.renewed_at = now(), false)
+  ), conflict AS (
+    UPDATE SCHEMA.leases AS l
+       SET holder = NULL, nonce = NULL, expires_at = now(), ended_by = 'conflict'
+      FROM rest c
+     WHERE l.name = c.name AND l.holder = c.req_holder AND NOT (l.nonce = ANY (c.expect)) AND l.expires_at > now()
+    RETURNING l.name, l.token, c.req_holder
+  ), hist AS (
+    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+    SELECT x.name, 'conflict', NULL, x.req_holder, x.token, now(), 'two processes renewed one term (a restored snapshot or a clone)' FROM conflict x
+  )
+  -- Each lost row as this statement's snapshot shows it: a conflict ended above is answered
+  -- with the holder and expiry it had (the store's answer turns that into the ended term).
+  SELECT a.name, 'lost'::text,
+         CASE WHEN a.holder = a.req_holder AND a.nonce = ANY (a.expect) THEN 'expired'
+              WHEN a.holder = a.req_holder THEN 'cloned'
+              WHEN a.holder IS NULL AND a.ended_by = 'revoked' THEN 'revoked'
+              WHEN a.holder IS NULL AND a.ended_by = 'released' THEN 'released'
+              WHEN a.holder IS NULL AND a.ended_by = 'conflict' THEN 'cloned'
+              WHEN a.holder IS NULL THEN 'expired'
+              ELSE 'superseded' END,
+         a.token, a.holder, (extract(epoch FROM a.expires_at) * 1000)::float8, v_now_ms
+    FROM rest a
+  -- The store's now, for names without a row (never claimed), which the caller answers lost.
+  UNION ALL
+  SELECT NULL, NULL, NULL, NULL, NULL, NULL, v_now_ms;
+END
+$function$
+
 CREATE OR REPLACE FUNCTION SCHEMA.session_alive(p_name text, p_pid integer)
  RETURNS boolean
  LANGUAGE sql

@@ -18,7 +18,7 @@ import { SCHEMA_VERSION, channelFor, migrations, validateSchemaName } from './sc
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { leaseState } from '../../core/claim-rule.js';
-import { renewalStatement } from './renew.js';
+import { renewalStatement, renewCall, RENEW_FUNCTION_MIN } from './renew.js';
 import { releaseStatement } from './release.js';
 import { closeListenClient, createPool, cutConnecting, loadPg } from './driver.js';
 import { mapPgError } from './errors.js';
@@ -277,23 +277,20 @@ export class PostgresStore implements LeaseStore {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
     if (requests.every((q) => q.expect !== null && q.session === undefined)) {
-      // The scheduler's steady state: renewals only, one statement that never inserts (./renew.ts).
-      const r = await this.q(
-        renewalStatement(this.s),
-        [
-          requests.map((q) => q.name),
-          requests.map((q) => q.holder),
-          requests.map((q) => q.expect!.join(',')),
-          requests.map((q) => q.nextNonce),
-          requests.map((q) => q.ttlMs),
-        ],
-        options,
-      );
+      // The scheduler's steady state: renewals only, one call that never inserts (./renew.ts).
+      const values = [
+        requests.map((q) => q.name),
+        requests.map((q) => q.holder),
+        requests.map((q) => q.expect!.join(',')),
+        requests.map((q) => q.nextNonce),
+        requests.map((q) => q.ttlMs),
+      ];
+      const r = await this.renewRows(values, options);
       const found = new Map<string, ClaimResult>();
       let storeNowMs = 0;
       for (const row of r.rows) {
-        if (row['name'] == null) storeNowMs = row['now_ms'] as number;
-        else found.set(row['name'] as string, toClaimResult(row));
+        storeNowMs = row['now_ms'] as number;
+        if (row['name'] != null) found.set(row['name'] as string, toClaimResult(row));
       }
       return requests.map(
         (q) => found.get(q.name) ?? { name: q.name, outcome: 'lost', reason: 'expired', holder: null, token: null, expiresAtMs: null, storeNowMs },
@@ -307,6 +304,25 @@ export class PostgresStore implements LeaseStore {
   async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
     const r = await this.q(releaseStatement(this.s), [req.name, req.holder, [...req.expect]], options);
     return r.rows[0]?.['released'] === true;
+  }
+
+  /** False once the schema turned out older than migration 12 (a process upgraded before `migrate`). */
+  private renewFunction = true;
+
+  private async renewRows(values: unknown[], options?: CallOptions): Promise<PgResultLike> {
+    // Below RENEW_FUNCTION_MIN rows the statement costs the server less than the function call
+    // (bench pg-server: 1 lease 0.58 vs 0.93 ms, even at 1,000); above, the function is cheaper
+    // (10,000: 339 vs 451 ms, raw 218 ms). Both answer alike (test/stores/postgres-renew.test.ts).
+    if (this.renewFunction && (values[0] as unknown[]).length >= RENEW_FUNCTION_MIN) {
+      try {
+        return await this.q(renewCall(this.s), values, options);
+      } catch (err) {
+        // A schema before version 12 has no `renew`: the statement those versions' clients send.
+        if ((err as { cause?: { code?: unknown } }).cause?.code !== '42883') throw err;
+        this.renewFunction = false;
+      }
+    }
+    return this.q(renewalStatement(this.s), values, options);
   }
 
   /** False once the schema turned out older than migration 7 (a process upgraded before `migrate`). */
