@@ -34,6 +34,9 @@ function counted<T extends object>(target: T, tag: string): T {
           requests++;
           const m = `${tag}.${String(prop)}`;
           byMethod[m] = (byMethod[m] ?? 0) + 1;
+          const sent = performance.now();
+          // Round trips (ms, summed), for the lateness a slot's winner should stay within.
+          void r.finally(() => (byMethod[`ms:${m}`] = (byMethod[`ms:${m}`] ?? 0) + (performance.now() - sent))).catch(() => undefined);
           r.catch((e: unknown) => {
             const k = `${m}!${e instanceof Error ? e.name : 'error'}`;
             byMethod[k] = (byMethod[k] ?? 0) + 1;
