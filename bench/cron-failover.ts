@@ -23,13 +23,15 @@ interface Replica {
   proc: ChildProcess;
   ran: string[];
   requests: number;
+  /** Its requests by method (`store.acquire`, `ledger.claim`, `store.acquire!NotAcquiredError` for the refused). */
+  byMethod: Record<string, number>;
   /** When it last printed "ran". */
   ranAt: number;
 }
 
 function startReplica(config: CronReplicaConfig): Promise<Replica> {
   const proc = spawn(process.execPath, [replicaJs, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const r: Replica = { proc, ran: [], requests: 0, ranAt: 0 };
+  const r: Replica = { proc, ran: [], requests: 0, byMethod: {}, ranAt: 0 };
   let buf = '';
   return new Promise((resolve, reject) => {
     proc.stdout!.on('data', (d: Buffer) => {
@@ -41,21 +43,33 @@ function startReplica(config: CronReplicaConfig): Promise<Replica> {
         else if (l.startsWith('ran ')) {
           r.ran.push(l.slice(4));
           r.ranAt = Date.now();
-        } else if (l.startsWith('requests ')) r.requests = Number(l.slice(9));
+        } else if (l.startsWith('requests ')) {
+          const [n, by] = l.slice(9).split(' ', 2);
+          r.requests = Number(n);
+          if (by !== undefined) r.byMethod = JSON.parse(by) as Record<string, number>;
+        }
       }
     });
     proc.once('exit', (code) => reject(new Error(`a cron replica exited (${code}) before it was up`)));
   });
 }
 
-interface Outcome {
+export interface Outcome {
   lateness: Stat;
+  /** Per slot, by method: where the requests went. */
+  perSlotByMethod: Record<string, number>;
   lostPerKill: number;
   requestsPerSlot: number;
   slots: number;
 }
 
-async function oneMode(kind: StoreKind, mode: CronMode, kills: number, ttl: number, replicas: number): Promise<Outcome> {
+function sumBy(rs: Replica[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const r of rs) for (const [k, v] of Object.entries(r.byMethod)) out[k] = (out[k] ?? 0) + v;
+  return out;
+}
+
+export async function oneMode(kind: StoreKind, mode: CronMode, kills: number, ttl: number, replicas: number): Promise<Outcome> {
   const ts = await makeTestStore(kind);
   const name = uniq('cron-bench');
   const config: CronReplicaConfig = { url: ts.url, name, mode, ttl, periodMs: PERIOD_MS };
@@ -75,6 +89,7 @@ async function oneMode(kind: StoreKind, mode: CronMode, kills: number, ttl: numb
     await waitSlots(3);
     const t0 = Date.now();
     const requestsAt0 = all.reduce((n, r) => n + r.requests, 0);
+    const byAt0 = sumBy(all);
     const firstSlot = Math.ceil(t0 / PERIOD_MS) * PERIOD_MS;
     for (let k = 0; k < kills; k++) {
       // Between slots: about 400 ms after the latest slot ran.
@@ -94,6 +109,7 @@ async function oneMode(kind: StoreKind, mode: CronMode, kills: number, ttl: numb
     const lastSlot = Math.floor(Date.now() / PERIOD_MS) * PERIOD_MS - PERIOD_MS;
     // The request counts of the dead are their last report (at most 200 ms old).
     const requests = all.reduce((n, r) => n + r.requests, 0);
+    const byEnd = sumBy(all);
     const tEnd = Date.now();
     for (const r of live) r.proc.kill('SIGTERM');
     await Promise.all(live.map((r) => new Promise((res) => (r.proc.exitCode !== null ? res(null) : r.proc.once('exit', res)))));
@@ -106,7 +122,9 @@ async function oneMode(kind: StoreKind, mode: CronMode, kills: number, ttl: numb
     const kept = rows.filter((r) => r.status === 'succeeded' || r.status === 'interrupted').length;
     const lateness = rows.filter((r) => r.status === 'succeeded' && r.startedAtMs !== null).map((r) => r.startedAtMs! - r.slotAtMs!);
     // Over the measured span: the restarted replicas' start-up requests are part of the cost.
-    return { lateness: stat(lateness), lostPerKill: kills === 0 ? slots - kept : (slots - kept) / kills, requestsPerSlot: (requests - requestsAt0) / ((tEnd - t0) / PERIOD_MS), slots };
+    const spanSlots = (tEnd - t0) / PERIOD_MS;
+    const perSlotByMethod = Object.fromEntries(Object.entries(byEnd).map(([k, v]) => [k, Math.round(((v - (byAt0[k] ?? 0)) / spanSlots) * 100) / 100]));
+    return { lateness: stat(lateness), perSlotByMethod, lostPerKill: kills === 0 ? slots - kept : (slots - kept) / kills, requestsPerSlot: (requests - requestsAt0) / ((tEnd - t0) / PERIOD_MS), slots };
   } finally {
     for (const r of live) r.proc.kill('SIGKILL');
     await ts.cleanup();

@@ -19,16 +19,29 @@ export interface CronReplicaConfig {
 
 const config = JSON.parse(process.argv[2]!) as CronReplicaConfig;
 let requests = 0;
+/** Per method, and per method whose promise rejected: where a slot's requests go. */
+const byMethod: Record<string, number> = {};
 
 /** Counts each method call of `target` as one request (a transaction or script is one). */
-function counted<T extends object>(target: T): T {
+function counted<T extends object>(target: T, tag: string): T {
   return new Proxy(target, {
     get(t, prop) {
       const v: unknown = Reflect.get(t, prop, t);
       if (typeof v !== 'function' || prop === 'constructor') return v;
       return (...args: unknown[]) => {
         const r: unknown = (v as (...a: unknown[]) => unknown).apply(t, args);
-        if (r instanceof Promise) requests++;
+        if (r instanceof Promise) {
+          requests++;
+          const m = `${tag}.${String(prop)}`;
+          byMethod[m] = (byMethod[m] ?? 0) + 1;
+          const sent = performance.now();
+          // Round trips (ms, summed), for the lateness a slot's winner should stay within.
+          void r.finally(() => (byMethod[`ms:${m}`] = (byMethod[`ms:${m}`] ?? 0) + (performance.now() - sent))).catch(() => undefined);
+          r.catch((e: unknown) => {
+            const k = `${m}!${e instanceof Error ? e.name : 'error'}`;
+            byMethod[k] = (byMethod[k] ?? 0) + 1;
+          });
+        }
         return r;
       };
     },
@@ -36,10 +49,10 @@ function counted<T extends object>(target: T): T {
 }
 
 const store = await openStore(config.url);
-const ledger = counted(await openSlotLedger(store, config.url));
-const lh = new Leasehold({ store: counted(store) });
+const ledger = counted(await openSlotLedger(store, config.url), 'ledger');
+const lh = new Leasehold({ store: counted(store, 'store') });
 startCron(lh, ledger, config.name, { schedule: everySchedule(config.periodMs), ttl: config.ttl, mode: config.mode }, () => undefined).on('slot', (e) => {
   if (e.event === 'succeeded') process.stdout.write(`ran ${e.slot}\n`);
 });
-setInterval(() => void process.stdout.write(`requests ${requests}\n`), 200);
+setInterval(() => void process.stdout.write(`requests ${requests} ${JSON.stringify(byMethod)}\n`), 200);
 process.stdout.write('up\n');

@@ -65,6 +65,9 @@ const HOLD_FOR_NEXT_MS = 250;
  * (by the store's clock, as its busy answer gave it), so the look finds the term over.
  */
 const RECHECK_AFTER_MS = 250;
+/** A slot row in one of these is settled: no term claims it again (the claim rule says 'done'). */
+const FINAL: ReadonlySet<SlotRecord['status']> = new Set(['succeeded', 'failed', 'skipped']);
+
 /** After a slot's claim got no answer (a store error): when to try the slot again. */
 const ERROR_RETRY_MS = 500;
 
@@ -378,6 +381,16 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     // catchUp decides only the slots before it.
     const missed = due.filter((t) => t !== what && !known.has(slotKey(t)));
     const interrupted = rows.filter((r) => r.status === 'interrupted' && r.token < term.token && r.slotAtMs !== null && r.slotAtMs <= upTo).map((r) => r.slotAtMs!);
+    // The read says an earlier term finished this slot: this replica's try was answered after
+    // that term had released (on SQLite, ten processes' write locks queue for longer than a
+    // short job's whole term). That term settled what was owed before the slot first, so with
+    // nothing missing or interrupted here either, there is nothing to do, and the claim (on
+    // SQLite a write lock the other replicas queue behind) would only repeat what the read said.
+    const own = typeof what === 'number' ? known.get(slotKey(what)) : undefined;
+    if (typeof what === 'number' && own !== undefined && own.token < term.token && FINAL.has(own.status) && missed.length === 0 && interrupted.length === 0 && !rows.some((r) => r.status === 'claimed' && r.token < term.token)) {
+      emit({ name, slot: slotKey(what), slotAtMs: what, token: term.token, event: 'done-already', reason: own.reason ?? own.status });
+      return Math.max(lower, what);
+    }
     let run = missed;
     if (catchUp !== 'all' && missed.length > 0) {
       const onTime = typeof what === 'number';

@@ -1,0 +1,73 @@
+/**
+ * Per-slot mode, on the fake clock: a replica whose try at the lease is answered only after the
+ * slot's winner has run the job and released (on SQLite, ten processes queue on one write lock for
+ * longer than a short job's whole term) wins a term for a slot that is already done. Its read of
+ * what it owes already shows the slot finished, so it claims nothing: on SQLite the claim would be
+ * one more write the other replicas queue behind, and with ten replicas these late terms were
+ * most of a slot's store requests.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { startCron, type SlotEvent } from '../../src/scheduler/cron.js';
+import { everySchedule } from '../../src/scheduler/schedule.js';
+import { slotKey, type SlotClaimRequest } from '../../src/scheduler/ledger.js';
+import { Leasehold } from '../../src/core/leasehold.js';
+import type { LeasePort } from '../../src/core/port.js';
+import { useCronWorld } from './cron-world.js';
+import { MemoryLedger } from './memory-ledger.js';
+
+const SEC = 1000;
+const { world, crons } = useCronWorld();
+
+void describe('per-slot: a try answered after the winner released', () => {
+  void it('the late term reads the slot done and claims nothing', async () => {
+    const cw = world();
+    const now = (): number => cw.clock.outsideNow();
+    cw.clock.suspend(10 * SEC - (now() % (10 * SEC)) + 100);
+    const ledger = new MemoryLedger(cw.store, now);
+    const options = { schedule: everySchedule(SEC), ttl: 3 * SEC };
+    const ran: number[] = [];
+    const slot = Math.ceil(now() / SEC) * SEC + 4 * SEC;
+    // The first replica's jobs before `slot` take 600 ms: the late replica's tries at them find
+    // the lease held, so its last term is its startup's, and at `slot` it reads what it owes.
+    const first = async (ctx: { slotAtMs: number }): Promise<void> => {
+      ran.push(ctx.slotAtMs);
+      if (ctx.slotAtMs < slot) await new Promise<void>((resolve) => cw.clock.setTimeout(resolve, 600));
+    };
+    crons.push(startCron(cw.leasehold({ suspension: false }), ledger, 'tick', options, first));
+    await cw.clock.advance(200);
+    // The late replica: each of its lease claims reaches the store 300 ms after it was sent,
+    // after the other replica's no-op job at `slot` and its release.
+    const slow = new Proxy(cw.store, {
+      get(target, prop) {
+        const v: unknown = Reflect.get(target, prop, target);
+        if (typeof v !== 'function') return v;
+        const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
+        if (prop !== 'claim') return f;
+        return (...args: unknown[]) => (new Promise((resolve) => cw.clock.setTimeout(() => resolve(f(...args)), 300)));
+      },
+    }) as LeasePort;
+    const claims: string[] = [];
+    const lateLedger = new Proxy(ledger, {
+      get(target, prop) {
+        const v: unknown = Reflect.get(target, prop, target);
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) => {
+          if (prop === 'claim') claims.push((args[0] as SlotClaimRequest).key);
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const events: SlotEvent[] = [];
+    const other = startCron(new Leasehold({ store: slow, clock: cw.clock, suspension: false }), lateLedger, 'tick', options, (ctx) => void ran.push(ctx.slotAtMs));
+    crons.push(other);
+    other.on('slot', (e) => events.push(e));
+    await cw.clock.advance(2 * SEC);
+    claims.length = 0;
+    await cw.clock.advance(slot - now() + 900);
+    assert.deepEqual(ran.filter((t) => t === slot), [slot], `${slotKey(slot)} ran once`);
+    const lateTerm = events.find((e) => e.slotAtMs === slot && e.event === 'done-already');
+    assert.ok(lateTerm !== undefined, `the late replica won a term for ${slotKey(slot)} after it was done (events: ${events.map((e) => `${e.slot} ${e.event}`).join(', ')})`);
+    assert.deepEqual(claims.filter((k) => k === slotKey(slot)), [], `no ledger claim for a slot the read showed done (events: ${events.map((e) => `${e.slot} ${e.event}`).join(', ')})`);
+  });
+});
