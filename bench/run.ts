@@ -3,7 +3,7 @@
  * the same run, interleaved with it, and their ratio: the ratio holds up on a loaded machine
  * where the absolute numbers do not. Timings are reported, never asserted.
  *
- *   npm run bench [-- --quick | --smoke] [--only renewal,handover,failover,followers,fence,startup]
+ *   npm run bench [-- --quick | --smoke] [--only renewal,handover,failover,followers,fence,startup,cron-failover,fleet]
  *                 [--stores postgres,sqlite,redis,etcd,mysql] [--json FILE] [--svg FILE]
  *
  * Against the real local stores (LEASEHOLD_TEST_PG_URL / _REDIS_URL / _ETCD_URL / _MYSQL_URL, as the tests).
@@ -25,10 +25,11 @@ import { fenceOverhead } from './fence.js';
 import { startup } from './startup.js';
 import { cronFailover } from './cron-failover.js';
 import { pgServer } from './pg-server.js';
+import { fleetFigure } from './fleet-figure.js';
 import { chartSvg } from './chart.js';
 import { preflight } from './preflight.js';
 
-const FIGURES = ['renewal', 'handover', 'failover', 'followers', 'fence', 'startup', 'cron-failover', 'pg-server'] as const;
+const FIGURES = ['renewal', 'handover', 'failover', 'followers', 'fence', 'startup', 'cron-failover', 'pg-server', 'fleet'] as const;
 type Figure = (typeof FIGURES)[number];
 
 const { values } = parseArgs({
@@ -127,6 +128,11 @@ await run('cron-failover', 'cron through replica deaths: per-slot mode vs leader
 });
 await run('pg-server', 'PostgreSQL server time (pg_stat_statements): renewal vs raw, and the statements a close sends', async () => {
   await eachStore('pg-server', stores.includes('postgres') ? ['postgres'] : [], () => pgServer(rec, mode === 'full' ? [1, 1000, 10_000] : sizes.leases, sizes.samples));
+});
+await run('fleet', 'fleet registry: placement as the fleet grows, owner() against its raw select (PostgreSQL)', async () => {
+  // Placement's ratio at each size is the figure: flat means its cost does not grow with the fleet.
+  const fleetSizes = mode === 'smoke' ? [10, 100] : mode === 'quick' ? [100, 1000] : [100, 1000, 10_000];
+  await eachStore('fleet', stores, (kind) => fleetFigure(rec, kind, fleetSizes, sizes.samples));
 });
 await run('startup', 'CLI start-up: leasehold run --store URL -- true vs node -e 0', async () => {
   await eachStore('startup', stores, (kind) => startup(rec, kind, sizes.startups));

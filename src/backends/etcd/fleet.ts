@@ -282,18 +282,34 @@ export class EtcdFleet implements FleetPort {
     return out;
   }
 
+  /**
+   * Every agent, a page of agent records at a time (pages.ts), each page's liveness keys (term,
+   * renewal, state of `agent/<id>` for the ids from its first to its last) in one more read: one
+   * answer with every agent passed gRPC's 4 MB limit at about 15,000 agents. An agent's row
+   * comes from two reads a round trip apart, not one snapshot of the fleet: a listing, nothing
+   * decides on it (placement reads its own snapshot).
+   */
   async agents(options?: CallOptions): Promise<AgentRow[]> {
     const c = await this.store.fleetContext(options);
     const k = c.keys;
     const lp = encodeURIComponent(AGENT_LEASE_PREFIX);
-    const r = await this.read(
-      c,
-      [rangePrefix(this.agentPrefix(k)), rangePrefix(this.agentTermPrefix(k)), rangePrefix(k.renewPrefix + lp), rangePrefix(k.statePrefix + lp)],
-      'fleet agents',
-    );
-    const snap = this.snapshotAgents(k, all(r.responses[0]), all(r.responses[1]));
-    const { rows } = await this.rows(c, [...snap.values()], this.byAgent(k, all(r.responses[2]), k.renewPrefix), this.byAgent(k, all(r.responses[3]), k.statePrefix));
-    return [...rows.values()].map(({ deregisteredAtMs: _, ...row }) => row).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    // The schema and floor check every read here makes, once, before the pages (which are plain ranges).
+    await this.read(c, [], 'fleet agents');
+    const from = Buffer.from(this.agentPrefix(k));
+    const out: AgentRow[] = [];
+    for await (const page of pages((q) => this.txn(c, q, 'fleet agents'), from, prefixEnd(from), 'Ascend')) {
+      const firstId = page[0]!.key.subarray(from.length);
+      const lastId = page.at(-1)!.key.subarray(from.length);
+      // [first, last + NUL): exactly the keys of this page's ids (and of no id past the last).
+      const span = (prefix: string): EtcdRequestOp => ({
+        request_range: { key: Buffer.concat([Buffer.from(prefix), firstId]), range_end: Buffer.concat([Buffer.from(prefix), lastId, Buffer.from([0])]) },
+      });
+      const r = await this.txn(c, { compare: [], success: [span(k.termPrefix + lp), span(k.renewPrefix + lp), span(k.statePrefix + lp)], failure: [] }, 'fleet agents');
+      const snap = this.snapshotAgents(k, page, all(r.responses[0]));
+      const { rows } = await this.rows(c, [...snap.values()], this.byAgent(k, all(r.responses[1]), k.renewPrefix), this.byAgent(k, all(r.responses[2]), k.statePrefix));
+      for (const { deregisteredAtMs: _, ...row } of rows.values()) out.push(row);
+    }
+    return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   }
 
   /**

@@ -7,18 +7,12 @@
  * reasons) is read again halved, and an answer too large even for one key is a StoreError.
  */
 import { StoreError } from '../../core/errors.js';
+import { isAnswerTooLarge } from './errors.js';
 import { mapEtcdError, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 
 /** Keys per page: about 250 bytes each in the ledger, so well under the 4 MB answer limit. */
 const PAGE = 500;
 
-/** An answer gRPC refused as larger than its receive limit: the same read fails the same way. */
-function isAnswerTooLarge(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
-    if (/larger than max/i.test(e.message)) return true;
-  }
-  return false;
-}
 
 /** mapEtcdError, except an over-size answer, which is not retryable (waiting does not shrink it). */
 export function mapLedgerError(err: unknown, where: string): Error {

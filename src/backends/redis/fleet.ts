@@ -14,19 +14,40 @@ import type { RedisStore } from './store.js';
  *                              script that changes ownership)
  *   {p}:fleet:own:<resource>   hash: agent, gen, labels (what the placement asked for), placed
  *   {p}:fleet:gen              the last generation issued, for every resource
+ *   {p}:fleet:load             sorted set: the agents that can take work (registered, not
+ *                              draining), scored by owned; placement walks it fewest owned first
+ *   {p}:fleet:load-built       present once {p}:fleet:load was built from the agents set (a
+ *                              fleet registered before the index had none)
  *   {p}:lease:agent/<id>       the agent's liveness: the lease store's own hash (holder, exp, renewed)
  *
  * One Lua script per call, so each call is atomic, and every script reads `TIME`: liveness is
  * `holder` present and `exp` > Redis now, exactly the lease store's test. Placement must look
- * at every agent, so the agent and lease hashes are addressed inside the scripts from the
+ * at several agents, so the agent and lease hashes are addressed inside the scripts from the
  * prefixes passed in ARGV rather than declared in KEYS; they carry the store's hash tag, so a
  * script still touches one slot.
+ *
+ * Placement reads the agents in {p}:fleet:load from the fewest owned and stops after the first
+ * PLACEMENT_TIES that are live and carry the labels: its cost does not grow with the fleet (more
+ * only when the least loaded agents are stale without having deregistered, or lack the labels).
+ * Every script that changes an agent's registration, draining or owned count re-indexes it.
  *
  * Generations: max(last + 1, TIME in microseconds, token floor + 1), as the lease store issues
  * tokens (see README.md, "Fencing tokens"): a Redis that restarted empty, or a promoted replica
  * that missed the last writes, still issues a generation larger than any issued before, under
  * the same clock assumption; `leasehold migrate --min-token` raises generations too.
  */
+
+const LOAD_INDEX = `
+-- The placement index (see the key list above). AP is '{p}:fleet:agent:'.
+local FLEET = string.sub(AP, 1, -7)
+local LOAD, LOAD_BUILT = FLEET .. 'load', FLEET .. 'load-built'
+-- Puts agent id's entry in step with its hash: scored by owned while registered and not draining, else absent.
+local function index_agent(id)
+  local a = redis.call('HMGET', AP .. id, 'labels', 'draining', 'dereg', 'owned')
+  if a[1] and not a[3] and a[2] ~= '1' then redis.call('ZADD', LOAD, tonumber(a[4] or '0') or 0, id)
+  else redis.call('ZREM', LOAD, id) end
+end
+`;
 
 const PRELUDE = `${LUA_CLOCK}local AP, LP = ARGV[1], ARGV[2]
 -- An agent as the store sees it now; nil when never registered.
@@ -38,8 +59,10 @@ local function agent(id)
   return { id = id, labels = a[1], started = a[2] or '0', draining = a[3] == '1', dereg = a[4],
            owned = tonumber(a[5] or '0') or 0, holder = l[1], exp = l[2], renewed = l[3],
            live = (not a[4]) and (l[1] and true or false) and exp ~= nil and exp > now }
-end
-`;
+end${LOAD_INDEX}`;
+
+/** A placement reads at most this many eligible agents, the fewest owned first, and picks among them. */
+const PLACEMENT_TIES = 16;
 
 const PICK = `
 local function contains(have, want)
@@ -49,21 +72,40 @@ local function contains(have, want)
   return true
 end
 -- Live, non-draining agents carrying \`want\` (or exactly \`only\`), never \`except\`: the fewest
--- owned, and among those the one at index rand mod count (rand comes from the caller, so the
--- script itself stays deterministic).
+-- owned, and among the first ${PLACEMENT_TIES} tied the one at index rand mod count (rand comes
+-- from the caller, so the script itself stays deterministic).
 local function pick(want, only, except, rand)
-  local best, tied = nil, {}
-  for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-    if id ~= except and (only == '' or id == only) then
-      local a = agent(id)
-      if a and a.live and not a.draining and (only ~= '' or contains(cjson.decode(a.labels), want)) then
-        if best == nil or a.owned < best then best, tied = a.owned, { id }
-        elseif a.owned == best then tied[#tied + 1] = id end
+  if only ~= '' then
+    local a = agent(only)
+    if only ~= except and a and a.live and not a.draining then return only end
+    return nil
+  end
+  -- Built once, for a fleet whose agents registered before the index existed.
+  if redis.call('EXISTS', LOAD_BUILT) == 0 then
+    for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do index_agent(id) end
+    redis.call('SET', LOAD_BUILT, '1')
+  end
+  local best, tied, from, done = nil, {}, 0, false
+  while not done do
+    local page = redis.call('ZRANGE', LOAD, from, from + 31, 'WITHSCORES')
+    if #page == 0 then break end
+    for i = 1, #page, 2 do
+      local id, owned = page[i], tonumber(page[i + 1])
+      if best ~= nil and (owned > best or #tied >= ${PLACEMENT_TIES}) then
+        done = true
+        break
+      end
+      if id ~= except then
+        local a = agent(id)
+        if a and a.live and not a.draining and contains(cjson.decode(a.labels), want) then
+          best = best or owned
+          tied[#tied + 1] = id
+        end
       end
     end
+    from = from + 32
   end
   if #tied == 0 then return nil end
-  table.sort(tied)
   return tied[(tonumber(rand) % #tied) + 1]
 end
 local function next_generation()
@@ -94,6 +136,7 @@ redis.call('HDEL', KEYS[2], 'dereg')
 redis.call('HSETNX', KEYS[2], 'draining', '0')
 redis.call('HSETNX', KEYS[2], 'owned', '0')
 redis.call('SADD', KEYS[1], ARGV[3])
+index_agent(ARGV[3])
 return { '1' }
 `,
 );
@@ -104,6 +147,7 @@ const DEREGISTER = lua(
   `${PRELUDE}
 if redis.call('EXISTS', KEYS[1]) == 0 then return { '0' } end
 redis.call('HSET', KEYS[1], 'dereg', fmt(now))
+index_agent(string.sub(KEYS[1], #AP + 1))
 return { '1' }
 `,
 );
@@ -111,8 +155,10 @@ return { '1' }
 /** KEYS: [1] the agent's hash. ARGV: AP, LP, '1'/'0'. Reply: ['1'] if registered. */
 const SET_DRAINING = lua(
   'fleet-set-draining',
-  `if redis.call('EXISTS', KEYS[1]) == 0 then return { '0' } end
+  `local AP = ARGV[1]${LOAD_INDEX}
+if redis.call('EXISTS', KEYS[1]) == 0 then return { '0' } end
 redis.call('HSET', KEYS[1], 'draining', ARGV[3])
+index_agent(string.sub(KEYS[1], #AP + 1))
 return { '1' }
 `,
 );
@@ -178,6 +224,7 @@ local g = next_generation()
 if not g then ${GEN_ERROR} end
 redis.call('HSET', KEYS[2], 'agent', id, 'gen', g, 'labels', ARGV[3], 'placed', fmt(now))
 redis.call('HINCRBY', AP .. id, 'owned', 1)
+index_agent(id)
 return { 'placed', id, g }
 `,
 );
@@ -196,8 +243,12 @@ if not id then return { 'no-agent' } end
 local g = next_generation()
 if not g then ${GEN_ERROR} end
 redis.call('HSET', KEYS[2], 'agent', id, 'gen', g, 'placed', fmt(now))
-if redis.call('EXISTS', AP .. ARGV[3]) == 1 then redis.call('HINCRBY', AP .. ARGV[3], 'owned', -1) end
+if redis.call('EXISTS', AP .. ARGV[3]) == 1 then
+  redis.call('HINCRBY', AP .. ARGV[3], 'owned', -1)
+  index_agent(ARGV[3])
+end
 redis.call('HINCRBY', AP .. id, 'owned', 1)
+index_agent(id)
 return { 'moved', id, g }
 `,
 );
@@ -205,10 +256,13 @@ return { 'moved', id, g }
 /** KEYS: [1] the ownership hash. ARGV: AP, LP, from. Reply: ['1'] removed, ['0'] not owned by `from`. */
 const REMOVE = lua(
   'fleet-remove',
-  `local AP = ARGV[1]
+  `local AP = ARGV[1]${LOAD_INDEX}
 if redis.call('HGET', KEYS[1], 'agent') ~= ARGV[3] then return { '0' } end
 redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', AP .. ARGV[3]) == 1 then redis.call('HINCRBY', AP .. ARGV[3], 'owned', -1) end
+if redis.call('EXISTS', AP .. ARGV[3]) == 1 then
+  redis.call('HINCRBY', AP .. ARGV[3], 'owned', -1)
+  index_agent(ARGV[3])
+end
 return { '1' }
 `,
 );
@@ -221,7 +275,7 @@ return { '1' }
  */
 const PRUNE = lua(
   'fleet-prune',
-  `${LUA_CLOCK}local AP = ARGV[1]
+  `${LUA_CLOCK}local AP = ARGV[1]${LOAD_INDEX}
 local horizon, limit = now - tonumber(ARGV[4]), tonumber(ARGV[5])
 local gone, any = {}, false
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -248,6 +302,7 @@ for id in pairs(gone) do
   if agents + owned >= limit then break end
   redis.call('DEL', AP .. id)
   redis.call('SREM', KEYS[1], id)
+  redis.call('ZREM', LOAD, id)
   agents = agents + 1
 end
 local more = '0'

@@ -20,7 +20,8 @@ const AGENTS_WITH_LEASES = `
 const isLive = (r: { holder: string | null; expires_at: bigint | null; deregistered_at: bigint | null }, now: number): boolean =>
   r.deregistered_at === null && r.holder !== null && r.expires_at !== null && Number(r.expires_at) > now;
 
-const contains = (have: Labels, want: Labels): boolean => Object.entries(want).every(([k, v]) => have[k] === v);
+/** A placement reads at most this many eligible agents (see pick). */
+const PLACEMENT_TIES = 16;
 
 /**
  * The fleet registry in the lease store's SQLite file. Each call is one BEGIN IMMEDIATE
@@ -108,18 +109,26 @@ export class SqliteFleet implements FleetPort {
     }, options);
   }
 
-  /** Live, non-draining agents carrying `labels` (and not `except`), fewest owned, one at random among equals. */
+  /**
+   * Live, non-draining agents carrying `labels` (or exactly `only`), never `except`: the fewest
+   * owned, one at random among the first PLACEMENT_TIES tied. The statement walks the placement
+   * index (fewest owned first) and stops there, so its cost does not grow with the fleet (more
+   * only when the least loaded agents are dead without having deregistered, or lack the labels).
+   */
   private pick(db: SqliteDatabaseLike, now: number, labels: Labels, only: string | null, except: string | null): string | undefined {
-    const rows = (db.prepare(AGENTS_WITH_LEASES).safeIntegers(true).all(AGENT_LEASE_PREFIX) as LivenessRow[]).filter(
-      (r) =>
-        isLive(r, now) &&
-        r.draining === 0n &&
-        r.id !== except &&
-        (only === null ? contains(JSON.parse(r.labels) as Labels, labels) : r.id === only),
-    );
+    const rows = db
+      .prepare(
+        `SELECT a.id, a.owned FROM leasehold_fleet_agents a JOIN leasehold_leases l ON l.name = ? || a.id
+          WHERE a.deregistered_at IS NULL AND a.draining = 0 AND l.holder IS NOT NULL AND l.expires_at > ?
+            AND a.id IS NOT ? AND (? IS NULL OR a.id = ?)
+            AND NOT EXISTS (SELECT 1 FROM json_each(?) w
+                             WHERE NOT EXISTS (SELECT 1 FROM json_each(a.labels) h WHERE h.key = w.key AND h.value = w.value))
+          ORDER BY a.owned, a.id LIMIT ${PLACEMENT_TIES}`,
+      )
+      .safeIntegers(true)
+      .all(AGENT_LEASE_PREFIX, now, except, only, only, only === null ? JSON.stringify(labels) : '{}') as { id: string; owned: bigint }[];
     if (rows.length === 0) return undefined;
-    const fewest = rows.reduce((m, r) => (r.owned < m ? r.owned : m), rows[0]!.owned);
-    const tied = rows.filter((r) => r.owned === fewest);
+    const tied = rows.filter((r) => r.owned === rows[0]!.owned);
     return tied[Math.floor(Math.random() * tied.length)]!.id;
   }
 

@@ -1,3 +1,5 @@
+-- index leasehold_fleet_agents_placement
+CREATE INDEX leasehold_fleet_agents_placement ON leasehold_fleet_agents (owned, id) WHERE deregistered_at IS NULL AND draining = 0;
 -- index leasehold_fleet_ownership_agent
 CREATE INDEX leasehold_fleet_ownership_agent ON leasehold_fleet_ownership (agent);
 -- index leasehold_history_name_id

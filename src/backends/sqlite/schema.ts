@@ -2,7 +2,7 @@
  * The SQLite store's tables and its migrations: version N of a file is the first N entries run in
  * order, each once, in the migrating transaction (./store.ts, migrate).
  */
-import { SQLITE_FLEET_MIGRATION } from './fleet-schema.js';
+import { SQLITE_FLEET_MIGRATION, SQLITE_FLEET_PLACEMENT_MIGRATION } from './fleet-schema.js';
 import { SQLITE_SCHEDULES_MIGRATION, SQLITE_SLOTS_MIGRATION } from './slots-schema.js';
 
 /** The table names: one place, so the store and its tests cannot disagree. */
@@ -60,6 +60,8 @@ ALTER TABLE ${T.fences} ADD COLUMN lease TEXT;
 `,
   // One row per schedule: what it is and whether it is catching up (issue 31).
   SQLITE_SCHEDULES_MIGRATION,
+  // Placement by an index of the agents that can take work, not a read of every agent (issue 34).
+  SQLITE_FLEET_PLACEMENT_MIGRATION,
 ];
 
 /** The version a migrated file is at: every entry of MIGRATIONS has run. */
