@@ -50,7 +50,7 @@ export interface SessionConnection {
 }
 
 /** What the store gives a session. */
-export interface SessionEnv {
+interface SessionEnv {
   database: string;
   connect(): SessionConnection;
   /** The store's session setup (driver.ts, sessionSetupSql): a release runs here as on the pool. */

@@ -27,7 +27,7 @@ const POLL_MS = 20;
 const NETWORK_FS = /^(nfs4?|cifs|smb3?|smbfs|9p|ceph|glusterfs|lustre|afs|ncpfs|fuse\.sshfs|fuse\.s3fs|fuse\.glusterfs|fuse\.ceph|gpfs|beegfs|virtiofs)$/;
 
 /** One process, as the claim records it. */
-export interface ProcessIdentity {
+interface ProcessIdentity {
   pid: number;
   /** Field 22 of /proc/<pid>/stat: clock ticks after boot at which the process started. */
   start: string;
