@@ -5,8 +5,9 @@
  * Baselines, on the same store in the same run: the polling elector with Kubernetes' timings
  * (PostgreSQL, Redis, SQLite has none), etcd3's Election (etcd), and pg_advisory_lock, which the
  * server frees when the dead process's socket closes (no TTL at all; nothing a paused VM gets).
- * On PostgreSQL also liveness 'session' (docs/liveness.md): the holder's term ends with its
- * connection, so its follower should land near the advisory-lock waiter, not near the TTL.
+ * On PostgreSQL, MySQL and SQLite also liveness 'session' (docs/liveness.md): the holder's term
+ * ends with its connection (its process, on SQLite), so its follower should land near the
+ * advisory-lock (PostgreSQL) or GET_LOCK (MySQL) waiter, not near the TTL.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -20,7 +21,7 @@ import { parseEtcdUrl } from '../src/backends/etcd/index.js';
 import { stat, uniq, type Recorder } from './lib.js';
 import type { HolderConfig } from './holder.js';
 import { K8sElector, pgRecords, redisRecords } from './k8s-elector.js';
-import { advisoryClient, etcdClient } from './peers.js';
+import { advisoryClient, etcdClient, namedLockClient } from './peers.js';
 
 const holderJs = fileURLToPath(new URL('./holder.js', import.meta.url));
 
@@ -84,10 +85,18 @@ export async function failover(rec: Recorder, kind: StoreKind, reps: number, bas
         e.stop();
         await records.close();
       }
-      if (kind === 'postgres') {
+      if (kind === 'postgres' || kind === 'mysql' || kind === 'sqlite') {
         const s = uniq('failover-session');
         const follow = async (): Promise<void> => void (await follower.lease(s, { ttl, liveness: 'session' }).acquire({ wait: '60s' }));
         session.push((await crash({ mode: 'leasehold', url: t.url, name: s, ttl, liveness: 'session' }, follow, settle())) / ttl);
+      }
+      if (kind === 'mysql') {
+        const c = await namedLockClient();
+        const lock = uniq('lhbench-getlock');
+        push('GET_LOCK (socket close)', await crash({ mode: 'getlock', lock }, async () => void (await c.query('SELECT GET_LOCK(?, 60)', [lock])), settle()));
+        await c.end();
+      }
+      if (kind === 'postgres') {
         const c = await advisoryClient();
         const key = Math.floor(Math.random() * 2 ** 31);
         push('pg_advisory_lock (socket close)', await crash({ mode: 'advisory', address: TEST_PG_URL, key }, async () => void (await c.query('SELECT pg_advisory_lock($1)', [key])), settle()));
@@ -110,8 +119,10 @@ export async function failover(rec: Recorder, kind: StoreKind, reps: number, bas
     if (session.length > 0) {
       const label = `crash (SIGKILL), liveness session, ttl ${ttl}ms`;
       rec.add({ figure: 'failover', store: kind, label, unit: 'x TTL', leasehold: stat(session), baselineName: 'liveness ttl (the default)', baseline: stat(ours) });
-      const advisory = baselines.get('pg_advisory_lock (socket close)');
-      if (advisory !== undefined) rec.add({ figure: 'failover', store: kind, label, unit: 'x TTL', leasehold: stat(session), baselineName: 'pg_advisory_lock (socket close)', baseline: stat(advisory) });
+      for (const waiter of ['pg_advisory_lock (socket close)', 'GET_LOCK (socket close)']) {
+        const xs = baselines.get(waiter);
+        if (xs !== undefined) rec.add({ figure: 'failover', store: kind, label, unit: 'x TTL', leasehold: stat(session), baselineName: waiter, baseline: stat(xs) });
+      }
     }
     if (baselines.size === 0) baselines.set('TTL (the lease must run out)', [1]);
     for (const [name, xs] of baselines) {

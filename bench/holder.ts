@@ -10,6 +10,7 @@ export type HolderConfig =
   | { mode: 'leasehold'; url: string; name: string; ttl: number; liveness?: 'ttl' | 'session' }
   | { mode: 'k8s-postgres' | 'k8s-redis'; address: string; table?: string; name: string; ttl: number }
   | { mode: 'advisory'; address: string; key: number }
+  | { mode: 'getlock'; lock: string }
   | { mode: 'election'; hosts: string; prefix: string; ttl: number };
 
 const config = JSON.parse(process.argv[2]!) as HolderConfig;
@@ -33,6 +34,14 @@ switch (config.mode) {
     const c = new pg.Client({ connectionString: config.address });
     await c.connect();
     await c.query('SELECT pg_advisory_lock($1)', [config.key]);
+    held();
+    setInterval(() => {}, 1 << 30);
+    break;
+  }
+  case 'getlock': {
+    const { namedLockClient } = await import('./peers.js');
+    const c = await namedLockClient();
+    await c.query('SELECT GET_LOCK(?, 10)', [config.lock]);
     held();
     setInterval(() => {}, 1 << 30);
     break;

@@ -40,7 +40,7 @@ import {
 import { HTTP_HOST_FLAG, LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { cronHistory, cronList } from './cron-admin.js';
 import { Reporter } from './reporter.js';
-import { RUN_SPEC } from './run-args.js';
+import { RUN_SPEC, livenessOption } from './run-args.js';
 import { FORWARDED, Supervisor, checkCommand, childStoreUrl } from './supervisor.js';
 
 export const CRON_SPEC = defineCommand({
@@ -111,6 +111,7 @@ due slot is not in the store: the expression is in the replicas' command lines).
     ttl: RUN_SPEC.flags.ttl,
     renew: RUN_SPEC.flags.renew,
     grace: RUN_SPEC.flags.grace,
+    liveness: RUN_SPEC.flags.liveness,
     limit: { type: 'string', value: 'N', help: 'cron history: the most recent N slots, 1 to 100000', default: '50' },
     quiet: { type: 'boolean', help: 'no progress lines on stderr (errors still print)' },
     json: {
@@ -207,6 +208,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
   const graceMs = durationOption(values.grace, 'grace', 'LEASEHOLD_GRACE', env) ?? Math.min(5000, Math.floor(base.ttlMs / 6));
   if (graceMs >= base.ttlMs - base.renewMs) throw usageError(`--grace ${graceMs}ms must be shorter than ttl - renew (${base.ttlMs - base.renewMs}ms); lower --grace or raise --ttl`);
   const timing = resolveTiming({ ttl: base.ttlMs, renewInterval: base.renewMs, safetyMargin: base.marginMs + graceMs });
+  const liveness = livenessOption(values.liveness, env);
   const json = values.json === true || flagOrEnv(values['log-format'], 'LEASEHOLD_LOG_FORMAT', env)?.value.toLowerCase() === 'json';
   const report = new Reporter(name, json ? 'json' : 'text', values.quiet === true);
   checkCommand(command[0]!);
@@ -241,6 +243,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
         ttl: timing.ttlMs,
         renewInterval: timing.renewMs,
         safetyMargin: timing.marginMs,
+        ...(liveness === 'session' ? { liveness } : {}),
       },
       async ({ term, lease, slot, idempotencyKey }) => {
         // A stop signal drains the cron (no job starts after it; see onSignal), so this only

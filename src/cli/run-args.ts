@@ -80,9 +80,9 @@ if it cannot be executed, exit 126, and no lease is taken.`,
       env: 'LEASEHOLD_LIVENESS',
       default: 'ttl',
       help:
-        'ttl: a dead runner\'s term ends at its expiry. session (PostgreSQL): the term is also tied to a connection of the runner\'s own, ' +
-        'so a waiting runner takes over within milliseconds when this one dies (SIGKILL, OOM kill, crash), while --ttl can stay long; ' +
-        'refused (exit 2) on other stores, through a pooler, and when the server\'s TCP keepalive could end a live runner\'s session within the ttl. See docs/liveness.md',
+        'ttl: a dead runner\'s term ends at its expiry. session (PostgreSQL, MySQL/MariaDB, SQLite): the term is also tied to a connection of the runner\'s own ' +
+        '(on SQLite, to its process), so a waiting runner takes over within milliseconds when this one dies (SIGKILL, OOM kill, crash), while --ttl can stay long; ' +
+        'refused (exit 2) on Redis and etcd, through a pooler or proxy, when the server could end a live runner\'s session within the ttl, and for SQLite without /proc or on a network filesystem. See docs/liveness.md',
     },
     'metrics-port': {
       type: 'string',
@@ -241,7 +241,8 @@ export function parseRunArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   };
 }
 
-function livenessOption(flag: string | undefined, env: NodeJS.ProcessEnv): 'ttl' | 'session' {
+/** `--liveness` / LEASEHOLD_LIVENESS, for run and cron. */
+export function livenessOption(flag: string | undefined, env: NodeJS.ProcessEnv): 'ttl' | 'session' {
   const v = flagOrEnv(flag, 'LEASEHOLD_LIVENESS', env);
   if (v === undefined) return 'ttl';
   if (v.value === 'ttl' || v.value === 'session') return v.value;

@@ -23,8 +23,6 @@ const REFUSALS: Record<string, string> = {
   etcd:
     "etcd leases are TTL-only: an etcd lease ends when its keepalives stop for its TTL, never when a connection closes, " +
     'so there is no earlier sign of the holder\'s death to act on; use a shorter TTL on etcd instead',
-  mysql: "not built yet for MySQL/MariaDB (a named lock whose IS_USED_LOCK names the holder's connection, issue 32)",
-  sqlite: "not built yet for SQLite (the holder's pid and process start time checked by the claim, issue 32)",
   memory: 'the in-memory store has no sessions',
 };
 

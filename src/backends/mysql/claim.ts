@@ -37,6 +37,7 @@
 import { CONFLICT_DETAIL, decideClaim, type LeaseRowState } from '../../core/claim-rule.js';
 import type { ClaimRequest, ClaimResult } from '../../core/port.js';
 import { NOW_US, T } from './schema.js';
+import { serverStartSql, sessionLockName, SESSION_ENDED_DETAIL } from './session.js';
 
 export interface LeaseRow {
   name: string;
@@ -46,6 +47,8 @@ export interface LeaseRow {
   expires_at_us: string | null;
   ended_by: LeaseRowState['endedBy'];
   now_us: string;
+  /** The connection the current term is tied to (liveness 'session', ./session.ts), or null. */
+  session_conn?: string | null;
 }
 
 /** A batch's statements and how to read its answers. */
@@ -68,7 +71,8 @@ const ttlUs = (r: ClaimRequest): number => Math.round(r.ttlMs) * 1000;
  * The statements of one batch. `requests` in name order; `retry`: an earlier attempt of this
  * call may have renewed already, so a renewal also accepts its own fresh nonce.
  */
-export function planClaim(requests: readonly ClaimRequest[], retry: boolean): ClaimPlan {
+export function planClaim(requests: readonly ClaimRequest[], retry: boolean, server: { database: string; mariadb: boolean } = { database: '', mariadb: true }): ClaimPlan {
+  const { database } = server;
   const parts: string[] = [];
   const values: unknown[] = [];
   let results = 0;
@@ -100,10 +104,15 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean): Cl
       JSON.stringify(batch),
     );
   }
+  if (contenders.some((r) => r.session !== undefined)) add(`SET @lh_srv = ${serverStartSql(server.mariadb)}`);
   if (contenders.length > 0) {
     contenders.forEach((r, i) => {
       add(`SET @p${i} = NULL, @e${i} = NULL, @t${i} = NULL, @k${i} = NULL`);
-      add(`SELECT holder, expires_at_us, token INTO @p${i}, @e${i}, @t${i} FROM ${T.leases} WHERE name = ? FOR UPDATE`, r.name);
+      if (r.session === undefined) {
+        add(`SELECT holder, expires_at_us, token INTO @p${i}, @e${i}, @t${i} FROM ${T.leases} WHERE name = ? FOR UPDATE`, r.name);
+      } else {
+        endOrphan(add, i, r.name, sessionLockName(database, r.name));
+      }
       // The clock is read after the lock: a wait for it must not make a live term look expired
       // or an expired one live for longer.
       add(`SET @n${i} = ${NOW_US}, @a${i} = (@p${i} IS NULL OR @e${i} <= ${NOW_US})`);
@@ -136,15 +145,53 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean): Cl
            SELECT ?, IF(@p${i} IS NULL, 'acquired', 'takeover'), ?, @p${i}, @k${i}, @n${i}, NULL FROM DUAL WHERE @a${i}`,
         r.name, r.holder,
       );
+      if (r.session !== undefined) {
+        // The term this contender now holds (acquired here, or handed to it by a release) is tied
+        // to its session only if that session holds the lease's session lock at this moment: a
+        // frozen old holder whose term expired may still hold it, and its connection's end must
+        // not end this term.
+        add(
+          `UPDATE ${T.leases} SET session_conn = ?, session_token = token, session_server = @lh_srv
+             WHERE name = ? AND holder = ? AND expires_at_us > @n${i} AND (nonce = ? OR FIND_IN_SET(nonce, ?) > 0)
+               AND IS_USED_LOCK(?) <=> ?`,
+          r.session, r.name, r.holder, r.nextNonce, (r.handoff ?? []).join(','), sessionLockName(database, r.name), r.session,
+        );
+      }
     });
   }
   // A row that does not exist is not read back: a renewal of a name never claimed.
-  parts.push(`SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us FROM ${T.leases} WHERE name IN (?)`);
+  parts.push(
+    `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us, IF(session_token <=> token, session_conn, NULL) AS session_conn
+       FROM ${T.leases} WHERE name IN (?)`,
+  );
   values.push(requests.map((r) => r.name));
   // The server's clock on its own: a batch of renewals of names never claimed reads no row.
   parts.push(`SELECT ${NOW_US} AS now_us`);
   parts.push('COMMIT');
   return { sql: parts.join(';\n'), values, rowsAt: results };
+}
+
+/**
+ * A contender's read of the row (into @p, @e, @t as the plain claim reads it), first ending the
+ * term if it is held, unexpired, tied to a session on this server instance, and that session no
+ * longer holds the session lock (IS_USED_LOCK: free, or another connection's): as a revocation
+ * ends one, with its history row. The acquisition that follows then finds the lease free.
+ */
+function endOrphan(add: (sql: string, ...v: unknown[]) => void, i: number, name: string, lock: string): void {
+  add(
+    `SELECT holder, expires_at_us, token, IF(session_token <=> token, session_conn, NULL), session_server
+       INTO @p${i}, @e${i}, @t${i}, @sc${i}, @ss${i} FROM ${T.leases} WHERE name = ? FOR UPDATE`,
+    name,
+  );
+  // Within 2 s: the start time is the clock less the uptime, both in whole seconds, read apart.
+  add(`SET @d${i} = (@p${i} IS NOT NULL AND @e${i} > ${NOW_US} AND @sc${i} IS NOT NULL AND ABS(@ss${i} - @lh_srv) <= 2 AND NOT (IS_USED_LOCK(?) <=> @sc${i}))`, lock);
+  add(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at_us = ${NOW_US}, ended_by = 'revoked' WHERE name = ? AND @d${i}`, name);
+  add(
+    `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at_us, detail)
+       SELECT ?, 'revoked', NULL, @p${i}, @t${i}, ${NOW_US}, CONCAT(?, ' (connection ', @sc${i}, ')') FROM DUAL WHERE @d${i}`,
+    name, SESSION_ENDED_DETAIL,
+  );
+  add(`SET @p${i} = IF(@d${i}, NULL, @p${i}), @e${i} = IF(@d${i}, NULL, @e${i})`);
 }
 
 function rowState(row: LeaseRow): LeaseRowState {
@@ -168,10 +215,10 @@ export function readAnswers(requests: readonly ClaimRequest[], rows: readonly Le
     if (row !== undefined && row.holder === req.holder && row.nonce === req.nextNonce) {
       // Our fresh nonce is on the row: this batch's write took.
       const expiresAtMs = Number(row.expires_at_us) / 1000;
-      return { name: req.name, outcome: req.expect === null ? 'acquired' : 'renewed', token: BigInt(row.token), holder: req.holder, expiresAtMs, storeNowMs };
+      return { name: req.name, outcome: req.expect === null ? 'acquired' : 'renewed', token: BigInt(row.token), holder: req.holder, expiresAtMs, storeNowMs, ...tied(req, row) };
     }
     const handed = row === undefined ? undefined : handedTerm(req, row);
-    if (handed !== undefined) return handed;
+    if (handed !== undefined) return { ...handed, ...tied(req, row!) };
     const state = row === undefined || row.expires_at_us === null && row.holder === null && row.token === '0' ? undefined : rowState(row);
     const d = decideClaim(state, req, storeNowMs);
     switch (d.outcome) {
@@ -189,6 +236,12 @@ export function readAnswers(requests: readonly ClaimRequest[], rows: readonly Le
     }
   });
   return { results, conflicts };
+}
+
+/** Liveness 'session': whether the term on the row is tied to the request's session. */
+function tied(req: ClaimRequest, row: LeaseRow): { session?: boolean } {
+  if (req.session === undefined) return {};
+  return { session: row.session_conn != null && String(row.session_conn) === req.session };
 }
 
 /**

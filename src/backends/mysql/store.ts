@@ -5,6 +5,7 @@ import type {
   ClaimRequest,
   ClaimResult,
   FreedListener,
+  LeaseSession,
   HistoryEntry,
   LeaseInfo,
   LeaseStore,
@@ -25,7 +26,8 @@ import { FreedChannel, knockTargets } from './freed.js';
 import { endTermStatements, planReleaseMany } from './release.js';
 import { mapMysqlError } from './errors.js';
 import { MIGRATIONS, MYSQL_SCHEMA_VERSION, NOW_US, T } from './schema.js';
-import { parseMysqlUrl } from './url.js';
+import { parseMysqlUrl, type MysqlTarget } from './url.js';
+import { MysqlLeaseSession, type SessionConnection } from './session.js';
 
 export interface MysqlStoreOptions {
   /** `mysql://user:password@host:3306/database` (or `mariadb://`); TLS: `?sslmode=verify-full&cacert=ca.pem`. */
@@ -112,7 +114,8 @@ export class MysqlStore implements LeaseStore {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
-    if (this.freed.rang(requests)) {
+    // A contender with a session (liveness 'session') runs the whole claim: it ties the term to its session.
+    if (requests.every((r) => r.session === undefined) && this.freed.rang(requests)) {
       // Followers woken by their doorbell, each registered as its lease's waiter: the release that
       // rang it has most likely handed them the term, which a read confirms (sql/006-handover.ts).
       // Only then: an idle follower's re-check would otherwise cost two round trips instead of one.
@@ -136,7 +139,7 @@ export class MysqlStore implements LeaseStore {
     for (const part of splitByPacket(sorted, claimRequestBytes, this.maxPacket)) {
       let rowsAt = 0;
       const r = (await this.withLockRetry((retry) => {
-        const plan = planClaim(part, retry);
+        const plan = planClaim(part, retry, { database: this.database, mariadb: this.connector.server?.mariadb ?? true });
         rowsAt = plan.rowsAt;
         return plan;
       }, options)) as unknown[];
@@ -153,6 +156,32 @@ export class MysqlStore implements LeaseStore {
       else void this.freed.unhold(res.name);
     }
     return results;
+  }
+
+  /**
+   * Liveness 'session': a connection of its own per lease, holding the lease's session lock
+   * (./session.ts), on the server the pool uses now.
+   */
+  async openSession(name: string, ttlMs: number, options?: CallOptions): Promise<LeaseSession> {
+    this.check(options);
+    if (this.connector.server === undefined) await this.q('DO 0', [], options); // which server: MariaDB or MySQL
+    const [host, port] = splitHostPort(this.connector.current);
+    const target = this.connector.target;
+    return MysqlLeaseSession.open(
+      {
+        database: this.database,
+        connect: () => sessionConnection(target, host, port),
+        setupSql: sessionSetupSql({ lockWaitSeconds: LOCK_WAIT_S, idleTransactionSeconds: IDLE_TRANSACTION_S }),
+        urlPort: port,
+        mapError: (err) => mapMysqlError(err, this.database),
+        releaseStatements: (req) => endTermStatements(req.name, 'released', null, req),
+        release: (req, o) => this.release(req, o),
+        released: (n) => this.freed.unhold(n),
+      },
+      name,
+      ttlMs,
+      options,
+    );
   }
 
   /** The server's max_allowed_packet, once a session has read it (./packet.ts). */
@@ -448,4 +477,29 @@ export class MysqlStore implements LeaseStore {
     await this.freed.close();
     await this.connector.close();
   }
+}
+
+function splitHostPort(hostPort: string): [string, number] {
+  const i = hostPort.lastIndexOf(':');
+  return [hostPort.slice(0, i), Number(hostPort.slice(i + 1))];
+}
+
+/** A connection of its own, configured as the pool's (driver.ts), for one lease's session. */
+function sessionConnection(t: MysqlTarget, host: string, port: number): SessionConnection {
+  const mysql = loadMysql2() as unknown as { createConnection(config: Record<string, unknown>): SessionConnection };
+  return mysql.createConnection({
+    host,
+    port,
+    user: t.user,
+    ...(t.password === undefined ? {} : { password: t.password }),
+    database: t.database,
+    ...(t.ssl === undefined ? {} : { ssl: { ...t.ssl.material, rejectUnauthorized: t.ssl.mode !== 'require' } }),
+    connectTimeout: t.connectTimeoutMs ?? 5000,
+    enableKeepAlive: true,
+    // A release over the session is one round trip of several statements (./session.ts).
+    multipleStatements: true,
+    supportBigNumbers: true,
+    bigNumberStrings: true,
+    charset: 'utf8mb4',
+  });
 }

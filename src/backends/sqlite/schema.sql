@@ -56,7 +56,7 @@ CREATE TABLE leasehold_leases (
   term_started_at INTEGER,
   renewed_at      INTEGER,
   ended_by        TEXT CHECK (ended_by IN ('released', 'revoked', 'conflict'))
-, fence_token INTEGER, fence_nonce TEXT);
+, fence_token INTEGER, fence_nonce TEXT, session_id TEXT, session_token INTEGER);
 -- table leasehold_schedules
 CREATE TABLE leasehold_schedules (
   name       TEXT PRIMARY KEY,

@@ -60,6 +60,13 @@ ALTER TABLE ${T.fences} ADD COLUMN lease TEXT;
 `,
   // One row per schedule: what it is and whether it is catching up (issue 31).
   SQLITE_SCHEDULES_MIGRATION,
+  // Liveness 'session' (issue 32, ./session.ts): the holder's process recorded with its term,
+  // as session_id (pid:start:boot:pidns) for the term whose token is session_token. A new
+  // token (a takeover, a handover) leaves an old session behind without anything to clear it.
+  `
+ALTER TABLE ${T.leases} ADD COLUMN session_id TEXT;
+ALTER TABLE ${T.leases} ADD COLUMN session_token INTEGER;
+`,
   // Placement by an index of the agents that can take work, not a read of every agent (issue 34).
   SQLITE_FLEET_PLACEMENT_MIGRATION,
 ];

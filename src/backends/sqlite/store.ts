@@ -7,6 +7,7 @@ import type {
   ClaimRequest,
   ClaimResult,
   FreedListener,
+  LeaseSession,
   HistoryEntry,
   LeaseInfo,
   LeaseStore,
@@ -25,6 +26,7 @@ import { createPrivately } from './files.js';
 import { parseSqliteUrl } from './url.js';
 import type { DatabaseSyncLike } from './node-sqlite.js';
 import { SQLITE_SCHEMA_VERSION, MIGRATIONS, T } from './schema.js';
+import { decodeSession, holderGone, SESSION_ENDED_DETAIL, SqliteLeaseSession } from './session.js';
 
 /**
  * The subset of a better-sqlite3 `Database` leasehold needs. node:sqlite's DatabaseSync is
@@ -92,6 +94,8 @@ interface LeaseRow {
   term_started_at: bigint | null;
   renewed_at: bigint | null;
   ended_by: 'released' | 'revoked' | 'conflict' | null;
+  session_id?: string | null;
+  session_token?: bigint | null;
 }
 
 /**
@@ -344,14 +348,16 @@ export class SqliteStore implements LeaseStore {
         // Read inside the write transaction: a floor raised by another process applies at once.
         const floor = this.floorSync();
         return requests.map((req): ClaimResult => {
-          const raw = get.get(req.name) as LeaseRow | undefined;
+          let raw = get.get(req.name) as LeaseRow | undefined;
+          if (req.session !== undefined && raw !== undefined && this.endOrphan(raw, now)) raw = get.get(req.name) as LeaseRow | undefined;
           const d = decideClaim(raw === undefined ? undefined : rowState(raw), req, now, floor);
           switch (d.outcome) {
             case 'acquired':
               if (raw === undefined) insert.run(req.name, req.holder, req.nextNonce, d.token, d.expiresAtMs, now, now);
               else acquire.run(req.holder, req.nextNonce, d.token, d.expiresAtMs, now, now, req.name);
               hist.run(req.name, d.event, req.holder, d.previousHolder, d.token, now, null);
-              return { name: req.name, outcome: 'acquired', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs, storeNowMs: now };
+              if (req.session !== undefined) this.db.prepare(`UPDATE ${T.leases} SET session_id = ?, session_token = token WHERE name = ?`).run(req.session, req.name);
+              return { name: req.name, outcome: 'acquired', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs, storeNowMs: now, ...(req.session === undefined ? {} : { session: true }) };
             case 'renewed':
               renew.run(req.nextNonce, d.expiresAtMs, now, req.name);
               return { name: req.name, outcome: 'renewed', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs, storeNowMs: now };
@@ -367,6 +373,42 @@ export class SqliteStore implements LeaseStore {
         });
       });
     }, options);
+  }
+
+  /**
+   * Liveness 'session' (./session.ts): inside the claim's transaction, ends a held, unexpired term
+   * whose recorded process is gone, as a revocation ends one. True when it ended one.
+   */
+  private endOrphan(row: LeaseRow, now: number): boolean {
+    if (row.holder === null || row.expires_at === null || Number(row.expires_at) <= now) return false;
+    if (row.session_id == null || row.session_token !== row.token) return false;
+    const recorded = decodeSession(row.session_id);
+    if (recorded === undefined || !holderGone(recorded)) return false;
+    this.db.prepare(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = 'revoked' WHERE name = ?`).run(now, row.name);
+    this.db
+      .prepare(`INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, 'revoked', NULL, ?, ?, ?, ?)`)
+      .run(row.name, row.holder, row.token, now, `${SESSION_ENDED_DETAIL} (pid ${recorded.pid})`);
+    return true;
+  }
+
+  /** Liveness 'session': this process is the session (./session.ts). */
+  openSession(name: string, _ttlMs: number, options?: CallOptions): Promise<LeaseSession> {
+    return this.guard(
+      () =>
+        SqliteLeaseSession.open(
+          {
+            holderOf: (n) => {
+              const row = this.db.prepare(`SELECT holder, token, session_id, session_token FROM ${T.leases} WHERE name = ?`).safeIntegers(true).get(n) as LeaseRow | undefined;
+              if (row?.holder == null || row.session_id == null || row.session_token !== row.token) return undefined;
+              return decodeSession(row.session_id);
+            },
+            release: (req, o) => this.release(req, o),
+          },
+          this.path,
+          name,
+        ),
+      options,
+    );
   }
 
   release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
