@@ -80,6 +80,8 @@ export interface RedisStoreOptions {
 /** A claim script's cost per lease (µs) before any was measured: high, so the first scripts are small. */
 const INITIAL_US_PER_LEASE = 50;
 const LEARN_FROM = 32;
+/** How many renewal batches' costs the store remembers (see RedisStore.renewalUs). */
+const RENEWAL_WINDOW = 16;
 /**
  * The script measures itself from its first line to its last; Redis also spends time on the
  * command around it (reading the arguments in, writing the reply out: SLOWLOG reads 1.15-1.3x
@@ -123,6 +125,14 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
    * slow decay towards it, so one cheap batch never sizes the next batch of costlier ones.
    */
   private usPerLease = INITIAL_US_PER_LEASE;
+  /**
+   * The same for batches of renewals only, the lowest of the last few: a renewal costs Redis the
+   * same every tick (one HMGET, one HSET), so a higher figure is time the server was not running
+   * at all (descheduled on a loaded host), which no smaller script avoids. Sized by the highest
+   * instead, one preempted script shrank every later slice tenfold and a 1,000-lease tick became
+   * forty round trips.
+   */
+  private readonly renewalUs: number[] = [];
 
   private constructor(driver: RedisDriver, prefix: string, where: string, description: string, options: RedisStoreOptions) {
     this.driver = driver;
@@ -222,7 +232,8 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
-    const size = (): number => Math.max(1, Math.floor((this.maxScriptUs * SCRIPT_SHARE) / this.usPerLease));
+    const renewals = requests.every((r) => r.expect !== null);
+    const size = (): number => this.sliceSize(renewals);
     if (requests.length <= size()) return this.claimScript(requests, options);
     const results: ClaimResult[] = [];
     for (let at = 0; at < requests.length; ) {
@@ -236,6 +247,15 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
       at += slice;
     }
     return results;
+  }
+
+  /**
+   * Leases per script: what fits SCRIPT_SHARE of the bound at the measured cost per lease, of
+   * renewals (once measured) for a batch of renewals, else of any claim.
+   */
+  private sliceSize(renewals: boolean): number {
+    const us = renewals && this.renewalUs.length > 0 ? Math.min(...this.renewalUs) : this.usPerLease;
+    return Math.max(1, Math.floor((this.maxScriptUs * SCRIPT_SHARE) / us));
   }
 
   private sliceTurn: Promise<unknown> = Promise.resolve();
@@ -267,9 +287,17 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
     const storeNowMs = Number(out[0]);
     const ranUs = Number(out[1 + requests.length * 5]);
     // A few leases say little per lease (the script's fixed work dominates): learn from batches.
-    if (Number.isFinite(ranUs) && ranUs >= 0 && requests.length >= LEARN_FROM) {
+    const renewals = requests.every((r) => r.expect !== null);
+    // A full slice teaches too: learning only from LEARN_FROM leases up, an estimate once above
+    // (maxScriptUs * SCRIPT_SHARE) / LEARN_FROM made every later slice too small to correct it.
+    if (Number.isFinite(ranUs) && ranUs >= 0 && requests.length >= Math.min(LEARN_FROM, this.sliceSize(renewals))) {
       const measured = Math.max(1, ranUs) / requests.length;
-      this.usPerLease = measured >= this.usPerLease ? measured : this.usPerLease * 0.8 + measured * 0.2;
+      if (renewals) {
+        this.renewalUs.push(measured);
+        if (this.renewalUs.length > RENEWAL_WINDOW) this.renewalUs.shift();
+      } else {
+        this.usPerLease = measured >= this.usPerLease ? measured : this.usPerLease * 0.8 + measured * 0.2;
+      }
     }
     const results: ClaimResult[] = [];
     for (let i = 0; i < requests.length; i++) {
