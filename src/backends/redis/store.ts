@@ -35,6 +35,7 @@ import {
   READ_HISTORY,
   READ_LEASES,
   RELEASE,
+  RELEASE_MANY,
   REVOKE,
   toStrings,
 } from './scripts.js';
@@ -341,6 +342,30 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
       options,
     );
     return ok === '1';
+  }
+
+  /**
+   * Many releases in one script per slice (each row as {@link release} answers it), sliced as
+   * claims are so that no script holds Redis past its bound: a release writes history as an
+   * acquisition does, so a slice is sized by the cost of claims in general.
+   */
+  async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
+    const answers: boolean[] = [];
+    for (let at = 0; at < requests.length; ) {
+      const part = requests.slice(at, at + this.sliceSize(false));
+      at += part.length;
+      const keys = [this.keys.history];
+      const args = [String(this.retainMs), String(this.historyMaxLen), String(this.leaseHistoryMaxLen), this.keys.channel];
+      for (const r of part) {
+        keys.push(this.keys.lease(r.name), this.keys.leaseHistory(r.name));
+        // A nonce with a comma could not travel comma-joined; claims never issue one (checkClaimBatch).
+        args.push(r.name, r.holder, r.expect.some((x) => x.includes(',')) ? '' : r.expect.join(','));
+      }
+      const out = await this.run(RELEASE_MANY, keys, args, options);
+      if (out.length !== part.length) throw new SchemaError(`the release script answered ${out.length} rows for ${part.length} releases; reinstall leasehold`);
+      for (const x of out) answers.push(x === '1');
+    }
+    return answers;
   }
 
   async revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
