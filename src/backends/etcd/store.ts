@@ -19,10 +19,11 @@ import type {
 import { claimBatch, estimateExpiry, leaseRemaining, type Grant, type SeenState } from './claim.js';
 import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { MemberPool } from './members.js';
-import { EtcdKeys, SCHEMA_VERSION, json, parseRenew, parseSession, parseState, parseTerm, prefixEnd, stateToken, type HistoryValue, type StateValue } from './keys.js';
+import { EtcdKeys, SCHEMA_VERSION, parseRenew, parseSession, parseState, parseTerm, prefixEnd, stateToken, type HistoryValue } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 import { watchTermDeletes } from './watch.js';
 import { SessionBook } from './session-book.js';
+import { endWrite, releaseBatch } from './release.js';
 import { RestoreGuard } from './restore.js';
 import { realClock, type Clock } from './time.js';
 
@@ -369,100 +370,26 @@ export class EtcdStore implements LeaseStore {
     return { revoked: r.ended, previousHolder: r.ended ? r.previousHolder : null, token: r.token };
   }
 
-  /** The write that ends a term just read (its term and state keys unchanged since), for endTerm and releaseMany. */
-  private endWrite(
-    name: string,
-    termKv: NonNullable<ReturnType<typeof first>>,
-    stateKv: ReturnType<typeof first>,
-    term: { holder: string; nonce: string },
-    state: ReturnType<typeof parseState>,
-    how: 'released' | 'revoked',
-    detail: string | null,
-    endedId: string,
-  ): { token: bigint; ops: EtcdTxnRequest['success']; compare: NonNullable<EtcdTxnRequest['compare']> } {
-    const k = this.keys;
-    const T = k.term(name);
-    const S = k.state(name);
-    const token = k.token(termKv.create_revision!);
-    const atMs = this.client.clock.wallNow();
-    const ended: StateValue = {
-      holder: term.holder,
-      token: token.toString(),
-      startedAtMs: state?.startedAtMs ?? atMs,
-      endedBy: how,
-      endedAtMs: atMs,
-      nonce: term.nonce,
-      endedId,
-    };
-    const entry: HistoryValue = { name, event: how, holder: null, previousHolder: term.holder, token: token.toString(), atMs, detail, seq: 0 };
-    return {
-      token,
-      ops: [
-        { request_delete_range: { key: T } },
-        { request_put: { key: S, value: json(ended) } },
-        { request_put: { key: k.history(name, endedId), value: json(entry) } },
-        // For the session renewing the term, if any (session.ts): a tick does not see deletes.
-        // The lease exists: the term key is compared, and etcd deletes a lease's keys with it.
-        ...(termKv.lease === '0' ? [] : [{ request_put: { key: k.ended(termKv.lease, name), value: Buffer.from(String(termKv.create_revision)), lease: termKv.lease } }]),
-      ],
-      compare: [
-        { key: T, target: 'Mod', result: 'Equal', mod_revision: termKv.mod_revision },
-        { key: S, target: 'Mod', result: 'Equal', mod_revision: stateKv?.mod_revision ?? '0' },
-      ],
-    };
-  }
-
   /**
-   * Many releases in two transactions per chunk (one read of every term and state key, one
-   * write with a nested transaction per lease, each compared on the revisions read), chunks sent
-   * together and sized to etcd's --max-txn-ops. A lease that changed between the read and the
-   * write (renewed by its session, say) is released on its own, as {@link release} would.
+   * Many releases in two transactions per chunk (./release.ts); a lease that changed between
+   * the read and the write (renewed by its session, say) is released on its own, as
+   * {@link release} would.
    */
   async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
     const deadline = this.begin(options);
     await this.loadFloor(deadline);
-    const k = this.keys;
-    // A read of 2 keys per lease; a write of one nested Txn per lease, whose deepest level is 4
-    // ops, within what its parent leaves (claim.ts, chunk): both fit maxOps at this size.
-    const size = Math.floor((this.maxOpsPerTxn - 4) / 2);
-    const chunks: ReleaseRequest[][] = [];
-    for (let i = 0; i < requests.length; i += size) chunks.push(requests.slice(i, i + size));
-    const answers = await Promise.all(
-      chunks.map(async (part): Promise<boolean[]> => {
-        const read = await this.txn(guarded(k, part.flatMap((r) => [rangeOf(k.term(r.name)), rangeOf(k.state(r.name))])), deadline, 'release');
-        schemaOk(k, read);
-        const out: (boolean | undefined)[] = part.map(() => false);
-        const writes: { i: number; name: string; holder: string; token: bigint; op: EtcdTxnRequest['success'][number] }[] = [];
-        part.forEach((req, i) => {
-          const termKv = first(read.responses[2 * i]);
-          const stateKv = first(read.responses[2 * i + 1]);
-          const term = parseTerm(termKv);
-          const held = this.sessions.find(req.holder, req.name);
-          if (termKv === undefined || term === null) return;
-          const rev = String(termKv.create_revision);
-          const mine = term.holder === req.holder && (req.expect.includes(term.nonce) || (held !== undefined && held.rev === rev && req.expect.includes(held.nonce)));
-          if (!mine) return;
-          const w = this.endWrite(req.name, termKv, stateKv, term, parseState(stateKv), 'released', null, newNonce());
-          writes.push({ i, name: req.name, holder: term.holder, token: w.token, op: { request_txn: { compare: w.compare, success: w.ops, failure: [] } } });
-        });
-        if (writes.length > 0) {
-          const write = await this.txn(guarded(k, writes.map((w) => w.op)), deadline, 'release');
-          schemaOk(k, write);
-          const revision = write.header?.revision ?? '0';
-          writes.forEach((w, j) => {
-            if (write.responses[j]?.response_txn?.succeeded === true) {
-              this.sessions.forget(w.name);
-              this.seen.set(w.name, { rev: revision, holder: w.holder, ended: true });
-              out[w.i] = true;
-            } else {
-              out[w.i] = undefined; // changed since the read: on its own below
-            }
-          });
-        }
-        return Promise.all(part.map((req, i) => (out[i] === undefined ? this.release(req, options) : out[i]!)));
-      }),
+    return releaseBatch(
+      {
+        keys: this.keys,
+        wallNow: () => this.client.clock.wallNow(),
+        maxOpsPerTxn: this.maxOpsPerTxn,
+        txn: (req, what) => this.txn(req, deadline, what),
+        sessions: this.sessions,
+        seen: this.seen,
+        releaseOne: (req) => this.release(req, options),
+      },
+      requests,
     );
-    return answers.flat();
   }
 
   private async endTerm(
@@ -494,7 +421,7 @@ export class EtcdStore implements LeaseStore {
           token: stateKv !== undefined && state !== null ? stateToken(stateKv, state, k) : termKv === undefined ? null : k.token(termKv.create_revision!),
         };
       }
-      const { token, ops, compare } = this.endWrite(name, termKv, stateKv, term, state, how, detail, endedId);
+      const { token, ops, compare } = endWrite(k, this.client.clock.wallNow(), name, termKv, stateKv, term, state, how, detail, endedId);
       const write = await this.txn(
         guarded(k, ops, compare),
         deadline,
