@@ -53,7 +53,7 @@ export function endWrite(
   };
 }
 
-export interface ReleaseContext {
+interface ReleaseContext {
   keys: EtcdKeys;
   wallNow(): number;
   /** etcd's --max-txn-ops. */
