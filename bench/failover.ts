@@ -33,6 +33,10 @@ async function crash(config: HolderConfig, follow: () => Promise<void>, settleMs
   await new Promise<void>((resolve, reject) => {
     child.stdout!.on('data', (d: Buffer) => d.toString().includes('held') && resolve());
     child.once('exit', (code) => reject(new Error(`holder exited (${code}) before holding: ${err}`)));
+    child.once('error', reject);
+  }).catch((e: unknown) => {
+    child.kill('SIGKILL');
+    throw e;
   });
   const followed = follow();
   // Let the follower see the live holder (and the holder renew) before the crash.
@@ -81,9 +85,13 @@ export async function failover(rec: Recorder, kind: StoreKind, reps: number, bas
         const e = new K8sElector(records, name, ttl);
         const config: HolderConfig =
           kind === 'postgres' ? { mode: 'k8s-postgres', address: TEST_PG_URL, table: table.table, name, ttl } : { mode: 'k8s-redis', address: TEST_REDIS_URL, name, ttl };
-        push('polling elector (k8s timings)', await crash(config, () => new Promise<void>((resolve) => void e.run(resolve)), settle()));
-        e.stop();
-        await records.close();
+        try {
+          push('polling elector (k8s timings)', await crash(config, () => new Promise<void>((resolve) => void e.run(resolve)), settle()));
+        } finally {
+          // Also when the crash fails: the records (no TTL) are deleted either way.
+          e.stop();
+          await records.close();
+        }
       }
       if (kind === 'postgres' || kind === 'mysql' || kind === 'sqlite') {
         const s = uniq('failover-session');

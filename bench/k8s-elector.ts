@@ -96,17 +96,27 @@ export function redisRecords(url: string): Promise<RecordStore> {
   r.defineCommand('k8sput', { numberOfKeys: 1, lua: PUT_LUA });
   const put = (r as unknown as { k8sput(k: string, h: string, v: number): Promise<number> }).k8sput.bind(r);
   const touched = new Set<string>();
+  // Set when close begins: an elector still in its loop (stopped between its read and its write)
+  // would otherwise write its record after close deleted it, and the record has no TTL. A write
+  // sent before this is set reaches Redis before the delete (one connection, in order).
+  let closing = false;
+  const open = (): void => {
+    if (closing) throw new Error('the k8s record store is closed');
+  };
   return Promise.resolve({
     async get(name) {
+      open();
       touched.add(name);
       const [holder, version] = await r.hmget(`k8s:${name}`, 'holder', 'version');
       return holder == null || version == null ? null : { holder, version: Number(version) };
     },
     async put(name, holder, expected) {
+      open();
       touched.add(name);
       return (await put(`k8s:${name}`, holder, expected)) === 1;
     },
     close: async () => {
+      closing = true;
       // The records have no TTL (client-go's have none either): delete what this run used.
       if (touched.size > 0) await r.del(...[...touched].map((n) => `k8s:${n}`)).catch(() => undefined);
       await r.quit();

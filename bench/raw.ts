@@ -163,6 +163,10 @@ async function sqliteRenewer(n: number, ttlMs: number): Promise<RawRenewer> {
   const dir = mkdtempSync(join(tmpdir(), 'lh-bench-raw-'));
   const db = new Database(join(dir, 'raw.db'));
   db.pragma('journal_mode = WAL');
+  // The store's durability (src/backends/sqlite/store.ts: a lost token bump must not survive a
+  // power cut), so both sides pay the same commit: better-sqlite3 builds WAL mode with NORMAL,
+  // which skips the sync and would make the floor a different, weaker transaction.
+  db.pragma('synchronous = FULL');
   db.exec('CREATE TABLE t (name TEXT PRIMARY KEY, holder TEXT, nonce TEXT, token INTEGER, expires_at INTEGER)');
   const names = Array.from({ length: n }, (_, i) => `raw-${i}`);
   let nonces = names.map(() => nonce());

@@ -3,8 +3,9 @@
  * the same run, interleaved with it, and their ratio: the ratio holds up on a loaded machine
  * where the absolute numbers do not. Timings are reported, never asserted.
  *
- *   npm run bench [-- --quick | --smoke] [--only renewal,handover,failover,followers,fence,startup,cron-failover,fleet]
+ *   npm run bench [-- --quick | --smoke] [--only renewal,handover,failover,followers,fence,startup,cron-failover,pg-server,fleet]
  *                 [--stores postgres,sqlite,redis,etcd,mysql] [--json FILE] [--svg FILE]
+ *   npm run bench -- --soak 10m [--soak-leases 10000] [--stores postgres]   (soak.ts)
  *
  * Against the real local stores (LEASEHOLD_TEST_PG_URL / _REDIS_URL / _ETCD_URL / _MYSQL_URL, as the tests).
  * Idle follower load is counted at a server of its own (see servers.ts), on ports from
@@ -28,6 +29,7 @@ import { pgServer } from './pg-server.js';
 import { fleetFigure } from './fleet-figure.js';
 import { chartSvg } from './chart.js';
 import { preflight } from './preflight.js';
+import { parseSoakDuration, soak } from './soak.js';
 
 const FIGURES = ['renewal', 'handover', 'failover', 'followers', 'fence', 'startup', 'cron-failover', 'pg-server', 'fleet'] as const;
 type Figure = (typeof FIGURES)[number];
@@ -37,7 +39,9 @@ const { values } = parseArgs({
     quick: { type: 'boolean', default: false },
     smoke: { type: 'boolean', default: false },
     only: { type: 'string' },
-    stores: { type: 'string', default: ALL_STORES.join(',') },
+    stores: { type: 'string' },
+    soak: { type: 'string' },
+    'soak-leases': { type: 'string', default: '10000' },
     json: { type: 'string' },
     svg: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
@@ -48,6 +52,8 @@ if (values.help) {
   process.stdout.write(
     'npm run bench [-- --quick | --smoke] [--only ' + FIGURES.join(',') + '] [--stores postgres,sqlite,redis,etcd,mysql] [--json FILE] [--svg FILE]\n' +
       '  --quick about 2-2.5 minutes, --smoke seconds (proves the suite runs; its numbers mean nothing)\n' +
+      '  --soak 10m: instead of the figures, N leases (--soak-leases, default 10000) held on one store (--stores, default postgres) for that long;\n' +
+      '    RSS, heap, client and store CPU each minute, and their slopes per minute\n' +
       '  stores from LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL, LEASEHOLD_TEST_MYSQL_URL (as the tests);\n  each is checked before the first figure, and etcd is started when none is running (as npm test does)\n',
   );
   process.exit(0);
@@ -61,7 +67,7 @@ const mode: Mode = values.smoke ? 'smoke' : values.quick ? 'quick' : 'full';
 const sizes = SIZES[mode];
 const only = (values.only ?? FIGURES.join(',')).split(',').map((s) => s.trim()) as Figure[];
 for (const f of only) if (!FIGURES.includes(f)) usage(`--only names unknown figure "${f}"; figures: ${FIGURES.join(', ')}`);
-const stores = values.stores.split(',').map((s) => s.trim()) as StoreKind[];
+const stores = (values.stores ?? (values.soak !== undefined ? 'postgres' : ALL_STORES.join(','))).split(',').map((s) => s.trim()) as StoreKind[];
 for (const s of stores) if (!ALL_STORES.includes(s)) usage(`--stores names unknown store "${s}"; stores: ${ALL_STORES.join(', ')}`);
 
 const out = fileURLToPath(new URL('.', import.meta.url));
@@ -72,6 +78,28 @@ const ready = await preflight(stores);
 if (!ready.ok) {
   process.stderr.write(`bench: ${ready.why}\n`);
   process.exit(1);
+}
+
+if (values.soak !== undefined) {
+  const ms = parseSoakDuration(values.soak);
+  const leases = Number(values['soak-leases']);
+  if (ms === undefined) usage(`--soak takes a duration such as 10m or 30s, got "${values.soak}"`);
+  if (!Number.isInteger(leases) || leases < 1) usage(`--soak-leases takes a whole number above 0, got "${values['soak-leases']}"`);
+  heading(`soak: ${leases} leases held for ${values.soak} on ${stores.join(', ')}`);
+  const out = [];
+  let failedSoak = false;
+  for (const kind of stores) {
+    try {
+      out.push(await soak(kind, leases, ms!));
+    } catch (e) {
+      failedSoak = true;
+      process.stderr.write(`bench: soak on ${kind} failed: ${(e instanceof Error ? e.message : String(e)).split('\n')[0]}\n`);
+    }
+  }
+  mkdirSync(dirname(jsonPath), { recursive: true });
+  writeFileSync(jsonPath.replace(/\.json$/, '') + '-soak.json', JSON.stringify({ machine: `${cpus().length} cores, Node ${process.version}`, date: new Date().toISOString(), soak: out }, null, 2) + '\n');
+  await ready.stop();
+  process.exit(failedSoak ? 1 : 0);
 }
 
 const rec = new Recorder();

@@ -19,10 +19,11 @@ import type {
 import { claimBatch, estimateExpiry, leaseRemaining, type Grant, type SeenState } from './claim.js';
 import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { MemberPool } from './members.js';
-import { EtcdKeys, SCHEMA_VERSION, json, parseRenew, parseSession, parseState, parseTerm, prefixEnd, stateToken, type HistoryValue, type StateValue } from './keys.js';
+import { EtcdKeys, SCHEMA_VERSION, parseRenew, parseSession, parseState, parseTerm, prefixEnd, stateToken, type HistoryValue } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 import { watchTermDeletes } from './watch.js';
 import { SessionBook } from './session-book.js';
+import { endWrite, releaseBatch } from './release.js';
 import { RestoreGuard } from './restore.js';
 import { realClock, type Clock } from './time.js';
 
@@ -369,6 +370,28 @@ export class EtcdStore implements LeaseStore {
     return { revoked: r.ended, previousHolder: r.ended ? r.previousHolder : null, token: r.token };
   }
 
+  /**
+   * Many releases in two transactions per chunk (./release.ts); a lease that changed between
+   * the read and the write (renewed by its session, say) is released on its own, as
+   * {@link release} would.
+   */
+  async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
+    const deadline = this.begin(options);
+    await this.loadFloor(deadline);
+    return releaseBatch(
+      {
+        keys: this.keys,
+        wallNow: () => this.client.clock.wallNow(),
+        maxOpsPerTxn: this.maxOpsPerTxn,
+        txn: (req, what) => this.txn(req, deadline, what),
+        sessions: this.sessions,
+        seen: this.seen,
+        releaseOne: (req) => this.release(req, options),
+      },
+      requests,
+    );
+  }
+
   private async endTerm(
     name: string,
     mayEnd: (term: { holder: string; nonce: string }, createRevision: string) => boolean,
@@ -398,34 +421,9 @@ export class EtcdStore implements LeaseStore {
           token: stateKv !== undefined && state !== null ? stateToken(stateKv, state, k) : termKv === undefined ? null : k.token(termKv.create_revision!),
         };
       }
-      const token = k.token(termKv.create_revision!);
-      const atMs = this.client.clock.wallNow();
-      const ended: StateValue = {
-        holder: term.holder,
-        token: token.toString(),
-        startedAtMs: state?.startedAtMs ?? atMs,
-        endedBy: how,
-        endedAtMs: atMs,
-        nonce: term.nonce,
-        endedId,
-      };
-      const entry: HistoryValue = { name, event: how, holder: null, previousHolder: term.holder, token: token.toString(), atMs, detail, seq: 0 };
+      const { token, ops, compare } = endWrite(k, this.client.clock.wallNow(), name, termKv, stateKv, term, state, how, detail, endedId);
       const write = await this.txn(
-        guarded(
-          k,
-          [
-            { request_delete_range: { key: T } },
-            { request_put: { key: S, value: json(ended) } },
-            { request_put: { key: k.history(name, endedId), value: json(entry) } },
-            // For the session renewing the term, if any (session.ts): a tick does not see deletes.
-            // The lease exists: the term key is compared, and etcd deletes a lease's keys with it.
-            ...(termKv.lease === '0' ? [] : [{ request_put: { key: k.ended(termKv.lease, name), value: Buffer.from(String(termKv.create_revision)), lease: termKv.lease } }]),
-          ],
-          [
-            { key: T, target: 'Mod', result: 'Equal', mod_revision: termKv.mod_revision },
-            { key: S, target: 'Mod', result: 'Equal', mod_revision: stateKv?.mod_revision ?? '0' },
-          ],
-        ),
+        guarded(k, ops, compare),
         deadline,
         how === 'released' ? 'release' : 'revoke',
       );

@@ -285,6 +285,44 @@ return { '1' }
 );
 
 /**
+ * RELEASE for a batch of leases in one script: each row as RELEASE answers it, in order (a
+ * process closing with N leases sends N / batch scripts instead of N). Each release is
+ * independent of the others; the names are published once, together.
+ *
+ * KEYS: [1] global history, then per request i: [2i] lease hash, [2i+1] lease history.
+ * ARGV: [1] retain ms, [2] global cap, [3] lease cap, [4] channel, then per request 3 values:
+ *   name, holder, expected nonces (comma-joined; nonces are base64url).
+ * Reply: per request '1' released, '0' not ours.
+ */
+export const RELEASE_MANY = lua(
+  'release-many',
+  `${PRELUDE}${RECORD}
+local n = (#ARGV - 4) / 3
+local until_ms = fmt(now + tonumber(ARGV[1]))
+local out = {}
+for i = 1, n do
+  local a = 4 + (i - 1) * 3
+  local name, holder, expect = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local key, hkey = KEYS[2 * i], KEYS[2 * i + 1]
+  local cur = redis.call('HMGET', key, 'holder', 'nonce', 'token')
+  if cur[1] == holder and cur[2] and cur[2] ~= '' and expect ~= '' and
+     string.find(',' .. expect .. ',', ',' .. cur[2] .. ',', 1, true) ~= nil then
+    redis.call('HDEL', key, 'holder', 'nonce')
+    redis.call('HSET', key, 'exp', fmt(now), 'ended', 'released', 'gc', until_ms)
+    record(KEYS[1], hkey, ARGV[2], ARGV[3], name, 'released', '', holder, cur[3], '')
+    redis.call('PEXPIREAT', key, until_ms)
+    redis.call('PEXPIREAT', hkey, until_ms)
+    redis.call('PUBLISH', ARGV[4], name)
+    out[i] = '1'
+  else
+    out[i] = '0'
+  end
+end
+return out
+`,
+);
+
+/**
  * Operator revocation of whoever holds the lease (held or expired-but-untaken). The holder's
  * next renewal finds no holder and `ended = revoked`, and is told 'lost' / 'revoked'.
  *

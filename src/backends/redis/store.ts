@@ -35,6 +35,7 @@ import {
   READ_HISTORY,
   READ_LEASES,
   RELEASE,
+  RELEASE_MANY,
   REVOKE,
   toStrings,
 } from './scripts.js';
@@ -80,6 +81,8 @@ export interface RedisStoreOptions {
 /** A claim script's cost per lease (µs) before any was measured: high, so the first scripts are small. */
 const INITIAL_US_PER_LEASE = 50;
 const LEARN_FROM = 32;
+/** How many renewal batches' costs the store remembers (see RedisStore.renewalUs). */
+const RENEWAL_WINDOW = 16;
 /**
  * The script measures itself from its first line to its last; Redis also spends time on the
  * command around it (reading the arguments in, writing the reply out: SLOWLOG reads 1.15-1.3x
@@ -123,6 +126,14 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
    * slow decay towards it, so one cheap batch never sizes the next batch of costlier ones.
    */
   private usPerLease = INITIAL_US_PER_LEASE;
+  /**
+   * The same for batches of renewals only, the lowest of the last few: a renewal costs Redis the
+   * same every tick (one HMGET, one HSET), so a higher figure is time the server was not running
+   * at all (descheduled on a loaded host), which no smaller script avoids. Sized by the highest
+   * instead, one preempted script shrank every later slice tenfold and a 1,000-lease tick became
+   * forty round trips.
+   */
+  private readonly renewalUs: number[] = [];
 
   private constructor(driver: RedisDriver, prefix: string, where: string, description: string, options: RedisStoreOptions) {
     this.driver = driver;
@@ -222,7 +233,8 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
   async claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     checkClaimBatch(requests);
     if (requests.length === 0) return [];
-    const size = (): number => Math.max(1, Math.floor((this.maxScriptUs * SCRIPT_SHARE) / this.usPerLease));
+    const renewals = requests.every((r) => r.expect !== null);
+    const size = (): number => this.sliceSize(renewals);
     if (requests.length <= size()) return this.claimScript(requests, options);
     const results: ClaimResult[] = [];
     for (let at = 0; at < requests.length; ) {
@@ -236,6 +248,15 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
       at += slice;
     }
     return results;
+  }
+
+  /**
+   * Leases per script: what fits SCRIPT_SHARE of the bound at the measured cost per lease, of
+   * renewals (once measured) for a batch of renewals, else of any claim.
+   */
+  private sliceSize(renewals: boolean): number {
+    const us = renewals && this.renewalUs.length > 0 ? Math.min(...this.renewalUs) : this.usPerLease;
+    return Math.max(1, Math.floor((this.maxScriptUs * SCRIPT_SHARE) / us));
   }
 
   private sliceTurn: Promise<unknown> = Promise.resolve();
@@ -267,9 +288,17 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
     const storeNowMs = Number(out[0]);
     const ranUs = Number(out[1 + requests.length * 5]);
     // A few leases say little per lease (the script's fixed work dominates): learn from batches.
-    if (Number.isFinite(ranUs) && ranUs >= 0 && requests.length >= LEARN_FROM) {
+    const renewals = requests.every((r) => r.expect !== null);
+    // A full slice teaches too: learning only from LEARN_FROM leases up, an estimate once above
+    // (maxScriptUs * SCRIPT_SHARE) / LEARN_FROM made every later slice too small to correct it.
+    if (Number.isFinite(ranUs) && ranUs >= 0 && requests.length >= Math.min(LEARN_FROM, this.sliceSize(renewals))) {
       const measured = Math.max(1, ranUs) / requests.length;
-      this.usPerLease = measured >= this.usPerLease ? measured : this.usPerLease * 0.8 + measured * 0.2;
+      if (renewals) {
+        this.renewalUs.push(measured);
+        if (this.renewalUs.length > RENEWAL_WINDOW) this.renewalUs.shift();
+      } else {
+        this.usPerLease = measured >= this.usPerLease ? measured : this.usPerLease * 0.8 + measured * 0.2;
+      }
     }
     const results: ClaimResult[] = [];
     for (let i = 0; i < requests.length; i++) {
@@ -313,6 +342,30 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
       options,
     );
     return ok === '1';
+  }
+
+  /**
+   * Many releases in one script per slice (each row as {@link release} answers it), sliced as
+   * claims are so that no script holds Redis past its bound: a release writes history as an
+   * acquisition does, so a slice is sized by the cost of claims in general.
+   */
+  async releaseMany(requests: readonly ReleaseRequest[], options?: CallOptions): Promise<boolean[]> {
+    const answers: boolean[] = [];
+    for (let at = 0; at < requests.length; ) {
+      const part = requests.slice(at, at + this.sliceSize(false));
+      at += part.length;
+      const keys = [this.keys.history];
+      const args = [String(this.retainMs), String(this.historyMaxLen), String(this.leaseHistoryMaxLen), this.keys.channel];
+      for (const r of part) {
+        keys.push(this.keys.lease(r.name), this.keys.leaseHistory(r.name));
+        // A nonce with a comma could not travel comma-joined; claims never issue one (checkClaimBatch).
+        args.push(r.name, r.holder, r.expect.some((x) => x.includes(',')) ? '' : r.expect.join(','));
+      }
+      const out = await this.run(RELEASE_MANY, keys, args, options);
+      if (out.length !== part.length) throw new SchemaError(`the release script answered ${out.length} rows for ${part.length} releases; reinstall leasehold`);
+      for (const x of out) answers.push(x === '1');
+    }
+    return answers;
   }
 
   async revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {

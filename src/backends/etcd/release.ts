@@ -1,0 +1,120 @@
+import { newNonce } from '../../core/identity.js';
+import type { ReleaseRequest } from '../store.js';
+import type { SeenState } from './claim.js';
+import type { EtcdKeyValue, EtcdRequestOp, EtcdTxnRequest, EtcdTxnResponse } from './client.js';
+import { json, parseState, parseTerm, type EtcdKeys, type HistoryValue, type StateValue } from './keys.js';
+import type { SessionBook } from './session-book.js';
+import { first, guarded, rangeOf, schemaOk } from './txn.js';
+
+/**
+ * The write that ends a term just read, compared on the revisions read (its term and state keys
+ * unchanged since): for one release or revocation (store.ts, endTerm) and for each lease of a
+ * batch release (releaseBatch below).
+ */
+export function endWrite(
+  k: EtcdKeys,
+  atMs: number,
+  name: string,
+  termKv: EtcdKeyValue,
+  stateKv: EtcdKeyValue | undefined,
+  term: { holder: string; nonce: string },
+  state: ReturnType<typeof parseState>,
+  how: 'released' | 'revoked',
+  detail: string | null,
+  endedId: string,
+): { token: bigint; ops: EtcdRequestOp[]; compare: NonNullable<EtcdTxnRequest['compare']> } {
+  const T = k.term(name);
+  const S = k.state(name);
+  const token = k.token(termKv.create_revision!);
+  const ended: StateValue = {
+    holder: term.holder,
+    token: token.toString(),
+    startedAtMs: state?.startedAtMs ?? atMs,
+    endedBy: how,
+    endedAtMs: atMs,
+    nonce: term.nonce,
+    endedId,
+  };
+  const entry: HistoryValue = { name, event: how, holder: null, previousHolder: term.holder, token: token.toString(), atMs, detail, seq: 0 };
+  return {
+    token,
+    ops: [
+      { request_delete_range: { key: T } },
+      { request_put: { key: S, value: json(ended) } },
+      { request_put: { key: k.history(name, endedId), value: json(entry) } },
+      // For the session renewing the term, if any (session.ts): a tick does not see deletes.
+      // The lease exists: the term key is compared, and etcd deletes a lease's keys with it.
+      ...(termKv.lease === '0' ? [] : [{ request_put: { key: k.ended(termKv.lease, name), value: Buffer.from(String(termKv.create_revision)), lease: termKv.lease } }]),
+    ],
+    compare: [
+      { key: T, target: 'Mod', result: 'Equal', mod_revision: termKv.mod_revision },
+      { key: S, target: 'Mod', result: 'Equal', mod_revision: stateKv?.mod_revision ?? '0' },
+    ],
+  };
+}
+
+interface ReleaseContext {
+  keys: EtcdKeys;
+  wallNow(): number;
+  /** etcd's --max-txn-ops. */
+  maxOpsPerTxn: number;
+  txn(req: EtcdTxnRequest, what: string): Promise<EtcdTxnResponse>;
+  sessions: SessionBook;
+  seen: Map<string, SeenState>;
+  /** One release on its own, with the store's retries (for a lease that changed under the batch). */
+  releaseOne(req: ReleaseRequest): Promise<boolean>;
+}
+
+/**
+ * Many releases: per chunk one Txn reading every term and state key, then one Txn with a nested
+ * Txn per lease of ours, each compared on the revisions read, so one lease that changed fails
+ * alone. Chunks are sent together. A chunk of n reads 2n keys, and its write is n nested Txns
+ * whose deepest level is 4 ops, within what the parent leaves (claim.ts, chunk): both fit
+ * --max-txn-ops at n = (maxOps - 4) / 2.
+ */
+export async function releaseBatch(ctx: ReleaseContext, requests: readonly ReleaseRequest[]): Promise<boolean[]> {
+  const k = ctx.keys;
+  const size = Math.max(1, Math.floor((ctx.maxOpsPerTxn - 4) / 2));
+  const chunks: ReleaseRequest[][] = [];
+  for (let i = 0; i < requests.length; i += size) chunks.push(requests.slice(i, i + size));
+  const answers = await Promise.all(
+    chunks.map(async (part): Promise<boolean[]> => {
+      const read = await ctx.txn(guarded(k, part.flatMap((r) => [rangeOf(k.term(r.name)), rangeOf(k.state(r.name))])), 'release');
+      schemaOk(k, read);
+      // undefined: changed between the read and the write, released on its own below.
+      const out: (boolean | undefined)[] = part.map(() => false);
+      const writes: { i: number; name: string; holder: string; op: EtcdRequestOp }[] = [];
+      const atMs = ctx.wallNow();
+      part.forEach((req, i) => {
+        const termKv = first(read.responses[2 * i]);
+        const stateKv = first(read.responses[2 * i + 1]);
+        const term = parseTerm(termKv);
+        if (termKv === undefined || term === null) return;
+        // As store.ts's release: a term its session renews keeps the nonce of the renewal that
+        // moved it there; the nonces since are the session's.
+        const held = ctx.sessions.find(req.holder, req.name);
+        const rev = String(termKv.create_revision);
+        const ours = term.holder === req.holder && (req.expect.includes(term.nonce) || (held !== undefined && held.rev === rev && req.expect.includes(held.nonce)));
+        if (!ours) return;
+        const w = endWrite(k, atMs, req.name, termKv, stateKv, term, parseState(stateKv), 'released', null, newNonce());
+        writes.push({ i, name: req.name, holder: term.holder, op: { request_txn: { compare: w.compare, success: w.ops, failure: [] } } });
+      });
+      if (writes.length > 0) {
+        const write = await ctx.txn(guarded(k, writes.map((w) => w.op)), 'release');
+        schemaOk(k, write);
+        const revision = write.header?.revision ?? '0';
+        writes.forEach((w, j) => {
+          if (write.responses[j]?.response_txn?.succeeded === true) {
+            ctx.sessions.forget(w.name);
+            ctx.seen.set(w.name, { rev: revision, holder: w.holder, ended: true });
+            out[w.i] = true;
+          } else {
+            out[w.i] = undefined;
+          }
+        });
+      }
+      return Promise.all(part.map((req, i) => (out[i] === undefined ? ctx.releaseOne(req) : Promise.resolve(out[i]!))));
+    }),
+  );
+  return answers.flat();
+}
