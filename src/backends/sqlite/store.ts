@@ -19,14 +19,15 @@ import type {
 } from '../store.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
-import { canEndTerm, CONFLICT_DETAIL, decideClaim, leaseState, type LeaseRowState } from '../../core/claim-rule.js';
+import { canEndTerm, leaseState } from '../../core/claim-rule.js';
 import { asSqliteDatabase, driverOf, resolveSqliteDriver, type SqliteDriverName } from './driver.js';
 import { isBusy, mapSqliteError, pause } from './errors.js';
 import { createPrivately } from './files.js';
 import { parseSqliteUrl } from './url.js';
 import type { DatabaseSyncLike } from './node-sqlite.js';
 import { SQLITE_SCHEMA_VERSION, MIGRATIONS, T } from './schema.js';
-import { decodeSession, holderGone, SESSION_ENDED_DETAIL, SqliteLeaseSession } from './session.js';
+import { decodeSession, SqliteLeaseSession } from './session.js';
+import { claimBatch, rowState, type LeaseRow } from './claim.js';
 
 /**
  * The subset of a better-sqlite3 `Database` leasehold needs. node:sqlite's DatabaseSync is
@@ -84,19 +85,6 @@ export interface SqliteStoreOptions {
 const FLOOR_ROW = '';
 /** watchFreed: when to look again after a change (see there). */
 const FOLLOW_UP_MS = [20, 100, 400, 1500];
-
-interface LeaseRow {
-  name: string;
-  holder: string | null;
-  nonce: string | null;
-  token: bigint;
-  expires_at: bigint | null;
-  term_started_at: bigint | null;
-  renewed_at: bigint | null;
-  ended_by: 'released' | 'revoked' | 'conflict' | null;
-  session_id?: string | null;
-  session_token?: bigint | null;
-}
 
 /**
  * The embedded default: one SQLite file shared by every process on one host. WAL lets readers
@@ -349,79 +337,9 @@ export class SqliteStore implements LeaseStore {
   claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     return this.guard(() => {
       checkClaimBatch(requests);
-      const get = this.stmt(`SELECT * FROM ${T.leases} WHERE name = ?`, true);
-      const insert = this.stmt(
-        `INSERT INTO ${T.leases} (name, holder, nonce, token, expires_at, term_started_at, renewed_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-      );
-      const acquire = this.stmt(
-        `UPDATE ${T.leases} SET holder = ?, nonce = ?, token = ?, expires_at = ?, term_started_at = ?, renewed_at = ?, ended_by = NULL WHERE name = ?`,
-      );
-      const renew = this.stmt(`UPDATE ${T.leases} SET nonce = ?, expires_at = ?, renewed_at = ? WHERE name = ?`);
-      // The claim rule's "renewed" case as one statement (live, our holder id, a nonce we
-      // expect): the common renewal is one row write instead of a read, a decision and a write.
-      // Anything it does not match goes through decideClaim below, in the same transaction.
-      const renewIfOurs = this.stmt(
-        `UPDATE ${T.leases} SET nonce = ?, expires_at = ?, renewed_at = ?
-          WHERE name = ? AND holder = ? AND nonce IN (?, ?) AND expires_at IS NOT NULL AND expires_at > ? RETURNING token`,
-        true,
-      );
-      const conflict = this.stmt(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = 'conflict' WHERE name = ?`);
-      const hist = this.stmt(
-        `INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-      );
-      return immediate(this.db, () => {
-        const now = Date.now();
-        // Read inside the write transaction: a floor raised by another process applies at once.
-        const floor = this.floorSync();
-        return requests.map((req): ClaimResult => {
-          if (req.expect !== null && req.expect.length > 0 && req.expect.length <= 2) {
-            const expiresAtMs = now + Math.round(req.ttlMs);
-            const kept = renewIfOurs.get(req.nextNonce, expiresAtMs, now, req.name, req.holder, req.expect[0], req.expect[1] ?? req.expect[0], now) as
-              | { token: bigint }
-              | undefined;
-            if (kept !== undefined) return { name: req.name, outcome: 'renewed', token: kept.token, holder: req.holder, expiresAtMs, storeNowMs: now };
-          }
-          let raw = get.get(req.name) as LeaseRow | undefined;
-          if (req.session !== undefined && raw !== undefined && this.endOrphan(raw, now)) raw = get.get(req.name) as LeaseRow | undefined;
-          const d = decideClaim(raw === undefined ? undefined : rowState(raw), req, now, floor);
-          switch (d.outcome) {
-            case 'acquired':
-              if (raw === undefined) insert.run(req.name, req.holder, req.nextNonce, d.token, d.expiresAtMs, now, now);
-              else acquire.run(req.holder, req.nextNonce, d.token, d.expiresAtMs, now, now, req.name);
-              hist.run(req.name, d.event, req.holder, d.previousHolder, d.token, now, null);
-              if (req.session !== undefined) this.db.prepare(`UPDATE ${T.leases} SET session_id = ?, session_token = token WHERE name = ?`).run(req.session, req.name);
-              return { name: req.name, outcome: 'acquired', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs, storeNowMs: now, ...(req.session === undefined ? {} : { session: true }) };
-            case 'renewed':
-              renew.run(req.nextNonce, d.expiresAtMs, now, req.name);
-              return { name: req.name, outcome: 'renewed', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs, storeNowMs: now };
-            case 'busy':
-              return { name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now };
-            case 'lost':
-              if (d.endTerm) {
-                conflict.run(now, req.name);
-                hist.run(req.name, 'conflict', null, req.holder, d.token, now, CONFLICT_DETAIL);
-              }
-              return { name: req.name, outcome: 'lost', reason: d.reason, holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now };
-          }
-        });
-      });
+      // Read inside the write transaction: a floor raised by another process applies at once.
+      return immediate(this.db, () => claimBatch(this.db, (sql, safe) => this.stmt(sql, safe), requests, Date.now(), this.floorSync()));
     }, options);
-  }
-
-  /**
-   * Liveness 'session' (./session.ts): inside the claim's transaction, ends a held, unexpired term
-   * whose recorded process is gone, as a revocation ends one. True when it ended one.
-   */
-  private endOrphan(row: LeaseRow, now: number): boolean {
-    if (row.holder === null || row.expires_at === null || Number(row.expires_at) <= now) return false;
-    if (row.session_id == null || row.session_token !== row.token) return false;
-    const recorded = decodeSession(row.session_id);
-    if (recorded === undefined || !holderGone(recorded)) return false;
-    this.db.prepare(`UPDATE ${T.leases} SET holder = NULL, nonce = NULL, expires_at = ?, ended_by = 'revoked' WHERE name = ?`).run(now, row.name);
-    this.db
-      .prepare(`INSERT INTO ${T.history} (name, event, holder, previous_holder, token, at, detail) VALUES (?, 'revoked', NULL, ?, ?, ?, ?)`)
-      .run(row.name, row.holder, row.token, now, `${SESSION_ENDED_DETAIL} (pid ${recorded.pid})`);
-    return true;
   }
 
   /** Liveness 'session': this process is the session (./session.ts). */
@@ -618,14 +536,4 @@ export class SqliteStore implements LeaseStore {
   get database(): SqliteDatabaseLike {
     return this.db;
   }
-}
-
-function rowState(row: LeaseRow): LeaseRowState {
-  return {
-    holder: row.holder,
-    nonce: row.nonce,
-    token: row.token,
-    expiresAtMs: row.expires_at === null ? null : Number(row.expires_at),
-    endedBy: row.ended_by,
-  };
 }
