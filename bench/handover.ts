@@ -193,8 +193,9 @@ async function peerHandover(kind: StoreKind): Promise<{ name: string; run: Hando
 /**
  * MySQL: the least a handover that moves the term in the store can cost with the raw driver,
  * the design's floor (src/backends/mysql/sql/006-handover.ts): the holder's connection commits
- * one durable one-row UPDATE and lets a named lock go just before its COMMIT; the waiter,
- * blocked in GET_LOCK, wakes and reads the row with a shared lock (which waits for that commit).
+ * one durable one-row UPDATE and lets a named lock go right after the COMMIT, in the same round
+ * trip (not before: InnoDB lets row locks go before the flush, src/backends/mysql/freed.ts); the
+ * waiter, blocked in GET_LOCK, wakes and reads the row with a shared lock.
  * Timed from the holder's first statement until both the commit and the read have answered,
  * as the handover is timed until both the release and the follower's acquisition have. The
  * GET_LOCK waiter commits nothing; the difference between the two is the commit's flush.
@@ -221,7 +222,7 @@ async function mysqlFloor(): Promise<{ run: Handover; close(): Promise<void> }> 
       const read = take(w).then(() => w.query(`SELECT v FROM ${table} WHERE id = 1 LOCK IN SHARE MODE`));
       await sleep(SETTLE_MS);
       const t0 = performance.now();
-      await holder.query(`START TRANSACTION; UPDATE ${table} SET v = v + 1 WHERE id = 1; DO RELEASE_LOCK(?); COMMIT`, [key]);
+      await holder.query(`START TRANSACTION; UPDATE ${table} SET v = v + 1 WHERE id = 1; COMMIT; DO RELEASE_LOCK(?)`, [key]);
       await read;
       const ms = performance.now() - t0;
       [holder, waiter] = [waiter, holder];
