@@ -8,7 +8,7 @@
  */
 import { Leasehold } from '../src/core/leasehold.js';
 import type { Lease } from '../src/core/lease.js';
-import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
+import { makeTestStore, TEST_MYSQL_URL, type StoreKind } from '../test/helpers/stores.js';
 import { interleave, sleep, stat, uniq, type Recorder } from './lib.js';
 import { advisoryClient, etcdClient, namedLockClient, randomKey, redisClient, semaphoreMutex } from './peers.js';
 
@@ -190,13 +190,77 @@ async function peerHandover(kind: StoreKind): Promise<{ name: string; run: Hando
   }
 }
 
+/**
+ * MySQL: the least a handover that moves the term in the store can cost with the raw driver,
+ * the design's floor (src/backends/mysql/sql/006-handover.ts): the holder's connection commits
+ * one durable one-row UPDATE and lets a named lock go right after the COMMIT, in the same round
+ * trip (not before: InnoDB lets row locks go before the flush, src/backends/mysql/freed.ts); the
+ * waiter, blocked in GET_LOCK, wakes and reads the row with a shared lock.
+ * Timed from the holder's first statement until both the commit and the read have answered,
+ * as the handover is timed until both the release and the follower's acquisition have. The
+ * GET_LOCK waiter commits nothing; the difference between the two is the commit's flush.
+ */
+async function mysqlFloor(): Promise<{ run: Handover; close(): Promise<void> }> {
+  const { createConnection } = await import('mysql2/promise');
+  // multipleStatements: the holder's transaction is one round trip, as leasehold's release is.
+  const connect = (): ReturnType<typeof createConnection> => createConnection({ uri: TEST_MYSQL_URL.replace(/^mariadb:/, 'mysql:'), multipleStatements: true });
+  const [a, b] = [await connect(), await connect()];
+  const key = randomKey('floor');
+  const table = key.replace(/-/g, '_');
+  await a.query(`CREATE TABLE ${table} (id INT PRIMARY KEY, v BIGINT NOT NULL) ENGINE = InnoDB`);
+  await a.query(`INSERT INTO ${table} VALUES (1, 0)`);
+  for (const c of [a, b]) await c.query('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
+  const take = async (c: typeof a): Promise<void> => {
+    const [rows] = (await c.query('SELECT GET_LOCK(?, 60) AS got', [key])) as unknown as [{ got: number | null }[]];
+    if (rows[0]?.got !== 1) throw new Error(`GET_LOCK returned ${String(rows[0]?.got)}`);
+  };
+  await take(a);
+  let [holder, waiter] = [a, b];
+  return {
+    async run() {
+      const w = waiter;
+      const read = take(w).then(() => w.query(`SELECT v FROM ${table} WHERE id = 1 LOCK IN SHARE MODE`));
+      await sleep(SETTLE_MS);
+      const t0 = performance.now();
+      await holder.query(`START TRANSACTION; UPDATE ${table} SET v = v + 1 WHERE id = 1; COMMIT; DO RELEASE_LOCK(?)`, [key]);
+      await read;
+      const ms = performance.now() - t0;
+      [holder, waiter] = [waiter, holder];
+      return ms;
+    },
+    async close() {
+      await a.query(`DROP TABLE IF EXISTS ${table}`).catch(() => undefined);
+      await Promise.all([a.end(), b.end()]);
+    },
+  };
+}
+
 export async function handover(rec: Recorder, kind: StoreKind, count: number): Promise<void> {
   const lh = await leaseholdHandover(kind);
   const peer = await peerHandover(kind);
+  const floor = kind === 'mysql' ? await mysqlFloor() : undefined;
   try {
+    if (floor !== undefined) {
+      // Sampled beside each handover, so the floor sees the same load (the disk's above all).
+      const f: number[] = [];
+      const [a, b] = await interleave(count, async () => (f.push(await floor.run()), lh.run()), peer.run);
+      const floorStat = stat(f.slice(1)); // the first was interleave's unrecorded warm-up
+      rec.add({
+        figure: 'handover',
+        store: kind,
+        label: 'clean handover',
+        unit: 'ms',
+        leasehold: stat(a),
+        baselineName: peer.name,
+        baseline: stat(b),
+        extra: { 'raw floor (commit, wake, read)': floorStat.median, 'floor p90': floorStat.p90, 'leasehold/floor': stat(a).median / floorStat.median },
+      });
+      return;
+    }
     const [a, b] = await interleave(count, lh.run, peer.run);
     rec.add({ figure: 'handover', store: kind, label: 'clean handover', unit: 'ms', leasehold: stat(a), baselineName: peer.name, baseline: stat(b) });
   } finally {
+    await floor?.close();
     await peer.close();
     await lh.close();
   }

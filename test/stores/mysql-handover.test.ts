@@ -228,9 +228,13 @@ void describe('MySQL store: one-write handover', { skip }, () => {
       assert.ok(second.token > first.token, `${second.token} > ${first.token}`);
       assert.ok(remaining <= row!.expiresAtMs! - row!.storeNowMs, `the local deadline (${remaining}ms away) is within the store's expiry`);
 
-      const releases = holderSent.slice(h0).filter((s) => /leasehold_history/.test(s));
+      const releases = holderSent.slice(h0).filter((s) => /leasehold_release/.test(s));
       assert.equal(releases.length, 1, 'one release');
-      assert.match(releases[0]!, /DO RELEASE_LOCK\(\?\);\s*COMMIT;\s*SELECT @lh_prev AS prev$/, 'the lock goes in the release round trip, as it commits');
+      assert.match(
+        releases[0]!,
+        /^START TRANSACTION;\s*CALL leasehold_release\(\?, \?, \?\);\s*COMMIT;\s*DO RELEASE_LOCK\(\?\);\s*SELECT @lh_prev AS prev$/,
+        'one procedure call, and the lock goes in the release round trip, once the commit is durable (InnoDB lets row locks go before the flush)',
+      );
       const claims = followerSent.slice(f0).filter((s) => /leasehold_leases/.test(s));
       assert.equal(claims.length, 1, `one claim by the follower: ${claims.join(' | ')}`);
       assert.match(claims[0]!, /^SELECT COUNT\(\*\) INTO @lh_seen FROM leasehold_leases WHERE name IN \(\?\) LOCK IN SHARE MODE;\s*SELECT name, holder, nonce, token/, 'a read, which waits for the release to commit');
@@ -262,6 +266,24 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     } finally {
       await a.close();
       await b.close();
+    }
+  });
+
+  void it('a database migrated before the release procedure (migration 9) refuses a release with the SchemaError that says to migrate; migrate creates it, and a rerun is harmless', async () => {
+    const own = await makeTestStore('mysql');
+    const db = new URL(own.url).pathname.slice(1);
+    try {
+      const s = own.store as MysqlStore;
+      const a = await contend(s, 'n', 'A', 30_000);
+      await mysqlAdmin(`DROP PROCEDURE ${db}.leasehold_release`);
+      await mysqlAdmin(`UPDATE ${db}.leasehold_schema_version SET version = ${MYSQL_SCHEMA_VERSION - 1}`);
+      await assert.rejects(s.release({ name: 'n', holder: 'A', expect: [a.sent] }), (err: unknown) => err instanceof SchemaError && /leasehold migrate/.test(err.message));
+      assert.deepEqual(await s.migrate(), { current: MYSQL_SCHEMA_VERSION, expected: MYSQL_SCHEMA_VERSION });
+      await mysqlAdmin(`UPDATE ${db}.leasehold_schema_version SET version = ${MYSQL_SCHEMA_VERSION - 1}`);
+      assert.equal((await s.migrate()).current, MYSQL_SCHEMA_VERSION, 'rerun over a procedure that exists: no error');
+      assert.equal(await s.release({ name: 'n', holder: 'A', expect: [a.sent] }), true);
+    } finally {
+      await own.cleanup();
     }
   });
 

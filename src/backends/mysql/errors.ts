@@ -44,6 +44,15 @@ export function mapMysqlError(err: unknown, database: string): Error {
       cause: err,
     });
   }
+  // 1153: a packet larger than the server's max_allowed_packet (MySQL 8 may close the connection
+  // instead, which reads as unavailable). Not retryable: the same batch is refused again.
+  if (errno === 1153 || code === 'ER_NET_PACKET_TOO_LARGE') {
+    return new ConfigError(
+      `MySQL refused a statement larger than its max_allowed_packet (${msg}); raise max_allowed_packet on the server ` +
+        '(SET GLOBAL max_allowed_packet = 67108864, and in its configuration file so that a restart keeps it), or send fewer or shorter items per call',
+      { cause: err },
+    );
+  }
   if (errno === 1049) return new ConfigError(`MySQL database "${database}" does not exist (${msg}); create it (CREATE DATABASE ${database}) or fix the store URL`, { cause: err });
   if (errno === 1045 || errno === 1044 || errno === 1698) {
     // MariaDB's require_secure_transport refuses a session without TLS with this same error.

@@ -42,6 +42,14 @@ const MAX_FOLLOWED = 16;
 const HEARD_GAP_MS = 500;
 /** How long the holding connection stays open once this process holds nothing (closeIdleHolding). */
 const HOLDING_LINGER_MS = 1000;
+/**
+ * How long a wait connection whose wait ended (its doorbell rang) stays open for the next wait,
+ * and how many do: a follower that lost the race to another follower, or a process that soon
+ * follows again (a handover back and forth), then waits at once instead of after a connect, a
+ * login and a round trip, which on a loaded server took longer than the release it was to hear.
+ */
+const SPARE_LINGER_MS = 1000;
+const MAX_SPARE = 4;
 /** A claim this soon after its name's doorbell rang is taken as the answer to it ({@link FreedChannel.rang}). */
 const RANG_MS = 2000;
 
@@ -56,6 +64,15 @@ function q(c: LockConnection, sql: string, values: unknown[], timeoutMs?: number
   });
 }
 
+/** One lease followed: its wait connection, and whether a GET_LOCK is in flight on it. */
+interface Following {
+  conn: LockConnection | undefined;
+  waiting: boolean;
+  stop: boolean;
+  armedAt: number;
+  empty: number;
+}
+
 export class FreedChannel {
   /** Lease names this process holds; of them, those whose locks it has, and is taking. */
   private readonly held = new Set<string>();
@@ -63,13 +80,15 @@ export class FreedChannel {
   private readonly taking = new Set<string>();
   private holding: LockConnection | undefined;
   private holdingUp: Promise<LockConnection> | undefined;
-  private readonly followed = new Map<string, { conn: LockConnection | undefined; stop: boolean; armedAt: number; empty: number }>();
+  private readonly followed = new Map<string, Following>();
   private listener: FreedListener | undefined;
   private readonly lastHeard = new Map<string, number>();
   /** Names whose doorbell rang and whose claim has not been sent yet: when it rang. */
   private readonly ringing = new Map<string, number>();
   private onReconnect: (() => void) | undefined;
   private closed = false;
+  /** Wait connections between waits, holding no lock (SPARE_LINGER_MS), each with the host it is on. */
+  private readonly spare: { conn: LockConnection; host: string; timer: NodeJS.Timeout }[] = [];
 
   constructor(
     private readonly mysql: ConnectModule,
@@ -99,7 +118,8 @@ export class FreedChannel {
       charset: 'utf8mb4',
     });
     // An error on an idle lock connection must not crash the process; its users see the end.
-    c.on('error', () => {});
+    c.on('error', () => this.dropSpare(c));
+    c.on('end', () => this.dropSpare(c));
     return c;
   }
 
@@ -171,9 +191,11 @@ export class FreedChannel {
   /**
    * A holder's release, on the connection that holds the lease's lock, with the lock let go in
    * the same round trip. `sql` is the release's transaction, without its COMMIT: the lock goes
-   * just before the commit, so the waiter wakes and sends its claim while the commit is flushed.
-   * That claim cannot see the release's work early: it reads the row with a lock (a shared lock,
-   * or FOR UPDATE), which waits for the commit. Undefined when that connection holds no lock for
+   * right after the commit, in the same batch, so the waiter wakes without a round trip more.
+   * Not before it: InnoDB lets a committing transaction's row locks go before its redo log is
+   * flushed (measured here: a reader blocked on the row woke 1-2 ms into a 10-15 ms COMMIT), so
+   * a follower woken before the COMMIT could read, and hold, a handed term that a crash in the
+   * flush would lose while it held it. Undefined when that connection holds no lock for
    * `name` or is busy (taking another lease's lock can wait up to 2s): the caller runs the
    * release on the pool, then {@link unhold}. Rejects when it failed, rolled back if it could
    * be; with the connection gone, whether it committed is unknown.
@@ -184,7 +206,7 @@ export class FreedChannel {
     const lock = lockName(this.target.database, name);
     const r = await this.onHolding(c, async () => {
       try {
-        return (await q(c, `${sql};\nDO RELEASE_LOCK(?);\nCOMMIT;\nSELECT @lh_prev AS prev`, [...values, lock], 10_000)) as unknown[];
+        return (await q(c, `${sql};\nCOMMIT;\nDO RELEASE_LOCK(?);\nSELECT @lh_prev AS prev`, [...values, lock], 10_000)) as unknown[];
       } catch (err) {
         await q(c, 'ROLLBACK', [], 5000).catch(() => c.destroy());
         throw err;
@@ -305,7 +327,7 @@ export class FreedChannel {
       return;
     }
     if (this.followed.size >= MAX_FOLLOWED) return;
-    const entry = { conn: undefined as LockConnection | undefined, stop: false, armedAt: performance.now(), empty: 0 };
+    const entry: Following = { conn: undefined, waiting: false, stop: false, armedAt: performance.now(), empty: 0 };
     this.followed.set(name, entry);
     void this.waitLoop(name, entry);
   }
@@ -316,22 +338,63 @@ export class FreedChannel {
     if (f === undefined) return;
     this.followed.delete(name);
     f.stop = true;
-    f.conn?.destroy();
+    // A wait in flight ends only with its connection; between waits the connection holds no lock
+    // (a woken wait lets the lock go before the next statement) and serves the next follow.
+    if (f.waiting) f.conn?.destroy();
+    else if (f.conn !== undefined) this.retire(f.conn);
+    f.conn = undefined;
   }
 
-  private async waitLoop(name: string, f: { conn: LockConnection | undefined; stop: boolean; armedAt: number; empty: number }): Promise<void> {
+  /** Keeps a wait connection that holds no lock for the next wait (SPARE_LINGER_MS), or closes it. */
+  private retire(conn: LockConnection): void {
+    if (this.closed || this.spare.length >= MAX_SPARE) {
+      conn.end(() => {});
+      return;
+    }
+    const timer = setTimeout(() => {
+      this.dropSpare(conn);
+      conn.end(() => {});
+    }, SPARE_LINGER_MS).unref();
+    this.spare.push({ conn, host: this.host(), timer });
+  }
+
+  /** A spare wait connection to the host the store uses now, if there is one. */
+  private takeSpare(): LockConnection | undefined {
+    const host = this.host();
+    for (;;) {
+      const s = this.spare.pop();
+      if (s === undefined) return undefined;
+      clearTimeout(s.timer);
+      if (s.host === host) return s.conn;
+      s.conn.destroy();
+    }
+  }
+
+  private dropSpare(conn: LockConnection): void {
+    const i = this.spare.findIndex((s) => s.conn === conn);
+    if (i < 0) return;
+    clearTimeout(this.spare[i]!.timer);
+    this.spare.splice(i, 1);
+  }
+
+  private async waitLoop(name: string, f: Following): Promise<void> {
     const lock = lockName(this.target.database, name);
     let failures = 0;
     while (!f.stop && !this.closed) {
       try {
+        if (f.conn === undefined) f.conn = this.takeSpare();
         if (f.conn === undefined) {
           f.conn = this.connect();
           await q(f.conn, 'DO 1', []);
           if (failures > 0) this.onReconnect?.();
           failures = 0;
+          // Unfollowed while connecting: the connection went to the spares.
+          if (f.stop) break;
         }
         const t0 = performance.now();
+        f.waiting = true;
         const r = (await q(f.conn, 'SELECT GET_LOCK(?, ?) AS ok', [lock, WAIT_S])) as { ok: number | null }[];
+        f.waiting = false;
         if (f.stop) break;
         if (Number(r[0]?.ok) !== 1) {
           // A whole wait with the lock held: a long term. Still wanted if a claim said busy lately.
@@ -358,22 +421,26 @@ export class FreedChannel {
           // Until a claim answers busy again, nothing to wait for.
           break;
         }
-        await letGo;
-        // The lock was free at once: either the holder let it go before this wait began (a
-        // release between the 'busy' answer and here, which must not be missed) or a new holder
-        // has not taken it yet. A claim tells the two apart; the waits between such claims grow,
-        // and this entry stays (a 'busy' answer meanwhile does not start a new one).
+        // The lock was free at once (or soon): either the holder let it go before this wait
+        // began (a release between the 'busy' answer and here, which must not be missed, or one
+        // that came within HEARD_MS) or a new holder has not taken it yet. A claim tells the two
+        // apart, sent before the lock is let go, as above: a release that handed this process the
+        // term is answered a round trip sooner. The waits between such claims grow, and this
+        // entry stays (a 'busy' answer meanwhile does not start a new one).
         if (f.empty >= EMPTY_RETRY_MS.length) {
           // Stop following, but let the engine look once more first: its last claim may have
           // registered it as the lease's waiter (migration 6), and a term handed to it after
           // this loop ends would ring no doorbell; it would sit unseen, the lease held by nobody
           // who knows it, until its TTL ran out. A 'busy' answer to this look follows again.
           this.ring(name);
+          await letGo;
           break;
         }
         this.ring(name);
+        await letGo;
         await new Promise((res) => setTimeout(res, EMPTY_RETRY_MS[f.empty++]).unref());
       } catch {
+        f.waiting = false;
         f.conn?.destroy();
         f.conn = undefined;
         failures++;
@@ -383,13 +450,19 @@ export class FreedChannel {
       }
     }
     if (this.followed.get(name) === f) this.followed.delete(name);
-    f.conn?.destroy();
+    // Here no wait is in flight and no lock held: every path out let the lock go, or never had it.
+    if (f.conn !== undefined) this.retire(f.conn);
+    f.conn = undefined;
   }
 
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.lingering);
     for (const name of [...this.followed.keys()]) this.unfollow(name);
+    for (const s of this.spare.splice(0)) {
+      clearTimeout(s.timer);
+      s.conn.destroy();
+    }
     this.held.clear();
     this.locked.clear();
     const c = this.holding;

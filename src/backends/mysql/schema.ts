@@ -12,6 +12,7 @@ import { migration005 } from './sql/005-fence-lease.js';
 import { migration006 } from './sql/006-handover.js';
 import { migration007 } from './sql/007-schedules.js';
 import { migration008 } from './sql/008-session-liveness.js';
+import { migration009 } from './sql/009-release-procedure.js';
 
 export const T = {
   leases: 'leasehold_leases',
@@ -21,7 +22,7 @@ export const T = {
   version: 'leasehold_schema_version',
 } as const;
 
-export const MIGRATIONS: readonly (readonly string[])[] = [migration001, migration002, migration003, migration004, migration005, migration006, migration007, migration008];
+export const MIGRATIONS: readonly (readonly string[])[] = [migration001, migration002, migration003, migration004, migration005, migration006, migration007, migration008, migration009];
 
 /** The version a migrated database is at: every entry of MIGRATIONS has run. */
 export const MYSQL_SCHEMA_VERSION = MIGRATIONS.length;

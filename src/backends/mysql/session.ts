@@ -58,7 +58,7 @@ interface SessionEnv {
   /** The port the store connects to: a server that says it listens on another is behind a proxy. */
   urlPort: number;
   mapError(err: unknown): Error;
-  /** The statements of a holder's release (./release.ts, endTermStatements), without the transaction. */
+  /** The statements of a holder's release (./release.ts, releaseCall), without the transaction. */
   releaseStatements(req: ReleaseRequest): { sql: string[]; values: unknown[] };
   /** The store's own release, for a term this session's lock was never tied to. */
   release(req: ReleaseRequest, options?: CallOptions): Promise<boolean>;
@@ -217,12 +217,13 @@ export class MysqlLeaseSession implements LeaseSession {
     try {
       options?.signal?.throwIfAborted();
       if (this._ended) throw new StoreUnavailableError('the session connection had already closed; the store ends the term when a follower claims it');
-      // One transaction: the release locks and ends the row, the session lock goes, then COMMIT.
-      // A follower the lock wakes ends nothing: its claim reads the row FOR UPDATE, which waits
-      // for the commit, and then finds it released (or handed over), not orphaned.
+      // One round trip: the release locks and ends the row, COMMIT, then the session lock goes.
+      // A follower the lock wakes ends nothing: it finds the row released (or handed over).
       this.c.stream?.ref?.();
       const one = this.env.releaseStatements(req);
-      const sql = ['START TRANSACTION', ...one.sql, 'DO RELEASE_LOCK(?)', 'COMMIT', 'SELECT @lh_prev AS prev'].join(';\n');
+      // The session lock goes only after COMMIT (as the doorbell's does, ./release.ts): a waiter it
+      // wakes must not read the row before the release is durable.
+      const sql = ['START TRANSACTION', ...one.sql, 'COMMIT', 'DO RELEASE_LOCK(?)', 'SELECT @lh_prev AS prev'].join(';\n');
       let r: unknown[];
       try {
         r = (await q(this.c, sql, [...one.values, this.lock], 10_000)) as unknown[];

@@ -23,7 +23,7 @@ import { loadMysql2, MysqlConnector, run, sessionSetupSql, type MysqlConnectionL
 import { runBatch } from './batch.js';
 import { claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
 import { FreedChannel, knockTargets } from './freed.js';
-import { endTermStatements, planReleaseMany } from './release.js';
+import { planReleaseMany, releaseCall, revokeStatements } from './release.js';
 import { mapMysqlError } from './errors.js';
 import { MIGRATIONS, MYSQL_SCHEMA_VERSION, NOW_US, T } from './schema.js';
 import { parseMysqlUrl, type MysqlTarget } from './url.js';
@@ -174,7 +174,10 @@ export class MysqlStore implements LeaseStore {
         setupSql: sessionSetupSql({ lockWaitSeconds: LOCK_WAIT_S, idleTransactionSeconds: IDLE_TRANSACTION_S }),
         urlPort: port,
         mapError: (err) => mapMysqlError(err, this.database),
-        releaseStatements: (req) => endTermStatements(req.name, 'released', null, req),
+        releaseStatements: (req) => {
+          const call = releaseCall(req);
+          return { sql: [call.sql], values: call.values };
+        },
         release: (req, o) => this.release(req, o),
         released: (n) => this.freed.unhold(n),
       },
@@ -200,17 +203,18 @@ export class MysqlStore implements LeaseStore {
     // same round trip as the commit, and a waiter (handed the term, sql/006-handover.ts) wakes a
     // round trip sooner. Any failure there (rolled back, or the outcome unknown with the
     // connection gone) runs the release again below, where a release that did land answers false.
-    const one = endTermStatements(req.name, 'released', null, req);
-    const here = await this.freed.releaseHere(req.name, ['START TRANSACTION', ...one.sql].join(';\n'), one.values).catch(() => undefined);
+    const one = releaseCall(req);
+    const here = await this.freed.releaseHere(req.name, `START TRANSACTION;\n${one.sql}`, one.values).catch(() => undefined);
     if (here !== undefined) return here.prev !== null;
-    const r = await this.endTerm(req.name, 'released', null, req, options);
+    const r = await this.endTerm(one, options);
     // After the commit: a follower woken by the lock must find the lease free.
     await this.freed.unhold(req.name);
     return r.revoked;
   }
 
   async revoke(name: string, reason: string, options?: CallOptions): Promise<RevokeResult> {
-    const r = await this.endTerm(name, 'revoked', reason, null, options);
+    const one = revokeStatements(name, reason);
+    const r = await this.endTerm({ sql: one.sql.join(';\n'), values: one.values }, options);
     if (r.revoked) await this.knock([name]);
     return r;
   }
@@ -234,11 +238,10 @@ export class MysqlStore implements LeaseStore {
     }
   }
 
-  /** Ends a term in one round trip: lock the row, end it if the caller may, record it. */
-  private async endTerm(name: string, event: 'released' | 'revoked', detail: string | null, by: ReleaseRequest | null, options?: CallOptions): Promise<RevokeResult> {
-    const one = endTermStatements(name, event, detail, by);
+  /** Ends a term in one round trip and one transaction: `one` (./release.ts) is what ends it. */
+  private async endTerm(one: { sql: string; values: unknown[] }, options?: CallOptions): Promise<RevokeResult> {
     const r = (await this.withLockRetry(() => ({
-      sql: ['START TRANSACTION', ...one.sql, 'COMMIT', 'SELECT @lh_prev AS prev, @lh_seen AS seen'].join(';\n'),
+      sql: ['START TRANSACTION', one.sql, 'COMMIT', 'SELECT @lh_prev AS prev, @lh_seen AS seen'].join(';\n'),
       values: one.values,
     }), options)) as unknown[];
     const row = (r[r.length - 1] as { prev: string | null; seen: string | null }[])[0]!;
