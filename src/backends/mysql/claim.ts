@@ -265,10 +265,12 @@ export function handedTerm(req: ClaimRequest, row: LeaseRow): ClaimResult | unde
 /**
  * A woken waiter's claim, first as a read (no transaction, no write): when a release handed
  * every request its term, this is the whole claim. Otherwise (or when it fails) the caller runs
- * the claim. The release lets the named lock go just before its commit (./freed.ts,
- * releaseHere), so the first statement waits for that commit: a shared lock on the rows, held
- * for that statement only. The second reads them, and the server's clock, after that wait (the
- * clock a statement reads is its start time): its result is the answer (CONFIRM_ROWS_AT).
+ * the claim. The release lets the named lock go right after its COMMIT has answered (./freed.ts,
+ * releaseHere: InnoDB lets a committing transaction's row locks go before its redo flush, so a
+ * wake before COMMIT could read a handed term not yet durable). The first statement still takes a
+ * shared lock on the rows, held for that statement only, which waits for any commit in flight; the
+ * second reads them, and the server's clock, after that (the clock a statement reads is its start
+ * time): its result is the answer (CONFIRM_ROWS_AT).
  */
 export const CONFIRM_SQL =
   `SELECT COUNT(*) INTO @lh_seen FROM ${T.leases} WHERE name IN (?) LOCK IN SHARE MODE;\n` +
