@@ -95,8 +95,11 @@ for (const kind of stores) {
       const resource = await openResource(t, 8);
       const lh = new Leasehold({ store: t.store });
       try {
-        // A short TTL: a renewal every 200ms, so many land while writes are in flight.
-        const lease = lh.lease(name, { ttl: 600 });
+        // A renewal every 200ms, so many land while writes are in flight. The property needs
+        // frequent renewals, not a short term: with ttl 600ms a host loaded by other work (load 30)
+        // starved the renewals for 400ms and the term rightly ended at its deadline, which is not
+        // what this test is about; ttl 6s leaves 5.8s of starvation before the deadline.
+        const lease = lh.lease(name, { ttl: 6000, renewInterval: 200 });
         let renewals = 0;
         lease.on('renewed', () => renewals++);
         const term = await lease.acquire({ wait: '5s' });
