@@ -31,7 +31,7 @@ interface Counter {
   close(): Promise<void>;
 }
 
-async function counter(): Promise<Counter | string> {
+export async function counter(): Promise<Counter | string> {
   const c = new pg.Client({ connectionString: URL_ });
   await c.connect();
   try {
@@ -177,7 +177,7 @@ export async function pgServer(rec: Recorder, counts: number[], samples: number)
  * and their server time, against the same close on a schema whose `release_many` is migration
  * 7's row-by-row function (kept as `release_many_rows` since migration 13, swapped in by name).
  */
-async function closeCount(rec: Recorder, stats: Counter, n: number): Promise<void> {
+export async function closeCount(rec: Recorder, stats: Counter, n: number): Promise<void> {
   const set = await closeOnce(stats, n, false);
   const rows = await closeOnce(stats, n, true);
   rec.add({

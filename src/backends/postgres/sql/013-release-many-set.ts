@@ -35,6 +35,9 @@ ALTER FUNCTION ${s}.release_many(text[], text[], text[]) RENAME TO release_many_
 CREATE FUNCTION ${s}.release_many(p_names text[], p_holders text[], p_expects text[])
 RETURNS TABLE (ord bigint, released boolean)
 LANGUAGE plpgsql
+-- The planner guesses the CTEs' sizes far too high and compiled the statement with JIT: 45 ms of
+-- a 10,000-lease batch that runs in about 300 without it.
+SET jit TO off
 AS $fn$
 #variable_conflict use_column
 DECLARE
