@@ -373,7 +373,7 @@ DECLARE
   v_row record;
   v_handed boolean := false;
 BEGIN
-  IF cardinality(p_names) > 1 AND EXISTS (SELECT 1 FROM unnest(p_names) AS n GROUP BY n HAVING count(*) > 1) THEN
+  IF cardinality(p_names) < 10 OR EXISTS (SELECT 1 FROM unnest(p_names) AS n GROUP BY n HAVING count(*) > 1) THEN
     RETURN QUERY SELECT m.ord, m.released FROM SCHEMA.release_many_rows(p_names, p_holders, p_expects) AS m;
     RETURN;
   END IF;
