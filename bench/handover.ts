@@ -235,10 +235,49 @@ async function mysqlFloor(): Promise<{ run: Handover; close(): Promise<void> }> 
   };
 }
 
+/**
+ * PostgreSQL's floor for a handover that survives a crash: the releaser commits (durably) an
+ * UPDATE of the row and a NOTIFY in one round trip, the waiter, listening, reads the row when the
+ * notification arrives. A lease handover cannot cost less: the new holder's token must be on
+ * disk before it acts, and the waiter learns of it by notification, then by reading the row.
+ */
+async function pgCommitNotifyRead(): Promise<{ name: string; run: Handover; close(): Promise<void> }> {
+  const [a, b] = [await advisoryClient(), await advisoryClient()];
+  const schema = uniq('lh_bench_ho').replace(/[^A-Za-z0-9_]/g, '_');
+  const channel = `${schema}_freed`;
+  await a.query(`CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".t (name text PRIMARY KEY, holder text, token bigint NOT NULL); INSERT INTO "${schema}".t VALUES ('x', 'a', 1)`);
+  await Promise.all([a.query(`LISTEN "${channel}"`), b.query(`LISTEN "${channel}"`)]);
+  let [holder, waiter] = [a, b];
+  let who = 'b';
+  return {
+    name: 'durable commit + NOTIFY + read',
+    async run() {
+      const w = waiter;
+      const heard = new Promise<void>((resolve) => w.once('notification', () => resolve()));
+      await sleep(SETTLE_MS);
+      const t0 = performance.now();
+      await holder.query(`BEGIN; UPDATE "${schema}".t SET holder = '${who}', token = token + 1 WHERE name = 'x'; SELECT pg_notify('${channel}', 'x'); COMMIT`);
+      await heard;
+      const r = await w.query(`SELECT holder, token FROM "${schema}".t WHERE name = 'x'`);
+      const ms = performance.now() - t0;
+      if ((r.rows[0] as { holder: string }).holder !== who) throw new Error('the waiter read the row before the commit');
+      [holder, waiter] = [waiter, holder];
+      who = who === 'b' ? 'a' : 'b';
+      return ms;
+    },
+    async close() {
+      await a.query(`DROP SCHEMA "${schema}" CASCADE`).catch(() => undefined);
+      await Promise.all([a.end(), b.end()]);
+    },
+  };
+}
+
 export async function handover(rec: Recorder, kind: StoreKind, count: number): Promise<void> {
   const lh = await leaseholdHandover(kind);
   const peer = await peerHandover(kind);
   const floor = kind === 'mysql' ? await mysqlFloor() : undefined;
+  const pgFloor = kind === 'postgres' ? await pgCommitNotifyRead() : undefined;
+  const floorMs: number[] = [];
   try {
     if (floor !== undefined) {
       // Sampled beside each handover, so the floor sees the same load (the disk's above all).
@@ -257,10 +296,20 @@ export async function handover(rec: Recorder, kind: StoreKind, count: number): P
       });
       return;
     }
-    const [a, b] = await interleave(count, lh.run, peer.run);
+    // The floor runs right after each peer handover, so it is interleaved with leasehold's too.
+    const peerThenFloor = async (): Promise<number> => {
+      const ms = await peer.run();
+      if (pgFloor) floorMs.push(await pgFloor.run());
+      return ms;
+    };
+    const [a, b] = await interleave(count, lh.run, peerThenFloor);
     rec.add({ figure: 'handover', store: kind, label: 'clean handover', unit: 'ms', leasehold: stat(a), baselineName: peer.name, baseline: stat(b) });
+    if (pgFloor) {
+      rec.add({ figure: 'handover', store: kind, label: 'clean handover vs its floor', unit: 'ms', leasehold: stat(a), baselineName: pgFloor.name, baseline: stat(floorMs.slice(1)) });
+    }
   } finally {
     await floor?.close();
+    await pgFloor?.close();
     await peer.close();
     await lh.close();
   }

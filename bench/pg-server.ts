@@ -31,7 +31,7 @@ interface Counter {
   close(): Promise<void>;
 }
 
-async function counter(): Promise<Counter | string> {
+export async function counter(): Promise<Counter | string> {
   const c = new pg.Client({ connectionString: URL_ });
   await c.connect();
   try {
@@ -173,13 +173,46 @@ export async function pgServer(rec: Recorder, counts: number[], samples: number)
 
 /**
  * A Leasehold holding N leases closes: the release statements the server ran (release_many per
- * batch; a `release` per lease would be N), against N, the count before releases were batched.
+ * batch; a `release` per lease would be N), against N, the count before releases were batched;
+ * and their server time, against the same close on a schema whose `release_many` is migration
+ * 7's row-by-row function (kept as `release_many_rows` since migration 13, swapped in by name).
  */
-async function closeCount(rec: Recorder, stats: Counter, n: number): Promise<void> {
+export async function closeCount(rec: Recorder, stats: Counter, n: number): Promise<void> {
+  const set = await closeOnce(stats, n, false);
+  const rows = await closeOnce(stats, n, true);
+  rec.add({
+    figure: 'pg-server',
+    store: 'postgres',
+    label: `close ${n} leases`,
+    unit: 'statements',
+    leasehold: stat([set.statements]),
+    baselineName: 'one release per lease',
+    baseline: stat([n]),
+    extra: { 'server ms': set.ms, 'close wall ms': set.wall, 'batch size': set.batch },
+  });
+  rec.add({
+    figure: 'pg-server',
+    store: 'postgres',
+    label: `close ${n} leases: release server time`,
+    unit: 'ms',
+    leasehold: stat([set.ms]),
+    baselineName: 'row-by-row release_many (migration 7)',
+    baseline: stat([rows.ms]),
+    extra: { 'row-by-row statements': rows.statements, 'row-by-row close wall ms': rows.wall },
+  });
+}
+
+async function closeOnce(stats: Counter, n: number, rowByRow: boolean): Promise<{ statements: number; ms: number; wall: number; batch: number }> {
   const schema = `lh_bench_pgs_${randomBytes(4).toString('hex')}`;
   const store = await PostgresStore.create({ url: URL_, schema });
+  const c = new pg.Client({ connectionString: URL_ });
+  await c.connect();
   try {
     await store.migrate();
+    if (rowByRow) {
+      await c.query(`ALTER FUNCTION "${schema}".release_many(text[], text[], text[]) RENAME TO release_many_set`);
+      await c.query(`ALTER FUNCTION "${schema}".release_many_rows(text[], text[], text[]) RENAME TO release_many`);
+    }
     const lh = new Leasehold({ store });
     await Promise.all(Array.from({ length: n }, (_, i) => lh.lease(`close-${i}`, { ttl: TTL_MS }).acquire()));
     const many = `%"${schema}".release_many(%`;
@@ -189,21 +222,11 @@ async function closeCount(rec: Recorder, stats: Counter, n: number): Promise<voi
     await lh.close();
     const wall = performance.now() - t0;
     const [m1, o1] = [await stats.read(many), await stats.read(one)];
-    const statements = m1.calls - m0.calls + (o1.calls - o0.calls);
-    rec.add({
-      figure: 'pg-server',
-      store: 'postgres',
-      label: `close ${n} leases`,
-      unit: 'statements',
-      leasehold: stat([statements]),
-      baselineName: 'one release per lease',
-      baseline: stat([n]),
-      extra: { 'server ms': m1.ms - m0.ms + (o1.ms - o0.ms), 'close wall ms': wall, 'batch size': store.maxClaimBatch },
-    });
+    const left = await c.query(`SELECT count(*)::int AS n FROM "${schema}".leases WHERE holder IS NOT NULL`);
+    if ((left.rows[0] as { n: number }).n !== 0) throw new Error(`close left ${(left.rows[0] as { n: number }).n} of ${n} leases held`);
+    return { statements: m1.calls - m0.calls + (o1.calls - o0.calls), ms: m1.ms - m0.ms + (o1.ms - o0.ms), wall, batch: store.maxClaimBatch };
   } finally {
     await store.close().catch(() => {});
-    const c = new pg.Client({ connectionString: URL_ });
-    await c.connect();
     await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
     await c.end();
   }

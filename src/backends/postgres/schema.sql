@@ -366,6 +366,86 @@ $function$
 CREATE OR REPLACE FUNCTION SCHEMA.release_many(p_names text[], p_holders text[], p_expects text[])
  RETURNS TABLE(ord bigint, released boolean)
  LANGUAGE plpgsql
+ SET jit TO 'off'
+AS $function$
+#variable_conflict use_column
+DECLARE
+  v_row record;
+  v_handed boolean := false;
+BEGIN
+  IF cardinality(p_names) < 10 OR EXISTS (SELECT 1 FROM unnest(p_names) AS n GROUP BY n HAVING count(*) > 1) THEN
+    RETURN QUERY SELECT m.ord, m.released FROM SCHEMA.release_many_rows(p_names, p_holders, p_expects) AS m;
+    RETURN;
+  END IF;
+  FOR v_row IN
+    WITH r AS MATERIALIZED (
+      SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.ord
+        FROM unnest(p_names, p_holders, p_expects) WITH ORDINALITY AS r(name, holder, expect, ord)
+       ORDER BY r.name
+    ), cur AS MATERIALIZED (
+      SELECT r.ord, r.name, r.holder AS req_holder, c.token, c.ours,
+             c.ours AND c.waiter IS NOT NULL AND c.waiter <> r.holder AND c.waiter_until > now() AS hand,
+             c.waiter, c.waiter_nonce, c.waiter_ttl_ms
+        FROM r, LATERAL (
+          SELECT l.token, coalesce(l.holder = r.holder AND l.nonce = ANY (r.expect), false) AS ours,
+                 l.waiter, l.waiter_nonce, l.waiter_ttl_ms, l.waiter_until
+            FROM SCHEMA.leases AS l
+           WHERE l.name = r.name
+             AND ((l.holder = r.holder AND l.nonce = ANY (r.expect)) OR (l.waiter = r.holder AND l.waiter_nonce = ANY (r.expect)))
+             FOR UPDATE
+        ) AS c
+    ), floor AS MATERIALIZED (
+      -- Once per batch, and only when some row is handed over (an uncorrelated subquery runs once).
+      SELECT SCHEMA.timeline_token_floor() AS f WHERE EXISTS (SELECT 1 FROM cur WHERE cur.hand)
+    ), upd AS (
+      UPDATE SCHEMA.leases AS l
+         SET holder = CASE WHEN c.hand THEN c.waiter WHEN c.ours THEN NULL ELSE l.holder END,
+             nonce = CASE WHEN c.hand THEN c.waiter_nonce WHEN c.ours THEN NULL ELSE l.nonce END,
+             token = CASE WHEN c.hand THEN GREATEST(l.token + 1, (SELECT f FROM floor) + 1) ELSE l.token END,
+             expires_at = CASE WHEN c.hand THEN now() + c.waiter_ttl_ms * interval '1 millisecond'
+                               WHEN c.ours THEN now() ELSE l.expires_at END,
+             term_started_at = CASE WHEN c.hand THEN now() ELSE l.term_started_at END,
+             renewed_at = CASE WHEN c.hand THEN now() ELSE l.renewed_at END,
+             ended_by = CASE WHEN c.hand THEN NULL WHEN c.ours THEN 'released' ELSE l.ended_by END,
+             waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+        FROM cur AS c
+       WHERE l.name = c.name
+      RETURNING l.name, l.token
+    ), hist AS (
+      INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+      SELECT h.name, h.event, h.holder, h.previous_holder, h.token, now(), h.detail
+        FROM (
+          SELECT c.name, 0 AS step, 'released' AS event, NULL::text AS holder, c.req_holder AS previous_holder, c.token, NULL::text AS detail
+            FROM cur AS c WHERE c.ours
+          UNION ALL
+          SELECT c.name, 1, 'acquired', c.waiter, NULL, u.token, 'handed over by the release'
+            FROM cur AS c JOIN upd AS u ON u.name = c.name WHERE c.hand
+        ) AS h
+       ORDER BY h.name, h.step
+    )
+    SELECT r.ord, r.name, coalesce(c.ours, false) AS ours, coalesce(c.hand, false) AS hand
+      FROM r LEFT JOIN cur AS c ON c.ord = r.ord
+     ORDER BY r.name
+  LOOP
+    IF v_row.hand THEN
+      -- The row keeps a holder, so the leases_freed trigger does not fire: notify here.
+      PERFORM pg_notify('leasehold_freed_SCHEMA', v_row.name);
+      v_handed := true;
+    END IF;
+    ord := v_row.ord;
+    released := v_row.ours;
+    RETURN NEXT;
+  END LOOP;
+  IF NOT v_handed THEN
+    -- This transaction only (is_local): see migrations 6 and 7.
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.release_many_rows(p_names text[], p_holders text[], p_expects text[])
+ RETURNS TABLE(ord bigint, released boolean)
+ LANGUAGE plpgsql
 AS $function$
 DECLARE
   v_now timestamptz := now();
