@@ -13,7 +13,7 @@
 // data live under os.tmpdir()/leasehold-etcd/. `stop` only ever kills the pid recorded there,
 // and only after checking that the pid is still that etcd (pids get reused).
 import { spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -34,6 +34,8 @@ const PID_FILE = join(STATE_DIR, 'etcd.pid');
 const USERS_DIR = join(STATE_DIR, 'users');
 // Present while the running etcd was started by ensureEtcd() (a test run), not by `start`.
 const RUN_STARTED = join(STATE_DIR, 'started-by-a-run');
+// Held (created exclusively) by the one run that is starting the etcd.
+const STARTING = join(STATE_DIR, 'starting');
 const LOG_FILE = join(STATE_DIR, 'etcd.log');
 const MEMBER = 'leasehold-test';
 
@@ -214,14 +216,30 @@ export async function ensureEtcd({ log = silent, timeoutMs = 20_000, run = true 
   if (await etcdHealthy()) {
     log(`[etcd] already running at ${ETCD_URL}`);
   } else {
+    // Two runs that start at once both find no etcd: one starts it (holding STARTING, created
+    // exclusively), the other waits for it rather than start a second etcd on the same ports,
+    // data dir and pid file.
+    const lock = takeStartLock(timeoutMs);
     try {
-      await startOwned(log, timeoutMs);
+      if (lock === null) {
+        if (!(await waitForOther(timeoutMs))) throw new Error(`another run has been starting etcd for ${timeoutMs}ms (${STARTING}); remove that file if no run is`);
+        log(`[etcd] another run started it at ${ETCD_URL} at the same time; using that one`);
+      } else if (await etcdHealthy()) {
+        log(`[etcd] already running at ${ETCD_URL}`);
+      } else {
+        await startOwned(log, timeoutMs);
+        if (run) writeFileSync(RUN_STARTED, `${process.pid}\n`);
+        started = true;
+      }
     } catch (err) {
       rmSync(me, { force: true });
       throw err;
+    } finally {
+      if (lock !== null) {
+        closeSync(lock);
+        rmSync(STARTING, { force: true });
+      }
     }
-    if (run) writeFileSync(RUN_STARTED, `${process.pid}\n`);
-    started = true;
   }
   return {
     url: ETCD_URL,
@@ -243,6 +261,35 @@ export async function ensureEtcd({ log = silent, timeoutMs = 20_000, run = true 
       if (started || existsSync(RUN_STARTED)) await stopEtcd({ log });
     },
   };
+}
+
+/** The start lock's fd, or null when another run holds it (one left by a run killed while starting is taken over). */
+function takeStartLock(timeoutMs) {
+  for (let i = 0; i < 2; i++) {
+    try {
+      return openSync(STARTING, 'wx');
+    } catch {
+      let age = 0;
+      try {
+        age = Date.now() - statSync(STARTING).mtimeMs;
+      } catch {
+        continue; // gone meanwhile: try again
+      }
+      if (age < timeoutMs + 5000) return null;
+      rmSync(STARTING, { force: true });
+    }
+  }
+  return null;
+}
+
+/** True once an etcd answers within `timeoutMs` (one another run is starting). */
+async function waitForOther(timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await etcdHealthy(500)) return true;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return false;
 }
 
 /** Live users of the etcd other than those removed (a file whose pid is gone is a crashed run's: removed). */

@@ -52,3 +52,13 @@ void test("a crashed run's registration (its pid is gone) does not keep the etcd
   await run.stop();
   assert.equal(await svc.etcdHealthy(500), false, 'a registration whose process is gone kept the etcd running');
 });
+
+void test('two runs starting at once: one starts the etcd, the other waits for it and uses it', async () => {
+  const [a, b] = await Promise.all([svc.ensureEtcd({ timeoutMs: 30_000 }), svc.ensureEtcd({ timeoutMs: 30_000 })]);
+  assert.deepEqual([a.started, b.started].sort(), [false, true], 'exactly one of the two runs started it');
+  assert.equal(await svc.etcdHealthy(2000), true);
+  await a.stop();
+  assert.equal(await svc.etcdHealthy(2000), true, 'stopped under the other run');
+  await b.stop();
+  assert.equal(await svc.etcdHealthy(500), false);
+});

@@ -120,6 +120,7 @@ for (const kind of (['redis', 'etcd', 'mysql'] as const).filter((k) => selectedS
         const ran = sb.read(`cron-${kind}.log`).trim().split('\n');
         assert.equal(new Set(ran).size, ran.length, `a slot ran twice: ${ran.join(', ')}`);
         const h = await sb.run(['cron', 'history', 'tick', '--json', '--store', ts.url]);
+        assert.equal(h.code, 0, `cron history: ${h.stderr}`);
         const rows = JSON.parse(h.stdout) as { slot: string; status: string }[];
         assert.equal(new Set(rows.map((r) => r.slot)).size, rows.length);
         for (const slot of ran) assert.equal(rows.find((r) => r.slot === slot)?.status, 'succeeded', `${slot}: ${JSON.stringify(rows)}`);

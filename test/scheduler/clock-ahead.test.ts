@@ -16,8 +16,11 @@ const sb = new Sandbox('cron-ahead');
 after(() => sb.cleanup());
 const faketime = findFaketime();
 const AHEAD_S = 30;
-// Real-time bounds below (20 s) are for node start-up under load plus the 3 s TTL's takeover and
-// a 2 s slot; none is a speed claim.
+// TTL 6 s: nothing here waits for an expiry unless the killed replica held a slot's term, and in
+// CI (load 10+) the fast replica, slowed further by libfaketime, went 2.7 s without a renewal
+// answered and rightly stood down from two terms under a 3 s TTL (ttl - margin). Real-time bounds
+// below (20 s) are node start-up under load plus a takeover within the 6 s TTL and a 2 s slot;
+// none is a speed claim.
 
 interface Row {
   slot: string;
@@ -48,14 +51,14 @@ for (const kind of (['etcd', 'postgres', 'redis'] as StoreKind[]).filter((k) => 
         const log = sb.path(`ahead-${kind}.log`);
         const job = (who: string): string => sb.script(`ahead-${kind}-${who}.sh`, `echo "${who} $LEASEHOLD_SLOT" >> ${log}`);
         const lines = (): string[] => (existsSync(log) ? sb.read(`ahead-${kind}.log`).trim().split('\n') : []);
-        const args = (who: string): string[] => ['cron', '--name', 'tick', '--every', '2s', '--ttl', '3s', '--store', ts.url, '--', job(who)];
+        const args = (who: string): string[] => ['cron', '--name', 'tick', '--every', '2s', '--ttl', '6s', '--store', ts.url, '--', job(who)];
         if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', ts.url])).code, 0);
         const right = sb.start(args('right'));
         await until('the right-clock replica ran two slots', () => lines().filter((l) => l.startsWith('right')).length >= 2, 20_000);
         const ahead = sb.start(args('ahead'), { LD_PRELOAD: faketime, FAKETIME: `+${AHEAD_S}s`, FAKETIME_DONT_FAKE_MONOTONIC: '1' });
         right.proc.kill('SIGKILL');
         await right.done;
-        // Takeover within the 3 s TTL, then its first slot.
+        // Takeover within the 6 s TTL, then its first slot.
         await until('the fast replica ran a slot', () => lines().some((l) => l.startsWith('ahead')), 20_000).catch((e: Error) => {
           throw new Error(`${e.message}\nlog:\n${lines().join('\n')}\nstderr of the fast replica:\n${ahead.stderr}\nstderr of the killed one:\n${right.stderr}`);
         });
