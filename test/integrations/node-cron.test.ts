@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
-import { checkEverySlotOnce, hasFaketime, ledgerRows, readRuns, startReplica, until, type Replica } from './replicas.js';
+import { checkEverySlotOnce, hasFaketime, justifiedOverlaps, ledgerRows, readRuns, startReplica, until, type Replica } from './replicas.js';
 
 const TTL_MS = 2000;
 const JOB_MS = 400;
@@ -76,13 +76,23 @@ void describe('node-cron with leaseholdCoordinator', { concurrency: true }, () =
       // The unled slots: at most the TTL's worth (and the next leader's first slot) plus one.
       const unled = skipped.filter((r) => /while no replica led/.test(r.reason ?? ''));
       assert.ok(unled.length <= TTL_MS / 1000 + 2, `${unled.length} slots fired while no replica led`);
+      // One job at a time: a fire while the leader's previous job still ran is recorded overlap.
+      // It is correct when that job really was running (its claim and completion, by the store's
+      // clock, either side of the skip): on a loaded machine a 400 ms job and its two ledger
+      // writes can outlast the 1 s period, and fires queued behind a new term's takeover resume
+      // together. An overlap with no such job is a lost slot.
+      const { justified: overlaps } = justifiedOverlaps(rows);
       // None missed while a replica led: every other skipped row is the killed slot.
-      const other = skipped.filter((r) => r.key !== running.slot && !unled.includes(r));
-      assert.deepEqual(other.map((r) => [r.key, r.reason]), [], 'slots skipped while a replica led');
+      const other = skipped.filter((r) => r.key !== running.slot && !unled.includes(r) && !overlaps.includes(r));
+      assert.deepEqual(
+        other.map((r) => [r.key, r.reason]),
+        [],
+        `slots skipped while a replica led: ${rows.map((r) => `${r.key.slice(11, 19)} ${r.status} ${r.holder?.slice(0, 8) ?? ''} ${r.startedAtMs}-${r.endedAtMs} ${(r.reason ?? '').slice(0, 20)}`).join(' | ')}`,
+      );
       // Slots the killed process started never reached "end": the only unfinished start.
       const unfinished = runs.filter((r) => r.what === 'start' && !runs.some((e) => e.what === 'end' && e.slot === r.slot));
       assert.deepEqual(unfinished.map((r) => r.slot), [running.slot]);
-      process.stdout.write(`# node-cron on ${kind}, ${count} replicas: ${rows.length} slots, ${succeeded} ran once, 0 twice, ${skipped.length} recorded skipped (${unled.length} unled, 1 interrupted); clock offset ${hasFaketime() ? 'on' : 'off (no libfaketime)'}\n`);
+      process.stdout.write(`# node-cron on ${kind}, ${count} replicas: ${rows.length} slots, ${succeeded} ran once, 0 twice, ${skipped.length} recorded skipped (${unled.length} unled, 1 interrupted, ${overlaps.length} overlap while a job ran); clock offset ${hasFaketime() ? 'on' : 'off (no libfaketime)'}\n`);
     });
   }
 });

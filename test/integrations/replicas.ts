@@ -101,3 +101,29 @@ export function checkEverySlotOnce(rows: SlotRecord[], runs: Run[], periodMs: nu
   for (const r of rows.filter((x) => x.status === 'succeeded')) assert.ok(starts.has(r.key), `slot ${r.key} succeeded in the ledger but never reached the resource`);
   return { succeeded: rows.filter((r) => r.status === 'succeeded').length, skipped: rows.filter((r) => r.status === 'skipped'), twice };
 }
+
+/**
+ * The overlap rows that are what they say: recorded (by the store's clock) while a run of an
+ * earlier slot by the same holder was between its claim and its completion. One job at a time
+ * makes such a skip correct whenever a job, with its two ledger writes, outlasts the period
+ * (a loaded machine), or when fires queued behind a new term's takeover resume together; an
+ * overlap row with no such run is a slot lost while a replica led.
+ */
+export function justifiedOverlaps(rows: SlotRecord[]): { justified: SlotRecord[]; unjustified: SlotRecord[] } {
+  const overlaps = rows.filter((r) => r.status === 'skipped' && /^overlap/.test(r.reason ?? ''));
+  const justified = overlaps.filter((o) =>
+    rows.some(
+      (r) =>
+        r !== o &&
+        r.holder === o.holder &&
+        r.status === 'succeeded' &&
+        r.slotAtMs! < o.slotAtMs! &&
+        r.startedAtMs !== null &&
+        r.endedAtMs !== null &&
+        o.startedAtMs !== null &&
+        r.startedAtMs <= o.startedAtMs &&
+        o.startedAtMs <= r.endedAtMs,
+    ),
+  );
+  return { justified, unjustified: overlaps.filter((o) => !justified.includes(o)) };
+}
