@@ -5,13 +5,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { selectedStores } from '../helpers/stores.js';
+import { TABLE_END, TABLE_START } from '../../bench/table.js';
 
 const runJs = fileURLToPath(new URL('../../bench/run.js', import.meta.url));
+const benchDocs = fileURLToPath(new URL('../../../scripts/bench-docs.mjs', import.meta.url));
 
 // MySQL's clean handover waits out the lease's 30 s TTL (three times: a warm-up and two samples)
 // until its follower wake-up lands; the other stores finish in seconds.
@@ -41,6 +43,17 @@ void test('bench --smoke runs every figure on the selected stores and writes JSO
     }
     for (const x of out.results) assert.ok(x.leasehold.n > 0 && x.baseline.n > 0, `${x.figure} ${x.store} has no samples`);
     assert.match(readFileSync(join(dir, 'out.svg'), 'utf8'), /^<svg[^>]*>[\s\S]*<\/svg>\n$/);
+    // docs/benchmarks.md's table is written from such a run (npm run bench:docs): one row per
+    // figure, what was skipped with its reason, and nothing outside the markers touched.
+    const doc = join(dir, 'doc.md');
+    writeFileSync(doc, `# before\n${TABLE_START}\nold table\n${TABLE_END}\nafter\n`);
+    const d = spawnSync(process.execPath, [benchDocs, '--from', json, '--doc', doc], { encoding: 'utf8' });
+    assert.equal(d.status, 0, d.stderr);
+    const written = readFileSync(doc, 'utf8');
+    assert.ok(written.startsWith(`# before\n${TABLE_START}\n`) && written.endsWith(`${TABLE_END}\nafter\n`), written);
+    assert.doesNotMatch(written, /old table/);
+    assert.equal(written.split('\n').filter((l) => /^\| (?!figure|---)/.test(l)).length, out.results.length);
+    for (const s of out.skipped) assert.ok(written.includes(`- ${s.figure} on `), `skipped ${s.figure} on ${s.store} not listed`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
