@@ -83,7 +83,7 @@ export async function releaseBatch(ctx: ReleaseContext, requests: readonly Relea
       schemaOk(k, read);
       // undefined: changed between the read and the write, released on its own below.
       const out: (boolean | undefined)[] = part.map(() => false);
-      const writes: { i: number; name: string; holder: string; op: EtcdRequestOp }[] = [];
+      const writes: { i: number; name: string; holder: string; endedId: string; op: EtcdRequestOp }[] = [];
       const atMs = ctx.wallNow();
       part.forEach((req, i) => {
         const termKv = first(read.responses[2 * i]);
@@ -96,22 +96,37 @@ export async function releaseBatch(ctx: ReleaseContext, requests: readonly Relea
         const rev = String(termKv.create_revision);
         const ours = term.holder === req.holder && (req.expect.includes(term.nonce) || (held !== undefined && held.rev === rev && req.expect.includes(held.nonce)));
         if (!ours) return;
-        const w = endWrite(k, atMs, req.name, termKv, stateKv, term, parseState(stateKv), 'released', null, newNonce());
-        writes.push({ i, name: req.name, holder: term.holder, op: { request_txn: { compare: w.compare, success: w.ops, failure: [] } } });
+        const endedId = newNonce();
+        const w = endWrite(k, atMs, req.name, termKv, stateKv, term, parseState(stateKv), 'released', null, endedId);
+        writes.push({ i, name: req.name, holder: term.holder, endedId, op: { request_txn: { compare: w.compare, success: w.ops, failure: [] } } });
       });
       if (writes.length > 0) {
         const write = await ctx.txn(guarded(k, writes.map((w) => w.op)), 'release');
         schemaOk(k, write);
         const revision = write.header?.revision ?? '0';
+        const released = (w: (typeof writes)[number], rev: string): void => {
+          ctx.sessions.forget(w.name);
+          ctx.seen.set(w.name, { rev, holder: w.holder, ended: true });
+          out[w.i] = true;
+        };
+        const failed: typeof writes = [];
         writes.forEach((w, j) => {
-          if (write.responses[j]?.response_txn?.succeeded === true) {
-            ctx.sessions.forget(w.name);
-            ctx.seen.set(w.name, { rev: revision, holder: w.holder, ended: true });
-            out[w.i] = true;
-          } else {
-            out[w.i] = undefined;
-          }
+          if (write.responses[j]?.response_txn?.succeeded === true) released(w, revision);
+          else failed.push(w);
         });
+        // A write whose answer was lost and that the pool sent again (members.ts) lands once:
+        // the retry's compares then fail on our own delete. The state key names the write that
+        // ended the term (endedId, fresh per lease), so one read tells ours from anyone else's;
+        // the rest changed under the batch and are released on their own.
+        if (failed.length > 0) {
+          const check = await ctx.txn(guarded(k, failed.map((w) => rangeOf(k.state(w.name)))), 'release');
+          schemaOk(k, check);
+          failed.forEach((w, j) => {
+            const stateKv = first(check.responses[j]);
+            if (parseState(stateKv)?.endedId === w.endedId) released(w, String(stateKv!.mod_revision));
+            else out[w.i] = undefined;
+          });
+        }
       }
       return Promise.all(part.map((req, i) => (out[i] === undefined ? ctx.releaseOne(req) : Promise.resolve(out[i]!))));
     }),
