@@ -187,8 +187,11 @@ export class MysqlStore implements LeaseStore {
     );
   }
 
-  /** The server's max_allowed_packet, once a session has read it (./packet.ts). */
-  private get maxPacket(): number {
+  /**
+   * The server's max_allowed_packet, once a session has read it (./packet.ts).
+   * @internal the store's batches and the slot ledger's.
+   */
+  get maxPacket(): number {
     return this.connector.server?.maxPacket ?? DEFAULT_MAX_PACKET;
   }
 
