@@ -10,7 +10,7 @@ import type { MysqlStore } from './store.js';
 export const LOCK_RETRY_BUDGET_MS = 5000;
 
 /** One round trip of a batch: several `;`-separated statements and their values. */
-export interface BatchPart {
+interface BatchPart {
   sql: string;
   values: unknown[];
 }

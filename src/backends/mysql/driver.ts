@@ -68,7 +68,7 @@ export function sessionSetupSql(options: Pick<MysqlPoolOptions, 'lockWaitSeconds
  * they reach the pool (each once had its own copy, and verify-ca's skipped name check and the
  * store's connectTimeoutMs option reached only the pool).
  */
-export function connectionConfig(t: MysqlTarget, host: string, port: number, connectTimeoutMs: number): Record<string, unknown> {
+function connectionConfig(t: MysqlTarget, host: string, port: number, connectTimeoutMs: number): Record<string, unknown> {
   const ssl =
     t.ssl === undefined
       ? undefined
