@@ -1,8 +1,10 @@
 /**
  * A statement larger than the server's max_allowed_packet (error 1153) reaches the caller as a
- * ConfigError that names the setting (src/backends/mysql/errors.ts), not as "check the schema";
- * and the slot ledger's skip of a long backlog, larger than one packet, is cut into round trips
- * of one transaction (src/backends/mysql/slots.ts) rather than refused.
+ * ConfigError that names the setting (src/backends/mysql/errors.ts), not as "check the schema"
+ * nor as the reset connection a server that stops reading shows (refused before it is sent,
+ * src/backends/mysql/driver.ts `fits`); and the slot ledger's skip of a long backlog, larger
+ * than one packet, is cut into round trips of one transaction (src/backends/mysql/slots.ts)
+ * rather than refused.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -29,7 +31,7 @@ void describe('MySQL store: a packet too large', { skip }, () => {
     await t?.cleanup();
   });
 
-  void it('is a ConfigError that says max_allowed_packet, with the server error as its cause', async (ctx) => {
+  void it('is a ConfigError that says max_allowed_packet, with error 1153 as its cause', async (ctx) => {
     const rows = (await store.q('SELECT @@max_allowed_packet AS mp')) as { mp: string }[];
     const max = Number(rows[0]!.mp);
     if (max + 1024 > MAX_SENT) {
@@ -56,7 +58,7 @@ const mysqlPromise = (): { createConnection(uri: string): Promise<Conn> } => cre
 const SMALL_PACKET_PORT = Number(process.env['LEASEHOLD_TEST_MYSQL_PACKET_PORT'] ?? 3318);
 const noServer = skip === false ? await whyNoPrivateMariadb() : undefined;
 
-void describe('MySQL slot ledger: a skip larger than one packet', { skip: skip !== false ? skip : (noServer ?? false) }, () => {
+void describe('MySQL on a server whose max_allowed_packet is 4 MiB', { skip: skip !== false ? skip : (noServer ?? false) }, () => {
   let server: PrivateMariadb | undefined;
   before(async () => {
     // MySQL 5.7's default, the smallest in use: 100,000 slots of JSON do not fit it.
@@ -64,6 +66,27 @@ void describe('MySQL slot ledger: a skip larger than one packet', { skip: skip !
   });
   after(() => {
     server?.stop();
+  });
+
+  void it('a statement over the 4 MiB limit is the ConfigError that says max_allowed_packet, not a reset connection read as "retryable"', async () => {
+    // MariaDB closes the connection on reading the packet's length: mysql2, still writing, saw
+    // ECONNRESET (a StoreUnavailableError, retried in vain) for every size tried over the limit.
+    const store = (await openStore(server!.url)) as MysqlStore;
+    try {
+      for (const n of [4 * 1024 * 1024 + 1024, 8 * 1024 * 1024]) {
+        const err = await store.q('SELECT LENGTH(?) AS n', ['x'.repeat(n)]).then(
+          () => assert.fail(`the server took a ${n}-byte value over its 4 MiB max_allowed_packet`),
+          (e: unknown) => e,
+        );
+        assert.ok(err instanceof ConfigError, `${n} bytes: a ConfigError, not ${String(err)}`);
+        assert.match(err.message, /max_allowed_packet/);
+      }
+      // Just under the limit still goes.
+      const rows = (await store.q('SELECT LENGTH(?) AS n', ['x'.repeat(4 * 1024 * 1024 - 1024)])) as { n: string | number }[];
+      assert.equal(Number(rows[0]!.n), 4 * 1024 * 1024 - 1024);
+    } finally {
+      await store.close();
+    }
   });
 
   void it('100,000 missed slots under a 4 MiB max_allowed_packet are all recorded skipped, in one transaction (all or none)', { timeout: 120_000 }, async () => {

@@ -58,6 +58,7 @@ export async function runBatch(
         // An abort between parts has no statement to KILL: stop here. With an errno the session
         // counts as intact, so the catch below rolls the transaction back and keeps the connection.
         if (i > 0 && aborted()) throw Object.assign(new Error('aborted between the parts of a batch'), { errno: 0 });
+        await store.connector.fits(conn, part.sql, part.values);
         const one = (await run(conn, part.sql, part.values, store.connector.timeoutMs)) as unknown[];
         if (parts.length === 1) return release(conn, one);
         r.push(...one);

@@ -7,6 +7,7 @@
 import { createRequire } from 'node:module';
 import { ConfigError, StoreUnavailableError } from '../../core/errors.js';
 import { mapMysqlError } from './errors.js';
+import { DEFAULT_MAX_PACKET, inlinedBound } from './packet.js';
 import type { MysqlTarget } from './url.js';
 
 /** The parts of mysql2's callback API leasehold uses. */
@@ -23,6 +24,8 @@ interface MysqlPoolLike {
 interface Mysql2Module {
   createPool(config: Record<string, unknown>): MysqlPoolLike;
   createConnection(config: Record<string, unknown>): unknown;
+  /** How mysql2 inlines values client-side (its `query` sends the result). */
+  format?(sql: string, values: unknown): string;
 }
 
 export function loadMysql2(): Mysql2Module {
@@ -236,6 +239,7 @@ export class MysqlConnector {
   async query(sql: string, values?: unknown): Promise<unknown> {
     const conn = await this.connection();
     try {
+      await this.fits(conn, sql, values);
       const r = await run(conn, sql, values, this.options.queryTimeoutMs);
       conn.release();
       return r;
@@ -245,6 +249,30 @@ export class MysqlConnector {
       this.failed(err);
       throw err;
     }
+  }
+
+  /**
+   * Refuses, before it is sent, a statement larger than the server's max_allowed_packet. Sent, it
+   * is answered with error 1153 only when the server's answer arrives before the client is done
+   * writing: MariaDB closes the connection on reading the packet's length, and mysql2, still
+   * writing, reports ECONNRESET, which reads as an unavailable server and is retried in vain (every
+   * statement over 4 MiB on a 4 MiB server here). Rejects with an error mapMysqlError takes as 1153.
+   * @internal the connector's queries and ./batch.ts.
+   */
+  async fits(conn: MysqlConnectionLike, sql: string, values: unknown): Promise<void> {
+    const bound = inlinedBound(sql, values);
+    if (bound <= DEFAULT_MAX_PACKET) return; // every server in use takes this much
+    // A new session's setup (which reads the limit) is queued ahead of anything sent on it.
+    if (this.server === undefined) await run(conn, 'DO 1', undefined, this.options.queryTimeoutMs);
+    const max = this.server?.maxPacket;
+    if (max === undefined || bound <= max) return;
+    const size = this.mysql.format === undefined ? bound : Buffer.byteLength(this.mysql.format(sql, values), 'utf8');
+    // The packet carries one command byte before the statement.
+    if (size + 1 <= max) return;
+    throw Object.assign(new Error(`the statement is ${size + 1} bytes once its values are inlined; the server's max_allowed_packet is ${max}`), {
+      errno: 1153,
+      code: 'ER_NET_PACKET_TOO_LARGE',
+    });
   }
 
   /** After an error that says this host cannot serve: the next call tries the next host. */
