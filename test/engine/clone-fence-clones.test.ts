@@ -23,8 +23,9 @@ const note = (line: string): void => {
   process.stdout.write(`# ${line}\n`);
 };
 
-const stores = selectedStores().filter((k) => k === 'postgres' || k === 'sqlite');
-if (stores.length === 0) note('clone-fence: neither postgres nor sqlite selected in LEASEHOLD_TEST_STORES; nothing to run');
+// The stores whose fence checks the lease row in the write's own transaction.
+const stores = selectedStores().filter((k) => k === 'postgres' || k === 'sqlite' || k === 'mysql');
+if (stores.length === 0) note('clone-fence: none of postgres, sqlite, mysql selected in LEASEHOLD_TEST_STORES; nothing to run');
 
 for (const kind of stores) {
   void describe(`same-database fenced writes by two restores of one term on ${kind}`, () => {

@@ -3,7 +3,8 @@
  * itself for a clone. Many fenced transactions at once (a pool), renewals every ttl/3 in
  * between, user transactions that roll back, a COMMIT that fails: the term survives, every
  * write that said "accepted" is there. And the fence with `term` does not let a term the store
- * has ended write, and refuses a term whose lease lives somewhere else.
+ * has ended write, and refuses a term whose lease lives somewhere else. On PostgreSQL, SQLite
+ * and MySQL/MariaDB: the stores whose fence can check the lease row in the write's transaction.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,17 +12,29 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createRequire } from 'node:module';
 // The driver leasehold chose for this Node (node:sqlite on 22/24, better-sqlite3 on 20).
 import { loadSqliteDriver } from '../../src/backends/sqlite/driver.js';
 import pg from 'pg';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { ConfigError, LeaseLostError } from '../../src/core/errors.js';
 import type { Term } from '../../src/core/lease.js';
-import { fencedTransaction, fencedWriteSync } from '../../src/fence/index.js';
+import { fencedMysqlTransaction, fencedTransaction, fencedWriteSync } from '../../src/fence/index.js';
 import { parseSqliteUrl } from '../../src/backends/sqlite/url.js';
 import { openStore } from '../../src/backends/index.js';
 import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { prepareResource } from '../fixtures/fenced-resource.js';
+
+interface MysqlPool {
+  query(sql: string, values?: unknown[]): Promise<[unknown, unknown]>;
+  getConnection(): Promise<{ query(sql: string, values?: unknown[]): Promise<[unknown, unknown]>; release(): void }>;
+  end(): Promise<void>;
+}
+/** A mysql2/promise pool on the lease store's own database. */
+function mysqlPool(url: string, connectionLimit: number): MysqlPool {
+  const mysql = createRequire(import.meta.url)('mysql2/promise') as { createPool(o: { uri: string; connectionLimit: number }): MysqlPool };
+  return mysql.createPool({ uri: url.replace(/^mariadb:/, 'mysql:'), connectionLimit });
+}
 
 const uniq = (p: string): string => `${p}-${randomBytes(4).toString('hex')}`;
 const note = (line: string): void => {
@@ -55,6 +68,23 @@ async function openResource(t: TestStore, poolSize: number): Promise<Resource> {
       },
     };
   }
+  if (t.kind === 'mysql') {
+    const pool = mysqlPool(t.url, poolSize);
+    return {
+      async write(term, resource, writer, fail) {
+        await fencedMysqlTransaction(pool, { resource, term }, async (tx) => {
+          await tx.query('INSERT INTO writes (resource, token, writer) VALUES (?, ?, ?)', [resource, term.token.toString(), writer]);
+          if (fail === 'in-fn') throw new Error('the work failed');
+          // No deferred constraints on MySQL: a COMMIT that fails is PostgreSQL's case only.
+        });
+      },
+      async count(writer) {
+        const [rows] = await pool.query('SELECT count(*) AS n FROM writes WHERE writer = ?', [writer]);
+        return Number((rows as { n: number | string }[])[0]!.n);
+      },
+      close: () => pool.end(),
+    };
+  }
   const u = new URL(t.url);
   const schema = u.searchParams.get('schema')!;
   u.searchParams.delete('schema');
@@ -78,7 +108,7 @@ async function openResource(t: TestStore, poolSize: number): Promise<Resource> {
   };
 }
 
-const stores = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite');
+const stores = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite' || k === 'mysql');
 
 for (const kind of stores) {
   void describe(`same-database fenced writes by one leader on ${kind}`, () => {
@@ -185,12 +215,15 @@ for (const kind of stores) {
 void describe('same-database fenced writes: a term whose lease lives elsewhere', () => {
   let dir: string;
   let pgStore: TestStore | undefined;
+  let mysqlStore: TestStore | undefined;
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'lh-fence-elsewhere-'));
     if (selectedStores().includes('postgres')) pgStore = await makeTestStore('postgres');
+    if (selectedStores().includes('mysql')) mysqlStore = await makeTestStore('mysql');
   });
   after(async () => {
     await pgStore?.cleanup();
+    await mysqlStore?.cleanup();
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -206,6 +239,17 @@ void describe('same-database fenced writes: a term whose lease lives elsewhere',
         );
       } finally {
         other.close();
+      }
+      if (mysqlStore !== undefined) {
+        const pool = mysqlPool(mysqlStore.url, 1);
+        try {
+          await assert.rejects(
+            fencedMysqlTransaction(pool, { resource: 'r', term }, () => Promise.resolve()),
+            (err: unknown) => err instanceof ConfigError && /pass `token` only/.test(err.message),
+          );
+        } finally {
+          await pool.end();
+        }
       }
       if (pgStore !== undefined) {
         const u = new URL(pgStore.url);

@@ -1,11 +1,13 @@
 /**
  * The scenarios the lease exists for, with real processes and real stores: a leader frozen past
- * its TTL, a store that goes away under a leader. PostgreSQL and SQLite (the foundation stores).
+ * its TTL, a store that goes away under a leader. PostgreSQL and SQLite (the foundation stores),
+ * and MySQL/MariaDB.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
 import { randomBytes } from 'node:crypto';
 // The driver leasehold chose for this Node (node:sqlite on 22/24, better-sqlite3 on 20).
 import { loadSqliteDriver } from '../../src/backends/sqlite/driver.js';
@@ -14,7 +16,7 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import { LeaseLostError, NotLeaderError } from '../../src/core/errors.js';
 import { openStore } from '../../src/backends/index.js';
 import { parseSqliteUrl } from '../../src/backends/sqlite/url.js';
-import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, TEST_MYSQL_URL, TEST_PG_URL, type StoreKind, type TestStore } from '../helpers/stores.js';
 import { TcpProxy } from '../helpers/proxy.js';
 import { fencedWrite as fencedInsert, prepareResource } from '../fixtures/fenced-resource.js';
 
@@ -60,6 +62,18 @@ async function writesOf(t: TestStore, resource: string): Promise<{ token: bigint
       db.close();
     }
   }
+  if (t.kind === 'mysql') {
+    const mysql = createRequire(import.meta.url)('mysql2/promise') as {
+      createConnection(o: { uri: string; supportBigNumbers: boolean; bigNumberStrings: boolean }): Promise<{ query(sql: string, v: unknown[]): Promise<[unknown]>; end(): Promise<void> }>;
+    };
+    const c = await mysql.createConnection({ uri: t.url.replace(/^mariadb:/, 'mysql:'), supportBigNumbers: true, bigNumberStrings: true });
+    try {
+      const [rows] = await c.query('SELECT token, writer FROM writes WHERE resource = ? ORDER BY id', [resource]);
+      return (rows as { token: string; writer: string }[]).map((row) => ({ token: BigInt(row.token), writer: row.writer }));
+    } finally {
+      await c.end();
+    }
+  }
   const schema = new URL(t.url).searchParams.get('schema')!;
   const c = new pg.Client({ connectionString: TEST_PG_URL });
   await c.connect();
@@ -71,7 +85,7 @@ async function writesOf(t: TestStore, resource: string): Promise<{ token: bigint
   }
 }
 
-const kinds = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite');
+const kinds = selectedStores().filter((k): k is StoreKind => k === 'postgres' || k === 'sqlite' || k === 'mysql');
 for (const kind of kinds) {
   void describe(`engine on ${kind}: pauses and failures`, () => {
     let t: TestStore;
@@ -132,61 +146,63 @@ for (const kind of kinds) {
   });
 }
 
-void describe('engine on postgres: the store goes away under a leader', { skip: !kinds.includes('postgres') && 'postgres not selected' }, () => {
-  let t: TestStore;
-  let proxy: TcpProxy;
-  before(async () => {
-    t = await makeTestStore('postgres');
-    const target = new URL(TEST_PG_URL);
-    proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
-  });
-  after(async () => {
-    await proxy?.stop();
-    await t?.cleanup();
-  });
-
-  for (const mode of ['blackhole', 'reset'] as const) {
-    void it(`renewals that cannot reach the store (${mode}) stand down before the store-side expiry`, async () => {
-      proxy.setMode('pass');
-      const name = uniq(`cut-${mode}`);
-      const viaProxy = new URL(t.url);
-      viaProxy.port = String(proxy.port);
-      const store = await openStore(viaProxy.toString());
-      const lh = new Leasehold({ store, closeStore: true });
-      const lease = lh.lease(name, { ttl: 2000 });
-      try {
-        const term = await lease.acquire({ wait: false });
-        await new Promise<void>((r) => lease.once('renewed', () => r()));
-        let tokenDuringJeopardy: unknown;
-        const jeopardy = new Promise<void>((r) =>
-          lease.once('jeopardy', () => {
-            try {
-              tokenDuringJeopardy = lease.token;
-            } catch (err) {
-              tokenDuringJeopardy = err;
-            }
-            r();
-          }),
-        );
-        const lostAt = new Promise<number>((r) => lease.once('lost', () => r(performance.now())));
-        proxy.setMode(mode);
-        await jeopardy;
-        assert.ok(tokenDuringJeopardy instanceof NotLeaderError, 'no token is handed out while a renewal is unanswered');
-        await lostAt;
-        // Ask the store directly (not through the proxy): it must still think the term is live.
-        const [info] = await t.store.list({ name });
-        assert.ok(info !== undefined && info.expiresAtMs !== null);
-        const remaining = info.expiresAtMs - info.storeNowMs;
-        assert.ok(remaining > 0, `stood down ${remaining}ms after the store-side expiry`);
-        assert.ok(term.signal.aborted);
-        const reason = term.signal.reason as LeaseLostError;
-        assert.equal(reason.reason, 'store-unreachable');
-        assert.equal(lease.isLeader, false);
-        process.stdout.write(`# ${mode}: stood down ${remaining.toFixed(0)}ms before the store-side expiry\n`);
-      } finally {
-        proxy.setMode('reset');
-        await lh.close();
-      }
+for (const kind of kinds.filter((k) => k === 'postgres' || k === 'mysql')) {
+  void describe(`engine on ${kind}: the store goes away under a leader`, () => {
+    let t: TestStore;
+    let proxy: TcpProxy;
+    before(async () => {
+      t = await makeTestStore(kind);
+      const target = new URL(kind === 'postgres' ? TEST_PG_URL : TEST_MYSQL_URL);
+      proxy = await new TcpProxy(target.hostname, Number(target.port || (kind === 'postgres' ? 5432 : 3306))).start();
     });
-  }
-});
+    after(async () => {
+      await proxy?.stop();
+      await t?.cleanup();
+    });
+
+    for (const mode of ['blackhole', 'reset'] as const) {
+      void it(`renewals that cannot reach the store (${mode}) stand down before the store-side expiry`, async () => {
+        proxy.setMode('pass');
+        const name = uniq(`cut-${mode}`);
+        const viaProxy = new URL(t.url);
+        viaProxy.port = String(proxy.port);
+        const store = await openStore(viaProxy.toString());
+        const lh = new Leasehold({ store, closeStore: true });
+        const lease = lh.lease(name, { ttl: 2000 });
+        try {
+          const term = await lease.acquire({ wait: false });
+          await new Promise<void>((r) => lease.once('renewed', () => r()));
+          let tokenDuringJeopardy: unknown;
+          const jeopardy = new Promise<void>((r) =>
+            lease.once('jeopardy', () => {
+              try {
+                tokenDuringJeopardy = lease.token;
+              } catch (err) {
+                tokenDuringJeopardy = err;
+              }
+              r();
+            }),
+          );
+          const lostAt = new Promise<number>((r) => lease.once('lost', () => r(performance.now())));
+          proxy.setMode(mode);
+          await jeopardy;
+          assert.ok(tokenDuringJeopardy instanceof NotLeaderError, 'no token is handed out while a renewal is unanswered');
+          await lostAt;
+          // Ask the store directly (not through the proxy): it must still think the term is live.
+          const [info] = await t.store.list({ name });
+          assert.ok(info !== undefined && info.expiresAtMs !== null);
+          const remaining = info.expiresAtMs - info.storeNowMs;
+          assert.ok(remaining > 0, `stood down ${remaining}ms after the store-side expiry`);
+          assert.ok(term.signal.aborted);
+          const reason = term.signal.reason as LeaseLostError;
+          assert.equal(reason.reason, 'store-unreachable');
+          assert.equal(lease.isLeader, false);
+          process.stdout.write(`# ${mode}: stood down ${remaining.toFixed(0)}ms before the store-side expiry\n`);
+        } finally {
+          proxy.setMode('reset');
+          await lh.close();
+        }
+      });
+    }
+  });
+}

@@ -15,7 +15,8 @@ import { randomBytes } from 'node:crypto';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { LeaseLostError, LivenessError } from '../../src/core/errors.js';
 import { openStore } from '../../src/backends/index.js';
-import { mysqlGiveUpMs, SESSION_ENDED_DETAIL } from '../../src/backends/mysql/session.js';
+import { mysqlGiveUpMs, SESSION_ENDED_DETAIL, sessionLockName } from '../../src/backends/mysql/session.js';
+import type { MysqlStore } from '../../src/backends/mysql/store.js';
 import { makeTestStore, type TestStore } from '../helpers/stores.js';
 import { TcpProxy } from '../helpers/proxy.js';
 import { fencedWrite, prepareResource } from '../fixtures/fenced-resource.js';
@@ -59,6 +60,24 @@ async function sql<R>(url: string, text: string, values: unknown[] = []): Promis
   } finally {
     await c.end();
   }
+}
+
+/**
+ * Every statement `store` sends from now on on the connections it opens outside its pool (the
+ * named-lock connections of ./freed.ts and the lease sessions of ./session.ts), with its values.
+ */
+function observeOwnConnections(store: MysqlStore): { sql: string; values: unknown[] }[] {
+  const sent: { sql: string; values: unknown[] }[] = [];
+  type Queryable = { query: (o: { sql: string; values?: unknown }, cb: unknown) => unknown };
+  const connector = store.connector as unknown as { connect(hostPort?: string): Queryable };
+  const connect = connector.connect.bind(connector);
+  connector.connect = (hostPort) => {
+    const c = connect(hostPort);
+    const query = c.query.bind(c);
+    c.query = (o, cb) => (sent.push({ sql: o.sql, values: Array.isArray(o.values) ? (o.values as unknown[]) : [] }), query(o, cb));
+    return c;
+  };
+  return sent;
 }
 
 /** The connection a term is tied to, once the row records one (the holder's claim writes it). */
@@ -167,9 +186,11 @@ void describe('liveness session on mysql', () => {
     }
   });
 
-  void it('a release over the session hands the lease on as a release (not as a session that ended)', async () => {
+  void it('a release over the session hands the lease on as a release (not as a session that ended), the session lock going after COMMIT', async () => {
     const name = uniq('release');
-    const a = new Leasehold({ store: await t.open() });
+    const holderStore = (await t.open()) as MysqlStore;
+    const sent = observeOwnConnections(holderStore);
+    const a = new Leasehold({ store: holderStore });
     const b = new Leasehold({ store: await t.open() });
     try {
       const la = a.lease(name, { ttl: 30_000, liveness: 'session' });
@@ -177,11 +198,25 @@ void describe('liveness session on mysql', () => {
       await sessionConn(t, name);
       const next = b.lease(name, { ttl: 30_000, liveness: 'session' }).acquire();
       await sleep(300);
+      const s0 = sent.length;
       await la.release();
       const term = await next;
       assert.ok(term.token > first.token);
       assert.ok(!(await t.store.history({ name })).some((e) => e.event === 'revoked'));
       assert.ok((await sessionConn(t, name)) > 0, "the new holder's term is tied to its own session");
+
+      // The twin of the doorbell's order (stores/mysql-handover): InnoDB lets a committing
+      // transaction's row locks go before its redo flush, so a follower woken by the session lock
+      // before COMMIT answered could read, and confirm, a release that is not yet durable.
+      const lock = sessionLockName(holderStore.database, name);
+      const releases = sent.slice(s0).filter((x) => x.values.includes(lock) && /leasehold_release/.test(x.sql));
+      assert.equal(releases.length, 1, `one release on the session connection: ${releases.map((x) => x.sql).join(' | ')}`);
+      assert.match(
+        releases[0]!.sql,
+        /^START TRANSACTION;\s*CALL leasehold_release\(\?, \?, \?\);\s*COMMIT;\s*DO RELEASE_LOCK\(\?\);\s*SELECT @lh_prev AS prev$/,
+        'one procedure call, then COMMIT, and only then the session lock, in the same round trip',
+      );
+      assert.equal(releases[0]!.values.at(-1), lock, 'the lock let go is the session lock');
     } finally {
       await a.close();
       await b.close();

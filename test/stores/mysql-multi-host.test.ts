@@ -17,6 +17,9 @@ const fail = (message: string, extra: object): Error => Object.assign(new Error(
 function fakeMysql(states: Record<number, State>) {
   const pools: { port: number; ended: boolean }[] = [];
   const mysql = {
+    createConnection(): never {
+      throw new Error('the connector tests open no connection outside the pool');
+    },
     createPool(config: Record<string, unknown>) {
       const port = config['port'] as number;
       const record = { port, ended: false };

@@ -101,6 +101,43 @@ void describe('MySQL/MariaDB over TLS (sslmode=verify-full&cacert=)', { skip }, 
     assert.ok((await roundTrip(url(`sslmode=verify-ca&cacert=${certs.ca}`))) > 0n);
   });
 
+  void it('reached by a name the certificate does not carry: verify-full is refused; verify-ca connects the pool, the named-lock connections and a lease session', async () => {
+    // 127.1 is 127.0.0.1 to the resolver but not a name in the certificate (127.0.0.1, localhost).
+    const other = (q: string): string => url(q).replace('@127.0.0.1:', '@127.1:');
+    // mysql2 3.x checks the name only with ssl.verifyIdentity: without it this connected.
+    const e = await firstError(other(`sslmode=verify-full&cacert=${certs.ca}`));
+    assert.ok(e instanceof StoreUnavailableError, `verify-full checks the name: ${String(e)}`);
+    assert.match(e.message, /TLS/);
+    const good = other(`sslmode=verify-ca&cacert=${certs.ca}`);
+    const ttl = 30_000;
+    const a = new Leasehold({ store: await openStore(good) });
+    const b = new Leasehold({ store: await openStore(good) });
+    try {
+      // The named-lock connections: a follower that cannot wait on the lock sleeps to the expiry.
+      const name = randomName('tls-ca-');
+      const la = a.lease(name, { ttl });
+      await la.acquire();
+      const lb = b.lease(name, { ttl });
+      const following = lb.acquire({ wait: ttl * 2 });
+      await new Promise((r) => setTimeout(r, 500));
+      const t0 = performance.now();
+      await la.release();
+      const term = await following;
+      const ms = performance.now() - t0;
+      // As in the verify-full case above: far below the expiry, far above a loaded handover.
+      assert.ok(ms < ttl / 6, `the follower took ${ms.toFixed(0)}ms, not woken by the lock`);
+      assert.ok(term.token > 0n);
+      await lb.release();
+      // A lease session is a connection of its own too.
+      const session = a.lease(randomName('tls-ca-s-'), { ttl, liveness: 'session' });
+      await session.acquire({ wait: false });
+      await session.release();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
   void it('a CA that did not sign the server, or the system roots, is a StoreUnavailableError that says TLS and names cacert=', async () => {
     for (const q of [`sslmode=verify-full&cacert=${certs.otherCa}`, 'sslmode=verify-full', `sslmode=verify-ca&cacert=${certs.otherCa}`]) {
       const e = await firstError(url(q));

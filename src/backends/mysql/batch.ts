@@ -9,8 +9,16 @@ import type { MysqlStore } from './store.js';
 /** How long a call keeps retrying deadlocks and lock-wait timeouts, as the store's own calls do. */
 export const LOCK_RETRY_BUDGET_MS = 5000;
 
+/** One round trip of a batch: several `;`-separated statements and their values. */
+interface BatchPart {
+  sql: string;
+  values: unknown[];
+}
+
 /**
- * Runs one batch on a connection of `store`'s pool and returns its results. A batch that failed
+ * Runs one batch on a connection of `store`'s pool and returns its results. A batch too large for
+ * one packet may be given as parts of several statements each, sent one after another on the
+ * same connection (one transaction may span them) and answered with the results of all, in order. A batch that failed
  * part-way may leave its transaction open on the connection: it is rolled back before the
  * connection goes back (a process frozen at that moment loses the session to MariaDB's
  * idle_transaction_timeout, set on every session of the store). Deadlocks and lock-wait timeouts
@@ -21,7 +29,7 @@ export const LOCK_RETRY_BUDGET_MS = 5000;
  */
 export async function runBatch(
   store: MysqlStore,
-  make: string | ((retry: boolean) => { sql: string; values: unknown[] }),
+  make: string | ((retry: boolean) => BatchPart | BatchPart[]),
   values: unknown[],
   options?: CallOptions,
 ): Promise<unknown[]> {
@@ -32,6 +40,7 @@ export async function runBatch(
   for (let attempt = 0; ; attempt++) {
     if (aborted()) throw new AbortedError('the call was aborted before it ran');
     const batch = typeof make === 'string' ? { sql: make, values } : make(attempt > 0);
+    const parts = Array.isArray(batch) ? batch : [batch];
     let conn;
     try {
       conn = await store.connector.connection();
@@ -44,9 +53,17 @@ export async function runBatch(
     };
     signal?.addEventListener('abort', kill, { once: true });
     try {
-      const r = (await run(conn, batch.sql, batch.values, store.connector.timeoutMs)) as unknown[];
-      conn.release();
-      return r;
+      const r: unknown[] = [];
+      for (const [i, part] of parts.entries()) {
+        // An abort between parts has no statement to KILL: stop here. With an errno the session
+        // counts as intact, so the catch below rolls the transaction back and keeps the connection.
+        if (i > 0 && aborted()) throw Object.assign(new Error('aborted between the parts of a batch'), { errno: 0 });
+        await store.connector.fits(conn, part.sql, part.values);
+        const one = (await run(conn, part.sql, part.values, store.connector.timeoutMs)) as unknown[];
+        if (parts.length === 1) return release(conn, one);
+        r.push(...one);
+      }
+      return release(conn, r);
     } catch (err) {
       const fatal = (err as { fatal?: boolean }).fatal === true || typeof (err as { errno?: unknown }).errno !== 'number';
       if (fatal) {
@@ -68,4 +85,9 @@ export async function runBatch(
       signal?.removeEventListener('abort', kill);
     }
   }
+}
+
+function release<R>(conn: { release(): void }, r: R): R {
+  conn.release();
+  return r;
 }

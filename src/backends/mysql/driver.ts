@@ -7,6 +7,7 @@
 import { createRequire } from 'node:module';
 import { ConfigError, StoreUnavailableError } from '../../core/errors.js';
 import { mapMysqlError } from './errors.js';
+import { DEFAULT_MAX_PACKET, inlinedBound } from './packet.js';
 import type { MysqlTarget } from './url.js';
 
 /** The parts of mysql2's callback API leasehold uses. */
@@ -22,6 +23,9 @@ interface MysqlPoolLike {
 }
 interface Mysql2Module {
   createPool(config: Record<string, unknown>): MysqlPoolLike;
+  createConnection(config: Record<string, unknown>): unknown;
+  /** How mysql2 inlines values client-side (its `query` sends the result). */
+  format?(sql: string, values: unknown): string;
 }
 
 export function loadMysql2(): Mysql2Module {
@@ -59,6 +63,50 @@ export function sessionSetupSql(options: Pick<MysqlPoolOptions, 'lockWaitSeconds
     `SET SESSION innodb_lock_wait_timeout = ${options.lockWaitSeconds}, time_zone = '+00:00'` +
     ` /*M!100300 , idle_transaction_timeout = ${options.idleTransactionSeconds} */`
   );
+}
+
+/**
+ * mysql2's options for every connection leasehold opens to one server, pooled or not: the URL's
+ * TLS and the store's connect timeout reach the named-lock and session connections exactly as
+ * they reach the pool (each once had its own copy, and verify-ca's skipped name check and the
+ * store's connectTimeoutMs option reached only the pool).
+ */
+function connectionConfig(t: MysqlTarget, host: string, port: number, connectTimeoutMs: number): Record<string, unknown> {
+  const ssl =
+    t.ssl === undefined
+      ? undefined
+      : {
+          ...t.ssl.material,
+          rejectUnauthorized: t.ssl.mode !== 'require',
+          // mysql2 3.x checks the certificate's name only when asked (verifyIdentity, off by
+          // default): without it verify-full checked the CA alone and took any name.
+          verifyIdentity: t.ssl.mode === 'verify-full',
+          // verify-ca: the chain is checked, the name in the certificate is not (for a mysql2
+          // that leaves the name check to Node's default).
+          ...(t.ssl.mode === 'verify-ca' ? { checkServerIdentity: () => undefined } : {}),
+        };
+  return {
+    host,
+    port,
+    user: t.user,
+    ...(t.password === undefined ? {} : { password: t.password }),
+    database: t.database,
+    ...(ssl === undefined ? {} : { ssl }),
+    connectTimeout: t.connectTimeoutMs ?? connectTimeoutMs,
+    enableKeepAlive: true,
+    // A claim is two round trips of several statements each (./claim.ts), a release on a lock
+    // or session connection one (./release.ts, ./session.ts).
+    multipleStatements: true,
+    supportBigNumbers: true,
+    bigNumberStrings: true,
+    charset: 'utf8mb4',
+  };
+}
+
+/** `host:port` as ./freed.ts and the connector write it (unbracketed, even for IPv6): split at the last colon. */
+export function splitHostPort(hostPort: string): [string, number] {
+  const i = hostPort.lastIndexOf(':');
+  return [hostPort.slice(0, i), Number(hostPort.slice(i + 1))];
 }
 
 interface MysqlPoolOptions {
@@ -113,7 +161,7 @@ export class MysqlConnector {
 
   /** The host the next call goes to, `host:port`. */
   get current(): string {
-    // Unbracketed, even for IPv6: ./freed.ts splits it at the last colon to connect.
+    // Unbracketed, even for IPv6: splitHostPort splits it at the last colon.
     const h = this.target.hosts[this.index]!;
     return `${h.host}:${h.port}`;
   }
@@ -121,29 +169,11 @@ export class MysqlConnector {
   private poolFor(): MysqlPoolLike {
     if (this.pool !== undefined) return this.pool;
     const h = this.target.hosts[this.index]!;
-    const t = this.target;
-    const ssl = t.ssl === undefined ? undefined : {
-      ...t.ssl.material,
-      rejectUnauthorized: t.ssl.mode !== 'require',
-      ...(t.ssl.mode === 'verify-ca' ? { checkServerIdentity: () => undefined } : {}),
-    };
     const pool = this.mysql.createPool({
-      host: h.host,
-      port: h.port,
-      user: t.user,
-      ...(t.password === undefined ? {} : { password: t.password }),
-      database: t.database,
-      ...(ssl === undefined ? {} : { ssl }),
+      ...connectionConfig(this.target, h.host, h.port, this.options.connectTimeoutMs),
       connectionLimit: this.options.max,
       maxIdle: this.options.max,
       idleTimeout: 30_000,
-      connectTimeout: t.connectTimeoutMs ?? this.options.connectTimeoutMs,
-      enableKeepAlive: true,
-      // A claim is two round trips of several statements each (./claim.ts).
-      multipleStatements: true,
-      supportBigNumbers: true,
-      bigNumberStrings: true,
-      charset: 'utf8mb4',
     });
     pool.on('connection', (conn) => {
       // Every statement's error is tagged with this pool, and a read-only answer moves the store
@@ -209,6 +239,7 @@ export class MysqlConnector {
   async query(sql: string, values?: unknown): Promise<unknown> {
     const conn = await this.connection();
     try {
+      await this.fits(conn, sql, values);
       const r = await run(conn, sql, values, this.options.queryTimeoutMs);
       conn.release();
       return r;
@@ -218,6 +249,30 @@ export class MysqlConnector {
       this.failed(err);
       throw err;
     }
+  }
+
+  /**
+   * Refuses, before it is sent, a statement larger than the server's max_allowed_packet. Sent, it
+   * is answered with error 1153 only when the server's answer arrives before the client is done
+   * writing: MariaDB closes the connection on reading the packet's length, and mysql2, still
+   * writing, reports ECONNRESET, which reads as an unavailable server and is retried in vain (every
+   * statement over 4 MiB on a 4 MiB server here). Rejects with an error mapMysqlError takes as 1153.
+   * @internal the connector's queries and ./batch.ts.
+   */
+  async fits(conn: MysqlConnectionLike, sql: string, values: unknown): Promise<void> {
+    const bound = inlinedBound(sql, values);
+    if (bound <= DEFAULT_MAX_PACKET) return; // every server in use takes this much
+    // A new session's setup (which reads the limit) is queued ahead of anything sent on it.
+    if (this.server === undefined) await run(conn, 'DO 1', undefined, this.options.queryTimeoutMs);
+    const max = this.server?.maxPacket;
+    if (max === undefined || bound <= max) return;
+    const size = this.mysql.format === undefined ? bound : Buffer.byteLength(this.mysql.format(sql, values), 'utf8');
+    // The packet carries one command byte before the statement.
+    if (size + 1 <= max) return;
+    throw Object.assign(new Error(`the statement is ${size + 1} bytes once its values are inlined; the server's max_allowed_packet is ${max}`), {
+      errno: 1153,
+      code: 'ER_NET_PACKET_TOO_LARGE',
+    });
   }
 
   /** After an error that says this host cannot serve: the next call tries the next host. */
@@ -234,6 +289,16 @@ export class MysqlConnector {
     this.server = undefined;
     this.index = (this.index + 1) % this.target.hosts.length;
     old?.end(() => {});
+  }
+
+  /**
+   * A connection of its own, outside the pool, to `hostPort` (the current host by default): the
+   * named-lock connections (./freed.ts) and a lease's session (./session.ts). Set up by the
+   * caller (sessionSetupSql); configured as the pool's connections are.
+   */
+  connect<C>(hostPort = this.current): C {
+    const [host, port] = splitHostPort(hostPort);
+    return this.mysql.createConnection(connectionConfig(this.target, host, port, this.options.connectTimeoutMs)) as C;
   }
 
   async close(): Promise<void> {

@@ -44,8 +44,9 @@ export function mapMysqlError(err: unknown, database: string): Error {
       cause: err,
     });
   }
-  // 1153: a packet larger than the server's max_allowed_packet (MySQL 8 may close the connection
-  // instead, which reads as unavailable). Not retryable: the same batch is refused again.
+  // 1153: a packet larger than the server's max_allowed_packet (the server may close the
+  // connection instead, which reads as unavailable: ./driver.ts `fits` refuses one before it is
+  // sent, with this errno). Not retryable: the same batch is refused again.
   if (errno === 1153 || code === 'ER_NET_PACKET_TOO_LARGE') {
     return new ConfigError(
       `MySQL refused a statement larger than its max_allowed_packet (${msg}); raise max_allowed_packet on the server ` +

@@ -18,16 +18,13 @@
  */
 import { createHash } from 'node:crypto';
 import type { ClaimRequest, FreedListener } from '../../core/port.js';
-import type { MysqlTarget } from './url.js';
+import type { MysqlConnector } from './driver.js';
 
 interface LockConnection {
   query(options: { sql: string; values?: unknown; timeout?: number }, cb: (err: Error | null, result?: unknown) => void): unknown;
   on(event: 'error' | 'end', listener: (err?: Error) => void): unknown;
   destroy(): void;
   end(cb?: () => void): void;
-}
-interface ConnectModule {
-  createConnection(config: Record<string, unknown>): LockConnection;
 }
 
 /** How long one wait lasts before it is asked again: idle followers cost one request per this. */
@@ -91,32 +88,22 @@ export class FreedChannel {
   private readonly spare: { conn: LockConnection; host: string; timer: NodeJS.Timeout }[] = [];
 
   constructor(
-    private readonly mysql: ConnectModule,
-    private readonly target: MysqlTarget,
-    /** The host the store's pool uses now, `host:port`. */
-    private readonly host: () => string,
+    /** The store's connections: a lock connection goes to the host its pool uses now. */
+    private readonly connector: Pick<MysqlConnector, 'current' | 'connect' | 'target'>,
     /** The store's session setup (driver.ts, sessionSetupSql): a release runs on the holding connection. */
     private readonly sessionSql: string,
   ) {}
 
+  private get target(): MysqlConnector['target'] {
+    return this.connector.target;
+  }
+
+  private host(): string {
+    return this.connector.current;
+  }
+
   private connect(): LockConnection {
-    const [host, port] = splitHost(this.host());
-    const t = this.target;
-    const c = this.mysql.createConnection({
-      host,
-      port,
-      user: t.user,
-      ...(t.password === undefined ? {} : { password: t.password }),
-      database: t.database,
-      ...(t.ssl === undefined ? {} : { ssl: { ...t.ssl.material, rejectUnauthorized: t.ssl.mode !== 'require' } }),
-      connectTimeout: t.connectTimeoutMs ?? 5000,
-      enableKeepAlive: true,
-      // A release runs on the holding connection, as the pool's connections run it (./release.ts).
-      multipleStatements: true,
-      supportBigNumbers: true,
-      bigNumberStrings: true,
-      charset: 'utf8mb4',
-    });
+    const c = this.connector.connect<LockConnection>(this.host());
     // An error on an idle lock connection must not crash the process; its users see the end.
     c.on('error', () => this.dropSpare(c));
     c.on('end', () => this.dropSpare(c));
@@ -479,9 +466,4 @@ export class FreedChannel {
  */
 export function knockTargets(database: string, names: readonly string[]): { sql: string; values: string[] } {
   return { sql: `SELECT ${names.map(() => 'IS_USED_LOCK(?)').join(', ')}`, values: names.map((n) => lockName(database, n)) };
-}
-
-function splitHost(hostPort: string): [string, number] {
-  const i = hostPort.lastIndexOf(':');
-  return [hostPort.slice(0, i), Number(hostPort.slice(i + 1))];
 }

@@ -56,3 +56,18 @@ export function splitByPacket<T>(items: readonly T[], size: (item: T) => number,
   if (part.length > 0) parts.push(part);
   return parts;
 }
+
+/**
+ * At most the bytes `sql` with `values` inlined takes (mysql2 inlines them client-side): every
+ * byte of a string may be escaped, a buffer is written as hex, anything else is short.
+ */
+export function inlinedBound(sql: string, values: unknown): number {
+  const of = (v: unknown): number => {
+    if (typeof v === 'string') return 2 * bytes(v) + 2;
+    if (Buffer.isBuffer(v)) return 2 * v.length + 3;
+    if (Array.isArray(v)) return v.reduce((n: number, x) => n + of(x) + 2, 2);
+    if (v !== null && typeof v === 'object' && !(v instanceof Date)) return 2 * bytes(JSON.stringify(v) ?? '') + 2;
+    return 40;
+  };
+  return bytes(sql) + (values === undefined ? 0 : of(values));
+}

@@ -16,7 +16,9 @@
  *
  * A batch that fails part-way (a lock-wait timeout) leaves its transaction open until the client
  * rolls it back; MariaDB's idle_transaction_timeout on the store's sessions (5s) bounds that for
- * a process frozen at that moment. MySQL 8 has no such bound.
+ * a process frozen at that moment. MySQL 8 has no such bound. A skip too large for one packet is
+ * one batch sent in several round trips (nothing decided in the client between them), so its
+ * share lock lasts those round trips, under the same bound.
  */
 import { StoreUnavailableError } from '../../core/errors.js';
 import {
@@ -34,6 +36,7 @@ import {
 } from '../../scheduler/ledger.js';
 import { decodeSchedule, encodeSchedule, type ScheduleRecord } from '../../scheduler/schedule-record.js';
 import { runBatch } from './batch.js';
+import { splitByPacket } from './packet.js';
 import { NOW_US, T } from './schema.js';
 import type { MysqlStore } from './store.js';
 
@@ -72,6 +75,8 @@ const LOCK_TERM = [
 ];
 const termValues = (t: SlotTerm): unknown[] => [t.name, t.holder, t.token.toString()];
 const us = (msValue: number | null): number | null => (msValue === null ? null : Math.round(msValue * 1000));
+/** At most the bytes one skipped slot's JSON entry adds once inlined: every byte may be escaped, and a comma. */
+const skipEntryBytes = (entry: string): number => 2 * Buffer.byteLength(entry, 'utf8') + 1;
 
 export class MysqlSlotLedger implements SlotLedgerPort {
   readonly kind = 'mysql';
@@ -152,24 +157,39 @@ export class MysqlSlotLedger implements SlotLedgerPort {
 
   async skip(req: SlotSkipRequest): Promise<{ fenced: boolean; skipped: number; storeNowMs: number }> {
     // [key] or [key, slotAtUs]: JSON_TABLE reads a missing element as NULL.
-    const slots = JSON.stringify(req.slots.map((s) => (s.slotAtMs === null ? [s.key] : [s.key, us(s.slotAtMs)])));
-    const r = last<{ held: string | number; n: string | number; now_us: string }>(
-      await runBatch(
-        this.store,
-        [
-          ...LOCK_TERM,
-          `INSERT INTO ${SLOTS} (name, slot, slot_at_us, status, token, holder, started_at_us, ended_at_us, exit_code, reason)
+    const entries = req.slots.map((s) => JSON.stringify(s.slotAtMs === null ? [s.key] : [s.key, us(s.slotAtMs)]));
+    // A long backlog (100,000 slots is ~6 MB of JSON) does not fit one packet: one INSERT per
+    // part, each its own round trip, all in the one transaction LOCK_TERM opens, so the skip
+    // lands whole or not at all. The lease row's share lock then spans the parts' round trips;
+    // a process frozen between them loses its session to idle_transaction_timeout (MariaDB).
+    const parts = entries.length === 0 ? [[]] : splitByPacket(entries, skipEntryBytes, this.store.maxPacket);
+    const insert = `INSERT INTO ${SLOTS} (name, slot, slot_at_us, status, token, holder, started_at_us, ended_at_us, exit_code, reason)
            SELECT ?, j.k, j.t, 'skipped', CAST(? AS SIGNED), ?, @ls_now, @ls_now, NULL, ?
              FROM JSON_TABLE(?, '$[*]' COLUMNS (k ${KEY_COL} PATH '$[0]', t BIGINT PATH '$[1]')) j
             WHERE @ls_held AND NOT EXISTS (SELECT 1 FROM ${SLOTS} s WHERE s.name = ? AND s.slot = j.k)
-           ON DUPLICATE KEY UPDATE slot = slot`,
-          'SET @ls_n = ROW_COUNT()',
-          'COMMIT',
-          'SELECT @ls_held AS held, @ls_n AS n, @ls_now AS now_us',
+           ON DUPLICATE KEY UPDATE slot = slot`;
+    const batch = parts.map((part, i) => {
+      const isFirst = i === 0;
+      const isLast = i === parts.length - 1;
+      return {
+        sql: [
+          ...(isFirst ? LOCK_TERM : []),
+          insert,
+          'SET @ls_n = @ls_n + ROW_COUNT()',
+          ...(isLast ? ['COMMIT', 'SELECT @ls_held AS held, @ls_n AS n, @ls_now AS now_us'] : []),
         ].join(';\n'),
-        [...termValues(req), req.name, req.token.toString(), req.holder, req.reason, slots, req.name],
-      ),
-    );
+        values: [
+          ...(isFirst ? termValues(req) : []),
+          req.name,
+          req.token.toString(),
+          req.holder,
+          req.reason,
+          `[${part.join(',')}]`,
+          req.name,
+        ],
+      };
+    });
+    const r = last<{ held: string | number; n: string | number; now_us: string }>(await runBatch(this.store, () => batch, []));
     const now = Number(r.now_us) / 1000;
     if (Number(r.held) === 0) return { fenced: true, skipped: 0, storeNowMs: now };
     return { fenced: false, skipped: Number(r.n), storeNowMs: now };

@@ -19,14 +19,14 @@ import type {
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { CONFIRM_ROWS_AT, CONFIRM_SQL, handedTerm, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
-import { loadMysql2, MysqlConnector, run, sessionSetupSql, type MysqlConnectionLike } from './driver.js';
+import { loadMysql2, MysqlConnector, run, sessionSetupSql, splitHostPort, type MysqlConnectionLike } from './driver.js';
 import { runBatch } from './batch.js';
 import { claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
 import { FreedChannel, knockTargets } from './freed.js';
 import { planReleaseMany, releaseCall, revokeStatements } from './release.js';
 import { mapMysqlError } from './errors.js';
 import { MIGRATIONS, MYSQL_SCHEMA_VERSION, NOW_US, T } from './schema.js';
-import { parseMysqlUrl, type MysqlTarget } from './url.js';
+import { parseMysqlUrl } from './url.js';
 import { MysqlLeaseSession, type SessionConnection } from './session.js';
 
 export interface MysqlStoreOptions {
@@ -87,7 +87,7 @@ export class MysqlStore implements LeaseStore {
       max: 4,
     });
     const session = sessionSetupSql({ lockWaitSeconds: LOCK_WAIT_S, idleTransactionSeconds: IDLE_TRANSACTION_S });
-    return new MysqlStore(connector, description, new FreedChannel(mysql as never, target, () => connector.current, session));
+    return new MysqlStore(connector, description, new FreedChannel(connector, session));
   }
 
   private check(options?: CallOptions): void {
@@ -165,12 +165,13 @@ export class MysqlStore implements LeaseStore {
   async openSession(name: string, ttlMs: number, options?: CallOptions): Promise<LeaseSession> {
     this.check(options);
     if (this.connector.server === undefined) await this.q('DO 0', [], options); // which server: MariaDB or MySQL
-    const [host, port] = splitHostPort(this.connector.current);
-    const target = this.connector.target;
+    // Pinned: the session's connection is the server the claims go to now.
+    const at = this.connector.current;
+    const [, port] = splitHostPort(at);
     return MysqlLeaseSession.open(
       {
         database: this.database,
-        connect: () => sessionConnection(target, host, port),
+        connect: () => this.connector.connect<SessionConnection>(at),
         setupSql: sessionSetupSql({ lockWaitSeconds: LOCK_WAIT_S, idleTransactionSeconds: IDLE_TRANSACTION_S }),
         urlPort: port,
         mapError: (err) => mapMysqlError(err, this.database),
@@ -187,8 +188,11 @@ export class MysqlStore implements LeaseStore {
     );
   }
 
-  /** The server's max_allowed_packet, once a session has read it (./packet.ts). */
-  private get maxPacket(): number {
+  /**
+   * The server's max_allowed_packet, once a session has read it (./packet.ts).
+   * @internal the store's batches and the slot ledger's.
+   */
+  get maxPacket(): number {
     return this.connector.server?.maxPacket ?? DEFAULT_MAX_PACKET;
   }
 
@@ -480,29 +484,4 @@ export class MysqlStore implements LeaseStore {
     await this.freed.close();
     await this.connector.close();
   }
-}
-
-function splitHostPort(hostPort: string): [string, number] {
-  const i = hostPort.lastIndexOf(':');
-  return [hostPort.slice(0, i), Number(hostPort.slice(i + 1))];
-}
-
-/** A connection of its own, configured as the pool's (driver.ts), for one lease's session. */
-function sessionConnection(t: MysqlTarget, host: string, port: number): SessionConnection {
-  const mysql = loadMysql2() as unknown as { createConnection(config: Record<string, unknown>): SessionConnection };
-  return mysql.createConnection({
-    host,
-    port,
-    user: t.user,
-    ...(t.password === undefined ? {} : { password: t.password }),
-    database: t.database,
-    ...(t.ssl === undefined ? {} : { ssl: { ...t.ssl.material, rejectUnauthorized: t.ssl.mode !== 'require' } }),
-    connectTimeout: t.connectTimeoutMs ?? 5000,
-    enableKeepAlive: true,
-    // A release over the session is one round trip of several statements (./session.ts).
-    multipleStatements: true,
-    supportBigNumbers: true,
-    bigNumberStrings: true,
-    charset: 'utf8mb4',
-  });
 }
