@@ -16,7 +16,7 @@ import { sleepOn, type Clock } from '../core/clock.js';
 import type { LeasePort, LeaseSession } from '../core/port.js';
 
 /** What a busy answer leaves this replica to do. */
-export type AfterBusy =
+type AfterBusy =
   /** Wait on the lock (keep the session): the term is tied to its holder's session. */
   | 'wait'
   /** The lock was granted after the claim went out: the holder's session ended since; claim again now. */
