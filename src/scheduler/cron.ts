@@ -277,12 +277,14 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         // or a dead replica's term running out). Unavailable: this replica sits the slot out.
         if (!(e instanceof NotAcquiredError || isRetryableError(e))) throw e;
         if (e instanceof NotAcquiredError && e.expiresInMs !== null) recheck = { what: pending, atMs: storeNow() + e.expiresInMs + RECHECK_AFTER_MS };
-        if (e instanceof NotAcquiredError && watch?.busy() === 'again') recheck = { what: pending, atMs: storeNow() };
         // No answer at all (the store unavailable, a claim that timed out): nothing was decided,
         // the slot is still anyone's, and this replica may be the only one left to run it. It
         // tries again shortly, until the next slot, rather than leave the slot to be found
         // missing then.
         else if (!(e instanceof NotAcquiredError) || (e.holder === null && e.expiresInMs === null)) recheck = { what: pending, atMs: storeNow() + ERROR_RETRY_MS };
+        // Liveness 'session': the lock granted since the claim went out means the holder's session
+        // ended meanwhile: look again now (./session-watch.ts).
+        if (e instanceof NotAcquiredError && watch?.busy() === 'again') recheck = { what: pending, atMs: storeNow() };
       }
       const what = pending;
       pending = 0;
