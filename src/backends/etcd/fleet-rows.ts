@@ -104,7 +104,8 @@ export type AgentRowAt = AgentRow & { deregisteredAtMs: number | null };
 export async function agentRows(c: Ctx, agents: Candidate[], renews: Map<string, EtcdKeyValue>, states: Map<string, EtcdKeyValue>): Promise<{ now: number; rows: Map<string, AgentRowAt> }> {
   const leases = [...new Set(agents.filter(isLive).map((a) => a.term!.lease))];
   const ttl = await leaseRemaining(c.client, leases, c.deadline);
-  const now = Date.now();
+  // The wall clock the store's time readings use (time.ts), as its lease rows do.
+  const now = c.client.clock.wallNow();
   const rows = new Map<string, AgentRowAt>();
   for (const a of agents) {
     const renew = parseRenew(renews.get(a.id));
