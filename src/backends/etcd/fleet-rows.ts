@@ -94,7 +94,7 @@ export function byAgent(k: EtcdKeys, kvs: EtcdKeyValue[], prefix: string): Map<s
   return out;
 }
 
-export type AgentRowAt = AgentRow & { deregisteredAtMs: number | null };
+type AgentRowAt = AgentRow & { deregisteredAtMs: number | null };
 
 /**
  * Rows for agents, with the times etcd can give: expiry from LeaseTimeToLive on each live

@@ -20,7 +20,7 @@ import { errorMessage } from '../../core/errors.js';
 /** The fleet is read at most this often, whatever the number of browsers. */
 const FLEET_EVERY_MS = 2000;
 /** Resources shown: one page. A larger fleet's others are a `leasehold fleet resources` away. */
-export const RESOURCES_SHOWN = 200;
+const RESOURCES_SHOWN = 200;
 /** The resources page is read again at least this often while watched, whatever the owned counts. */
 const RESOURCES_EVERY_MS = 30_000;
 
