@@ -63,7 +63,7 @@ if (all.length < named.length) {
 }
 // Debian's Chromium for the dashboard's browser test (never a browser download); the test skips,
 // saying why, when it cannot be installed.
-if (all.some((f) => /dashboard-browser/.test(f))) {
+if (all.some((f) => /dashboard-(browser|views)/.test(f))) {
   const { ensureChromium } = await import('./services/chromium.mjs');
   const c = ensureChromium({ log });
   if (c.path === null) log(`no Chromium: ${c.reason}; the dashboard browser test will skip`);

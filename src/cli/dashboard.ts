@@ -3,10 +3,12 @@
  * leases (job leases: holder, token, time to expiry by the store's clock, state, a timeline of
  * terms and revocations), schedules (each lease with scheduled slot-ledger rows: holder, the last
  * slots with outcome, missed and interrupted slots) and fleet (agents with heartbeat age by the
- * store's clock and state).
+ * store's clock and state; the first page of resources with owner and generation, owner-dead
+ * highlighted).
  *
  * Load and limits: see ./dashboard/board.ts (one shared watcher, history per change, ledgers per
- * schedule change at most once a second, the fleet every 2s while a browser is connected, one
+ * schedule change at most once a second, the fleet every 2s while a browser is connected (its
+ * resources page only when ownership changed, or every 30s), one
  * state queued per client at most). The server caps connections and request time
  * (observe/http-limits.ts).
  *
@@ -38,7 +40,8 @@ time to expiry (by the store's clock, ticking live) and state, and a timeline of
 revocations over the last hour. Schedules: every lease with slots in the slot ledger (\`leasehold
 cron\`), its holder, and its last slots with outcome, who ran them and when, missed, skipped and
 interrupted slots marked. Fleet: the agents, with heartbeat age by the store's clock, state
-(live, draining, stale, deregistered), labels and owned count. Updates arrive over server-sent
+(live, draining, stale, deregistered), labels and owned count, and the first 200 resources by
+name with owner and generation, those whose owner is dead highlighted. Updates arrive over server-sent
 events from one shared watch of the store: ten browsers cost the store what one does.`,
   flags: {
     ...STORE_FLAGS,

@@ -1,20 +1,26 @@
 /**
- * `leasehold fleet ls|place|owner|reassign|drain|undrain`: the operator's view of the fleet
- * registry. Each is one store call; errors carry their own exit codes (common.ts EXIT).
+ * `leasehold fleet ls|resources|place|owner|reassign|drain|undrain`: the operator's view of the
+ * fleet registry. Each is one store call (`resources`: one per page); errors carry their own exit
+ * codes (common.ts EXIT).
  */
 import { parseLabels } from '../fleet/labels.js';
 import { openFleet } from '../fleet/open.js';
 import { OwnerDeadError } from '../fleet/errors.js';
+import type { ResourceRow } from '../fleet/fleet.js';
 import { EXIT, formatMs, logFormatOption, openStoreFromFlags, out, reportError, requireCurrentSchema, setLogContext, table, toJson, usageError } from './common.js';
 import { escapeControls as esc } from './escape.js';
 import { LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 
 export const FLEET_SPEC = defineCommand({
   name: 'fleet',
-  operands: 'ls|place|owner|reassign|drain|undrain [RESOURCE|AGENT]',
-  summary: 'The fleet registry: list agents, place a resource, look up or move its owner, drain.',
+  operands: 'ls|resources|place|owner|reassign|drain|undrain [RESOURCE|AGENT]',
+  summary: 'The fleet registry: list agents or resources, place a resource, look up or move its owner, drain.',
   about: `The fleet registry (see \`leasehold agent\`).
   fleet ls                                  agents: live (by the store's clock), draining, owned
+  fleet resources [--after R] [--limit N]   resources in name order with owner, generation and
+                                            the owner's state by the store's clock: live, or
+                                            owner dead (stale, deregistered); read a page at a
+                                            time; --limit stops after N and names the next --after
   fleet place RESOURCE [--labels K=V,...]   give RESOURCE to a live, non-draining agent with those
                                             labels (fewest owned; random among equals); the
                                             chosen agent id is the last line
@@ -28,6 +34,8 @@ export const FLEET_SPEC = defineCommand({
     labels: { type: 'string', value: 'K=V,...', help: 'place: only agents carrying all of these labels' },
     from: { type: 'string', value: 'AGENT', help: 'reassign: the owner it must have now (required)' },
     to: { type: 'string', value: 'AGENT', help: 'reassign: the new owner (live, not draining); default: picked as place picks' },
+    after: { type: 'string', value: 'RESOURCE', help: 'resources: start after this name (the next --after a --limit run printed)' },
+    limit: { type: 'string', value: 'N', help: 'resources: at most N (default: every resource)' },
     ...STORE_FLAGS,
     json: { type: 'boolean', help: 'one JSON document on stdout (generations are strings)' },
     ...LOG_FLAGS,
@@ -37,7 +45,9 @@ on record (owner); 5 owner on record not alive (owner); 6 no live, non-draining 
 it (place, reassign); 7 already owned (place) or owner is not --from (reassign).`,
 });
 
-const SUBCOMMANDS = ['ls', 'place', 'owner', 'reassign', 'drain', 'undrain'] as const;
+const SUBCOMMANDS = ['ls', 'resources', 'place', 'owner', 'reassign', 'drain', 'undrain'] as const;
+/** Records per store read of `fleet resources`. */
+const RESOURCES_PAGE = 500;
 type Sub = (typeof SUBCOMMANDS)[number];
 
 export async function fleetCommand(argv: string[]): Promise<number> {
@@ -51,13 +61,15 @@ export async function fleetCommand(argv: string[]): Promise<number> {
   if (sub === undefined || !(SUBCOMMANDS as readonly string[]).includes(sub)) {
     throw usageError(`fleet needs one of ${SUBCOMMANDS.join(', ')}${sub === undefined ? '' : `, got ${JSON.stringify(sub)}`}; see leasehold fleet --help`);
   }
-  const wants = sub === 'ls' ? 0 : 1;
+  const wants = sub === 'ls' || sub === 'resources' ? 0 : 1;
   if ((operand === undefined ? 0 : 1) + extra.length !== wants) {
-    throw usageError(wants === 0 ? 'fleet ls takes no operand' : `fleet ${sub} takes exactly one ${sub === 'drain' || sub === 'undrain' ? 'AGENT' : 'RESOURCE'}`);
+    throw usageError(wants === 0 ? `fleet ${sub} takes no operand` : `fleet ${sub} takes exactly one ${sub === 'drain' || sub === 'undrain' ? 'AGENT' : 'RESOURCE'}`);
   }
   if (values.labels !== undefined && sub !== 'place') throw usageError('--labels goes with fleet place');
   if ((values.from !== undefined || values.to !== undefined) && sub !== 'reassign') throw usageError('--from and --to go with fleet reassign');
   if (sub === 'reassign' && values.from === undefined) throw usageError('fleet reassign needs --from AGENT: the owner it must have now');
+  if ((values.after !== undefined || values.limit !== undefined) && sub !== 'resources') throw usageError('--after and --limit go with fleet resources');
+  if (values.limit !== undefined && !/^[1-9]\d{0,8}$/.test(values.limit)) throw usageError(`--limit ${JSON.stringify(values.limit)} is not a count; give a whole number of at least 1`);
   const labels = parseLabels(values.labels);
   const json = values.json === true;
 
@@ -88,6 +100,39 @@ export async function fleetCommand(argv: string[]): Promise<number> {
             ]),
           ),
         );
+        return EXIT.OK;
+      }
+      case 'resources': {
+        const max = values.limit === undefined ? Infinity : Number(values.limit);
+        const rows: ResourceRow[] = [];
+        let after = values.after;
+        let next: string | null = null;
+        do {
+          const page = await fleet.resources({ ...(after === undefined ? {} : { after }), limit: Math.min(RESOURCES_PAGE, max - rows.length) });
+          rows.push(...page.resources);
+          next = page.next;
+          after = next ?? undefined;
+        } while (next !== null && rows.length < max);
+        if (json) {
+          out(toJson({ resources: rows, next }));
+          return EXIT.OK;
+        }
+        if (rows.length === 0) out(`no resources on record in ${store.description}${values.after === undefined ? '' : ` after ${esc(values.after)}`}`);
+        else {
+          out(
+            table(
+              ['RESOURCE', 'OWNER', 'GENERATION', 'OWNER STATE', 'LAST HEARTBEAT'],
+              rows.map((r) => [
+                r.resource,
+                r.agent,
+                String(r.generation),
+                r.ownerState === 'live' ? 'live' : `owner dead (${r.ownerState})`,
+                r.heartbeatAgeMs === null ? '-' : `${formatMs(Math.max(0, Math.round(r.heartbeatAgeMs)))} ago`,
+              ]),
+            ),
+          );
+        }
+        if (next !== null) out(esc(`more after ${next}: --after ${JSON.stringify(next)}`));
         return EXIT.OK;
       }
       case 'place': {

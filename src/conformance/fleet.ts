@@ -10,7 +10,8 @@ import { randomBytes } from 'node:crypto';
 import { newNonce } from '../core/identity.js';
 import { NoLiveAgentError, NoOwnerError, OwnerChangedError, OwnerDeadError } from '../fleet/errors.js';
 import type { LeaseStore } from '../backends/store.js';
-import { Fleet } from '../fleet/fleet.js';
+import { ConfigError } from '../core/errors.js';
+import { Fleet, RESOURCE_PAGE_MAX, type OwnerState, type ResourceRow } from '../fleet/fleet.js';
 import { pruneFleet } from '../fleet/retention.js';
 import { AGENT_LEASE_PREFIX, type FleetPort, type Labels } from '../fleet/port.js';
 
@@ -368,6 +369,75 @@ export function runFleetConformance(label: string, factory: FleetConformanceFact
       assert.ok(again.outcome === 'placed');
       const highest = generations.reduce((a, b) => (a > b ? a : b));
       assert.ok(again.generation > highest, `generation ${again.generation} after the prune is not above ${highest}`);
+    });
+
+    void it('lists resources a page at a time, each with its owner, generation and the owner live, stale or deregistered by the store clock', async () => {
+      assert.equal(typeof t.fleet.resources, 'function', 'the fleet lists resources');
+      const pool = uniq('list');
+      const live = await agent(uniq('lv'), { pool, who: 'live' });
+      const mortal = await agent(uniq('mo'), { pool, who: 'mortal' }, shortTtl);
+      const leaving = await agent(uniq('le'), { pool, who: 'leaving' });
+      // Same length, lowercase letters and digits: the same order by bytes, code points, any collation or URI encoding.
+      const tag = randomBytes(4).toString('hex');
+      const name = (i: number): string => `lst${tag}${String(i).padStart(2, '0')}`;
+      const owners = [live, mortal, leaving];
+      const expected = new Map<string, { agent: string; generation: bigint; state: OwnerState }>();
+      for (let i = 0; i < 9; i++) {
+        const who = ['live', 'mortal', 'leaving'][i % 3]!;
+        const p = await fleet.place(name(i), { labels: { pool, who } });
+        assert.equal(p.agent, owners[i % 3]!.id);
+        expected.set(name(i), { agent: p.agent, generation: p.generation, state: (['live', 'stale', 'deregistered'] as const)[i % 3]! });
+      }
+      // Moved: the listing shows the new owner and generation. Removed: not listed.
+      const moved = await fleet.reassign(name(1), { from: mortal.id, to: live.id });
+      expected.set(name(1), { agent: live.id, generation: moved.generation, state: 'live' });
+      await fleet.remove(name(0), { from: live.id });
+      expected.delete(name(0));
+      await t.fleet.deregisterAgent(leaving.id);
+      await untilDead(mortal.id);
+      await sleep(slack);
+
+      // The whole namespace (other cases' resources too) in pages of 4.
+      const seen: ResourceRow[] = [];
+      let after: string | undefined;
+      for (let pages = 0; ; pages++) {
+        assert.ok(pages < 1000, 'the listing ends');
+        const page = await fleet.resources({ ...(after === undefined ? {} : { after }), limit: 4 });
+        assert.ok(page.resources.length <= 4, `a page of 4 answered ${page.resources.length}`);
+        seen.push(...page.resources);
+        if (page.next === null) break;
+        after = page.next;
+      }
+      const names = seen.map((r) => r.resource);
+      assert.equal(new Set(names).size, names.length, 'no resource listed twice');
+      const mine = seen.filter((r) => r.resource.startsWith(`lst${tag}`));
+      assert.deepEqual(
+        mine.map((r) => r.resource),
+        [...expected.keys()].sort(),
+        'every resource of this case once, in name order; the removed one not at all',
+      );
+      for (const r of mine) {
+        const want = expected.get(r.resource)!;
+        assert.equal(r.agent, want.agent, `${r.resource}'s owner`);
+        assert.equal(r.generation, want.generation, `${r.resource}'s generation`);
+        assert.equal(r.ownerState, want.state, `${r.resource}'s owner ${r.agent} is ${want.state}`);
+        assert.equal(r.live, want.state === 'live');
+        assert.equal(r.deregistered, want.state === 'deregistered');
+        assert.ok(r.storeNowMs > 0 && r.placedAtMs <= r.storeNowMs + slack, `placed ${r.placedAtMs}, store now ${r.storeNowMs}`);
+        if (want.state === 'deregistered') assert.ok(r.deregisteredAtMs !== null && r.deregisteredAtMs <= r.storeNowMs + slack);
+        if (want.state === 'stale' && r.expiresInMs !== null) assert.ok(r.expiresInMs <= 0, `a stale owner's lease expires in ${r.expiresInMs}ms`);
+        if (want.state === 'live') assert.ok(r.expiresInMs !== null && r.expiresInMs > 0);
+        // The listing agrees with the lookup of one resource.
+        const one = (await t.fleet.owner(r.resource))!;
+        assert.deepEqual([one.agent, one.generation, one.live, one.deregistered], [r.agent, r.generation, r.live, r.deregistered]);
+      }
+      // From the middle: the next names after a cursor, and a cursor past everything.
+      const mid = await fleet.resources({ after: name(3), limit: 2 });
+      assert.deepEqual(mid.resources.map((r) => r.resource), [name(4), name(5)]);
+      assert.equal(mid.next, name(5), 'more follow');
+      assert.deepEqual(await fleet.resources({ after: `zzzz${tag}`, limit: 3 }), { resources: [], next: null });
+      await assert.rejects(fleet.resources({ limit: 0 }), ConfigError);
+      await assert.rejects(fleet.resources({ limit: RESOURCE_PAGE_MAX + 1 }), ConfigError);
     });
 
     // Last: raising the floor ends the namespace's live terms (agents' liveness leases included).

@@ -4,6 +4,28 @@ import type { CallOptions } from '../core/port.js';
 import { validateAgentId, validateLabels, validateResource } from './labels.js';
 import type { AgentRow, FleetPort, Labels, OwnerRow } from './port.js';
 
+/** The most records one page of {@link Fleet.resources} may ask for: an answer of a known size on every store. */
+export const RESOURCE_PAGE_MAX = 1000;
+const RESOURCE_PAGE_DEFAULT = 100;
+
+/** An owner on record, by the store's clock: live; stale (registered, its liveness lease lapsed or gone); deregistered. The last two are owner-dead. */
+export type OwnerState = 'live' | 'stale' | 'deregistered';
+
+export function ownerState(row: Pick<OwnerRow, 'live' | 'deregistered'>): OwnerState {
+  return row.live ? 'live' : row.deregistered ? 'deregistered' : 'stale';
+}
+
+/** One ownership record of a listing, with its owner's state. */
+export interface ResourceRow extends OwnerRow {
+  ownerState: OwnerState;
+}
+
+export interface ResourceListing {
+  resources: ResourceRow[];
+  /** The `after` of the next page; null: this was the last. */
+  next: string | null;
+}
+
 /** A live owner, as the store saw it at the lookup. */
 export interface Owner {
   resource: string;
@@ -115,6 +137,25 @@ export class Fleet {
   /** Every agent ever registered, with its liveness by the store's clock, by id. */
   agents(options?: CallOptions): Promise<AgentRow[]> {
     return this.port.agents(options);
+  }
+
+  /**
+   * One page of the resources on record, in the store's order of names, each with its owner
+   * and generation and whether that owner is live, stale or deregistered by the store's clock
+   * (the last two: owner-dead). Pass `next` back as `after` for the following page. Records
+   * change between pages: a resource placed meanwhile behind the cursor is not seen.
+   * @throws {ConfigError} a limit outside 1..RESOURCE_PAGE_MAX, or a port without `resources`.
+   */
+  async resources(options: { after?: string; limit?: number } & CallOptions = {}): Promise<ResourceListing> {
+    const limit = options.limit ?? RESOURCE_PAGE_DEFAULT;
+    if (!Number.isSafeInteger(limit) || limit < 1 || limit > RESOURCE_PAGE_MAX) {
+      throw new ConfigError(`a page of resources is 1 to ${RESOURCE_PAGE_MAX} records, got ${String(limit)}; read more pages with \`after\``);
+    }
+    const after = options.after === undefined || options.after === '' ? undefined : validateResource(options.after);
+    const list = this.port.resources?.bind(this.port);
+    if (list === undefined) throw new ConfigError(`this ${this.port.kind} fleet cannot list resources (its port has no resources method); every built-in one can`);
+    const page = await list(after === undefined ? { limit } : { after, limit }, options);
+    return { resources: page.rows.map((r) => ({ ...r, ownerState: ownerState(r) })), next: page.next };
   }
 
   close(): Promise<void> {

@@ -17,13 +17,13 @@
  *   how long), or NoOwnerError (no record). It never places anything.
  * - OwnerCache: positive answers only; absence or expiry asks the store.
  */
-export { Fleet, type Owner, type Placement } from './fleet.js';
+export { Fleet, ownerState, RESOURCE_PAGE_MAX, type Owner, type OwnerState, type Placement, type ResourceListing, type ResourceRow } from './fleet.js';
 export { Agent, resolveAgentTiming, DEFAULT_HEARTBEAT_MS, DEFAULT_STALE_AFTER_MS, type AgentOptions, type AgentEvents } from './agent.js';
 export { OwnerCache, type OwnerCacheOptions, type OwnerCacheStats } from './cache.js';
 export { openFleet } from './open.js';
 export { pruneFleet, type PruneFleetOptions, type PruneFleetResult } from './retention.js';
 export { parseLabels, validateLabels } from './labels.js';
-export { AGENT_LEASE_PREFIX, type FleetPort, type AgentRow, type OwnerRow, type Labels, type PlaceResult, type ReassignResult, type FleetPruneRequest, type FleetPruneResult } from './port.js';
+export { AGENT_LEASE_PREFIX, type FleetPort, type AgentRow, type OwnerRow, type Labels, type PlaceResult, type ReassignResult, type FleetPruneRequest, type FleetPruneResult, type ResourcePage, type ResourcePageRequest } from './port.js';
 export { PostgresFleet } from '../backends/postgres/fleet.js';
 export { SqliteFleet } from '../backends/sqlite/fleet.js';
 export { RedisFleet } from '../backends/redis/fleet.js';

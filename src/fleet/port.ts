@@ -72,6 +72,19 @@ export interface FleetPruneResult {
   more: boolean;
 }
 
+/** A page of the resources listing: names after `after` (none: from the first), at most `limit`. */
+export interface ResourcePageRequest {
+  after?: string;
+  limit: number;
+}
+
+export interface ResourcePage {
+  /** Ownership records in the store's order of resource names, each with its owner's liveness by the store's clock. */
+  rows: OwnerRow[];
+  /** Pass as `after` for the next page; null when this page is the last. */
+  next: string | null;
+}
+
 export interface FleetPort {
   readonly kind: string;
   readonly description: string;
@@ -98,5 +111,13 @@ export interface FleetPort {
    * of a registered agent, live or stale.
    */
   prune?(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult>;
+  /**
+   * One page of the ownership records (optional, like prune; every built-in port has it): the
+   * resources whose names sort after `req.after`, at most `req.limit` of them, in the store's order
+   * of names (byte order of the name; etcd: of its URI-encoded form; PostgreSQL: the column's
+   * collation), each with its owner's liveness as `owner()` gives it. One bounded read per page,
+   * so a fleet of any size is listed in answers of a known size; pages are not one snapshot.
+   */
+  resources?(req: ResourcePageRequest, options?: CallOptions): Promise<ResourcePage>;
   close(): Promise<void>;
 }

@@ -6,8 +6,10 @@
  *  - schedules: a per-slot cron's slots with outcome and who ran them; its replica is SIGKILLed
  *    mid-slot, nothing runs for a few periods, another replica takes over: the page shows the
  *    interrupted slot, the missed slots, and the new replica as the one that ran the latest;
- *  - fleet: two agents live; one that owns a resource is SIGKILLed and shows stale and
- *    owner-dead; the other stops gracefully and shows deregistered;
+ *  - fleet: two agents live, each owning a resource; one is SIGKILLed and shows stale and
+ *    owner-dead; the other stops gracefully and shows deregistered; the resources table shows
+ *    each resource's owner and generation, and both resources owner-dead (as does
+ *    `leasehold fleet resources`);
  * and counts the dashboard's store reads by kind with 0, 1 and 10 browsers connected.
  *
  * LEASEHOLD_DASHBOARD_SCREENSHOT=docs/dashboard-schedules.png saves the docs' screenshot (taken after the fleet test);
@@ -175,6 +177,9 @@ function views(kind: StoreKind): void {
       const placed = await sb.run(['fleet', 'place', 'tenant-7', '--labels', 'zone=eu-1', '--json', '--store', store]);
       assert.equal(placed.code, 0, placed.stderr);
       assert.match(placed.stdout, /"agent":\s*"a1"/, placed.stdout);
+      const placed2 = await sb.run(['fleet', 'place', 'tenant-9', '--labels', 'zone=us-1', '--json', '--store', store]);
+      assert.equal(placed2.code, 0, placed2.stderr);
+      const generation = String((JSON.parse(placed.stdout) as { generation: string }).generation);
 
       const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
       await page.goto(`${url}#view-fleet`);
@@ -184,6 +189,13 @@ function views(kind: StoreKind): void {
       assert.equal(await agentState('a2'), 'live');
       assert.match(await page.$eval('tr[data-agent="a1"]', (e) => e.textContent ?? ''), /zone=eu-1/);
       assert.equal(await page.$$eval('#leases tr[data-lease^="agent/"]', (r) => r.length), 0, 'agents’ liveness leases stay out of the leases view');
+      const ownerState = (resource: string): Promise<string | null> =>
+        page.$eval(`tr[data-resource="${resource}"] [data-owner-state]`, (e) => e.getAttribute('data-owner-state')).catch(() => null);
+      await page.waitForFunction(() => document.querySelector('tr[data-resource="tenant-9"] td.owner')?.textContent === 'a2', undefined, { timeout: 10_000 });
+      assert.equal(await page.$eval('tr[data-resource="tenant-7"] td.owner', (e) => e.textContent), 'a1');
+      assert.equal(await page.$eval('tr[data-resource="tenant-7"] td.generation', (e) => e.textContent), generation);
+      assert.deepEqual([await ownerState('tenant-7'), await ownerState('tenant-9')], ['live', 'live']);
+      assert.equal(await page.$eval('tr[data-resource="tenant-7"]', (e) => e.getAttribute('class')), null, 'a live owner is not highlighted');
 
       a1.proc.kill('SIGKILL');
       await a1.done;
@@ -201,7 +213,35 @@ function views(kind: StoreKind): void {
       t.diagnostic(`a1 shown stale ${Date.now() - killedAt}ms after its SIGKILL (lease TTL ${STALE_MS}ms, fleet read every 2s; measured, not asserted)`);
       assert.equal(await page.$eval('tr[data-agent="a1"]', (e) => e.getAttribute('class')), 'ownerdead');
       assert.match(await page.$eval('tr[data-agent="a1"]', (e) => e.textContent ?? ''), /owner dead: 1 resource/);
-      assert.equal(await page.$eval('tr[data-agent="a2"]', (e) => e.getAttribute('class')), null, 'a deregistered agent that owns nothing is not highlighted');
+      assert.equal(await page.$eval('tr[data-agent="a2"]', (e) => e.getAttribute('class')), 'ownerdead', 'a deregistered agent that still owns a resource');
+      // The resources: each owner-dead, with the owner's state, in the same reading as the agents'.
+      await page.waitForFunction(
+        () =>
+          document.querySelector('tr[data-resource="tenant-7"] [data-owner-state]')?.getAttribute('data-owner-state') === 'stale' &&
+          document.querySelector('tr[data-resource="tenant-9"] [data-owner-state]')?.getAttribute('data-owner-state') === 'deregistered',
+        undefined,
+        { timeout: 10_000 },
+      );
+      for (const r of ['tenant-7', 'tenant-9']) {
+        assert.equal(await page.$eval(`tr[data-resource="${r}"]`, (e) => e.getAttribute('class')), 'ownerdead', `${r} is highlighted`);
+        assert.match(await page.$eval(`tr[data-resource="${r}"]`, (e) => e.textContent ?? ''), /owner dead/);
+      }
+      // The CLI's listing says the same, by the store's clock.
+      const listed = await sb.run(['fleet', 'resources', '--json', '--store', store]);
+      assert.equal(listed.code, 0, listed.stderr);
+      const rows = (JSON.parse(listed.stdout) as { resources: Array<{ resource: string; agent: string; generation: string; ownerState: string }>; next: string | null }).resources;
+      assert.deepEqual(
+        rows.map((r) => [r.resource, r.agent, r.ownerState]),
+        [
+          ['tenant-7', 'a1', 'stale'],
+          ['tenant-9', 'a2', 'deregistered'],
+        ],
+      );
+      assert.equal(rows[0]!.generation, generation);
+      const text = await sb.run(['fleet', 'resources', '--limit', '1', '--store', store]);
+      assert.equal(text.code, 0, text.stderr);
+      assert.match(text.stdout, /tenant-7\s+a1\s+\d+\s+owner dead \(stale\)/, text.stdout);
+      assert.match(text.stdout, /more after tenant-7: --after "tenant-7"/, text.stdout);
 
       // The docs' screenshot: the schedule still shows the takeover's rerun and missed slots among its last slots.
       await page.setViewportSize({ width: 1200, height: 700 });
@@ -218,7 +258,7 @@ function views(kind: StoreKind): void {
       if (liveCron === undefined || liveCron.proc.exitCode !== null) liveCron = cron();
       const live = agent('a3', 'zone=eu-1');
       await until('the agent is live', () => stdoutEvent(live, 'live'));
-      const measure = async (n: number): Promise<{ n: number; list: number; history: number; ledger: number; records: number; fleet: number; total: number }> => {
+      const measure = async (n: number): Promise<{ n: number; list: number; history: number; ledger: number; records: number; fleet: number; resources: number; total: number }> => {
         let contexts: BrowserContext[] = [];
         if (n > 0) {
           contexts = await Promise.all(Array.from({ length: n }, () => browser.newContext()));
@@ -236,12 +276,12 @@ function views(kind: StoreKind): void {
         const after = (await boardState()).reads;
         await Promise.all(contexts.map((c) => c.close()));
         const perMin = (k: keyof typeof before): number => Math.round(((after[k] - before[k]) * 60_000) / WINDOW_MS);
-        return { n, list: perMin('list'), history: perMin('history'), ledger: perMin('ledger'), records: perMin('records'), fleet: perMin('fleet'), total: perMin('total') };
+        return { n, list: perMin('list'), history: perMin('history'), ledger: perMin('ledger'), records: perMin('records'), fleet: perMin('fleet'), resources: perMin('resources'), total: perMin('total') };
       };
       const figures = [];
       for (const n of [0, 1, 10]) figures.push(await measure(n));
       for (const f of figures) {
-        t.diagnostic(`${f.n} browsers: ${f.total} store reads/min (lease lists ${f.list}, histories ${f.history}, slot ledgers ${f.ledger}, schedule records ${f.records}, fleet ${f.fleet}) over ${WINDOW_MS / 1000}s, scaled to a minute`);
+        t.diagnostic(`${f.n} browsers: ${f.total} store reads/min (lease lists ${f.list}, histories ${f.history}, slot ledgers ${f.ledger}, schedule records ${f.records}, fleet ${f.fleet}, resource pages ${f.resources}) over ${WINDOW_MS / 1000}s, scaled to a minute`);
       }
       const [none, one, ten] = figures as [(typeof figures)[0], (typeof figures)[0], (typeof figures)[0]];
       assert.equal(none.fleet, 0, 'nobody watching: the fleet is not read');
@@ -249,6 +289,10 @@ function views(kind: StoreKind): void {
       const fleetBound = Math.round(((WINDOW_MS / 2000 + 1) * 60_000) / WINDOW_MS);
       assert.ok(one.fleet > 0 && one.fleet <= fleetBound, `1 browser: fleet ${one.fleet}/min <= ${fleetBound}`);
       assert.ok(ten.fleet <= fleetBound, `10 browsers: fleet ${ten.fleet}/min <= ${fleetBound}, the same bound as one`);
+      // Nobody places or moves anything here: the resources page every 30 s at most (RESOURCES_EVERY_MS), plus one for the window's edges, only while watched.
+      assert.equal(none.resources, 0, 'nobody watching: no resource pages');
+      const resourcesBound = Math.round(((WINDOW_MS / 30_000 + 1) * 60_000) / WINDOW_MS);
+      for (const f of [one, ten]) assert.ok(f.resources <= resourcesBound, `${f.n} browsers: resource pages ${f.resources}/min <= ${resourcesBound}`);
       // One schedule: its ledger at most once a second, whatever the browsers.
       const ledgerBound = Math.round(((WINDOW_MS / 1000 + 1) * 60_000) / WINDOW_MS);
       for (const f of figures) assert.ok(f.ledger <= ledgerBound, `${f.n} browsers: ledger ${f.ledger}/min <= ${ledgerBound}`);

@@ -2,15 +2,27 @@ import { randomInt } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { StoreError, StoreUnavailableError } from '../../core/errors.js';
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
-import { estimateExpiry, leaseRemaining } from './claim.js';
+import {
+  AGENT_LEASE_PREFIX,
+  type AgentRow,
+  type FleetPort,
+  type FleetPruneRequest,
+  type FleetPruneResult,
+  type Labels,
+  type OwnerRow,
+  type PlaceResult,
+  type ReassignResult,
+  type ResourcePage,
+  type ResourcePageRequest,
+} from '../../fleet/port.js';
 import { type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { newNonce } from '../../core/identity.js';
-import { json, parseRenew, parseState, parseTerm, prefixEnd, type EtcdKeys } from './keys.js';
+import { json, prefixEnd, type EtcdKeys } from './keys.js';
 import { mapLedgerError, pages } from './pages.js';
 import type { EtcdStore } from './store.js';
-import type { MemberPool } from './members.js';
-import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
+import { agentRows, generationOf, isLive, parseAgent, parseOwn, type AgentValue, type Candidate, type Ctx, type OwnValue } from './fleet-rows.js';
+import { listAgents, listResources, placementView, type FleetKeys } from './fleet-list.js';
+import { first, guarded, rangeOf, schemaOk } from './txn.js';
 
 /*
  * The fleet registry in etcd, beside the etcd lease store's keys (same prefix {p}):
@@ -45,66 +57,8 @@ const GUESS_CAP = 10_000;
 /** Ownership records deleted per Txn by prune: well under etcd's default --max-txn-ops (128). */
 const PRUNE_CHUNK = 50;
 
-interface AgentValue {
-  labels: Labels;
-  startedAtMs: number;
-  draining: boolean;
-  deregisteredAtMs?: number;
-  owned: number;
-}
-
-interface OwnValue {
-  agent: string;
-  labels: Labels;
-  placedAtMs: number;
-  /** The token floor in force when this was written (decimal). */
-  floor: string;
-  /** Fresh per write: a write that landed but whose answer was lost (etcd3 retried it on another member) is recognised as ours. */
-  writeId?: string;
-}
-
-function parse<T>(kv: EtcdKeyValue | undefined, ok: (v: T) => boolean): T | null {
-  if (kv === undefined) return null;
-  try {
-    const v = JSON.parse(kv.value.toString()) as T;
-    return typeof v === 'object' && v !== null && ok(v) ? v : null;
-  } catch {
-    return null;
-  }
-}
-
-const parseAgent = (kv: EtcdKeyValue | undefined): AgentValue | null =>
-  parse<AgentValue>(kv, (v) => typeof v.labels === 'object' && v.labels !== null && typeof v.owned === 'number');
-/** The ownership record; null when absent. @throws {StoreError} a value leasehold did not write. */
-function parseOwn(kv: EtcdKeyValue | undefined): OwnValue | null {
-  if (kv === undefined) return null;
-  const v = parse<OwnValue>(kv, (x) => typeof x.agent === 'string' && typeof x.floor === 'string' && /^\d+$/.test(x.floor));
-  if (v === null) throw new StoreError(`etcd key ${kv.key.toString()} is not a fleet ownership record leasehold wrote; delete it, or use another prefix`);
-  return v;
-}
-
-/** The generation of an ownership record: its key's mod revision plus the floor it was written under. */
-const generationOf = (kv: EtcdKeyValue, v: OwnValue): bigint => BigInt(kv.mod_revision) + BigInt(v.floor);
-
-/** One agent in a snapshot: its record, and the term key of its liveness lease. */
-interface Candidate {
-  id: string;
-  kv: EtcdKeyValue;
-  value: AgentValue;
-  term: EtcdKeyValue | undefined;
-}
-
-/** The lease store's rule (see above), by what etcd holds in this snapshot. */
-const isLive = (c: Candidate): boolean => c.value.deregisteredAtMs === undefined && c.term !== undefined && parseTerm(c.term) !== null;
-
 function contains(have: Labels, want: Labels): boolean {
   return Object.entries(want).every(([k, v]) => have[k] === v);
-}
-
-interface Ctx {
-  client: MemberPool;
-  keys: EtcdKeys;
-  deadline: number;
 }
 
 /**
@@ -132,10 +86,6 @@ export class EtcdFleet implements FleetPort {
   private ownKey(k: EtcdKeys, resource: string): Buffer {
     return Buffer.from(`${k.fleetPrefix}own/${encodeURIComponent(resource)}`);
   }
-  /** Where the term keys of every agent's liveness lease live. */
-  private agentTermPrefix(k: EtcdKeys): string {
-    return k.termPrefix + encodeURIComponent(AGENT_LEASE_PREFIX);
-  }
 
   private async txn(c: Ctx, req: EtcdTxnRequest, where: string): Promise<EtcdTxnResponse> {
     try {
@@ -157,22 +107,6 @@ export class EtcdFleet implements FleetPort {
   private async write(c: Ctx, ops: EtcdRequestOp[], compares: EtcdTxnRequest['compare'], where: string): Promise<EtcdTxnResponse | null> {
     const r = await this.txn(c, guarded(c.keys, ops, compares), where);
     return schemaOk(c.keys, r) ? r : null;
-  }
-
-  /** Every agent with its term key, from one snapshot. */
-  private snapshotAgents(k: EtcdKeys, agents: EtcdKeyValue[], terms: EtcdKeyValue[]): Map<string, Candidate> {
-    const termOf = new Map<string, EtcdKeyValue>();
-    for (const kv of terms) {
-      const name = k.nameIn(kv.key, k.termPrefix);
-      if (name?.startsWith(AGENT_LEASE_PREFIX) === true) termOf.set(name.slice(AGENT_LEASE_PREFIX.length), kv);
-    }
-    const out = new Map<string, Candidate>();
-    for (const kv of agents) {
-      const id = k.nameIn(kv.key, this.agentPrefix(k));
-      const value = parseAgent(kv);
-      if (id !== null && value !== null) out.set(id, { id, kv, value, term: termOf.get(id) });
-    }
-    return out;
   }
 
   /** Live, non-draining, carrying `want` (or exactly `only`), never `except`: the fewest owned, ties at random. */
@@ -229,87 +163,22 @@ export class EtcdFleet implements FleetPort {
     return this.updateAgent(id, (prev) => (prev === null ? null : { ...prev, draining }), 'drain', options);
   }
 
-  /**
-   * Rows for agents, with the times etcd can give: expiry from LeaseTimeToLive on each live
-   * term's etcd lease (whole seconds), refined by the last renewal's record exactly as the
-   * lease store's `list()` does.
-   */
-  private async rows(c: Ctx, agents: Candidate[], renews: Map<string, EtcdKeyValue>, states: Map<string, EtcdKeyValue>): Promise<{ now: number; rows: Map<string, AgentRow & { deregisteredAtMs: number | null }> }> {
-    const leases = [...new Set(agents.filter(isLive).map((a) => a.term!.lease))];
-    const ttl = await leaseRemaining(c.client, leases, c.deadline);
-    const now = Date.now();
-    const rows = new Map<string, AgentRow & { deregisteredAtMs: number | null }>();
-    for (const a of agents) {
-      const renew = parseRenew(renews.get(a.id));
-      const state = parseState(states.get(a.id));
-      let live = isLive(a);
-      let expiresAt: number | null;
-      if (a.term !== undefined) {
-        const remaining = ttl.get(a.term.lease);
-        const recorded = renew !== null && renew.nonce === parseTerm(a.term)?.nonce ? renew.expiresAtMs : null;
-        expiresAt = remaining === undefined ? recorded : estimateExpiry(remaining, recorded);
-        // etcd already calls its lease expired; it deletes the key within its sweep (~500ms).
-        if (remaining !== undefined && remaining.ttlSec < 0) live = false;
-      } else {
-        // The term key is gone, so etcd's expiry (or the release) is behind us: never in the future.
-        const at = state?.endedBy !== undefined ? (state.endedAtMs ?? null) : (renew?.expiresAtMs ?? null);
-        expiresAt = at === null ? null : Math.min(at, now);
-      }
-      rows.set(a.id, {
-        id: a.id,
-        labels: a.value.labels,
-        startedAtMs: a.value.startedAtMs,
-        draining: a.value.draining,
-        deregistered: a.value.deregisteredAtMs !== undefined,
-        live,
-        owned: a.value.owned,
-        heartbeatAgeMs: heartbeatAge(a.term, renew, a.term === undefined ? undefined : ttl.get(a.term.lease), now),
-        expiresInMs: expiresAt === null ? null : expiresAt - now,
-        storeNowMs: now,
-        deregisteredAtMs: a.value.deregisteredAtMs ?? null,
-      });
-    }
-    return { now, rows };
+  private fleetKeys(k: EtcdKeys): FleetKeys {
+    return { keys: k, agentPrefix: this.agentPrefix(k), ownPrefix: `${k.fleetPrefix}own/` };
   }
 
-  /** Keys under `{p}/renew/agent%2F` or `{p}/state/agent%2F`, by agent id. */
-  private byAgent(k: EtcdKeys, kvs: EtcdKeyValue[], prefix: string): Map<string, EtcdKeyValue> {
-    const out = new Map<string, EtcdKeyValue>();
-    for (const kv of kvs) {
-      const name = k.nameIn(kv.key, prefix);
-      if (name?.startsWith(AGENT_LEASE_PREFIX) === true) out.set(name.slice(AGENT_LEASE_PREFIX.length), kv);
-    }
-    return out;
-  }
-
-  /**
-   * Every agent, a page of agent records at a time (pages.ts), each page's liveness keys (term,
-   * renewal, state of `agent/<id>` for the ids from its first to its last) in one more read: one
-   * answer with every agent passed gRPC's 4 MB limit at about 15,000 agents. An agent's row
-   * comes from two reads a round trip apart, not one snapshot of the fleet: a listing, nothing
-   * decides on it (placement reads its own snapshot).
-   */
+  /** Every agent, a page at a time (fleet-list.ts). */
   async agents(options?: CallOptions): Promise<AgentRow[]> {
     const c = await this.store.fleetContext(options);
-    const k = c.keys;
-    const lp = encodeURIComponent(AGENT_LEASE_PREFIX);
     // The schema and floor check every read here makes, once, before the pages (which are plain ranges).
     await this.read(c, [], 'fleet agents');
-    const from = Buffer.from(this.agentPrefix(k));
-    const out: AgentRow[] = [];
-    for await (const page of pages((q) => this.txn(c, q, 'fleet agents'), from, prefixEnd(from), 'Ascend')) {
-      const firstId = page[0]!.key.subarray(from.length);
-      const lastId = page.at(-1)!.key.subarray(from.length);
-      // [first, last + NUL): exactly the keys of this page's ids (and of no id past the last).
-      const span = (prefix: string): EtcdRequestOp => ({
-        request_range: { key: Buffer.concat([Buffer.from(prefix), firstId]), range_end: Buffer.concat([Buffer.from(prefix), lastId, Buffer.from([0])]) },
-      });
-      const r = await this.txn(c, { compare: [], success: [span(k.termPrefix + lp), span(k.renewPrefix + lp), span(k.statePrefix + lp)], failure: [] }, 'fleet agents');
-      const snap = this.snapshotAgents(k, page, all(r.responses[0]));
-      const { rows } = await this.rows(c, [...snap.values()], this.byAgent(k, all(r.responses[1]), k.renewPrefix), this.byAgent(k, all(r.responses[2]), k.statePrefix));
-      for (const { deregisteredAtMs: _, ...row } of rows.values()) out.push(row);
-    }
-    return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    return listAgents(c, (q) => this.txn(c, q, 'fleet agents'), this.fleetKeys(c.keys));
+  }
+
+  /** A page of ownership records with their owners' liveness (fleet-list.ts); its first read is guarded. */
+  async resources(req: ResourcePageRequest, options?: CallOptions): Promise<ResourcePage> {
+    const c = await this.store.fleetContext(options);
+    return listResources(c, (q) => this.read(c, q.success, 'fleet resources'), this.fleetKeys(c.keys), req);
   }
 
   /**
@@ -349,7 +218,7 @@ export class EtcdFleet implements FleetPort {
       const cand: Candidate = { id: v.agent, kv: agentKv, value, term: first(r.responses[2]) };
       const renew = first(r.responses[3]);
       const state = first(r.responses[4]);
-      const { rows } = await this.rows(c, [cand], new Map(renew === undefined ? [] : [[v.agent, renew]]), new Map(state === undefined ? [] : [[v.agent, state]]));
+      const { rows } = await agentRows(c, [cand], new Map(renew === undefined ? [] : [[v.agent, renew]]), new Map(state === undefined ? [] : [[v.agent, state]]));
       const row = rows.get(v.agent)!;
       return {
         resource,
@@ -372,11 +241,9 @@ export class EtcdFleet implements FleetPort {
     this.guesses.set(resource, agent);
   }
 
-  /** One snapshot of every agent, their term keys and the resource. */
-  private async snapshot(c: Ctx, resource: string, where: string): Promise<{ agents: Map<string, Candidate>; own: EtcdKeyValue | undefined }> {
-    const k = c.keys;
-    const r = await this.read(c, [rangePrefix(this.agentPrefix(k)), rangePrefix(this.agentTermPrefix(k)), rangeOf(this.ownKey(k, resource))], where);
-    return { agents: this.snapshotAgents(k, all(r.responses[0]), all(r.responses[1])), own: first(r.responses[2]) };
+  /** The agents placement picks among, with their term keys, and the resource's record (fleet-list.ts: paged past one page). */
+  private snapshot(c: Ctx, resource: string, where: string): Promise<{ agents: Map<string, Candidate>; own: EtcdKeyValue | undefined }> {
+    return placementView((ops) => this.read(c, ops, where), (q) => this.txn(c, q, where), this.fleetKeys(c.keys), this.ownKey(c.keys, resource));
   }
 
   private ownValue(k: EtcdKeys, agent: string, labels: Labels, writeId: string): Buffer {
@@ -469,13 +336,17 @@ export class EtcdFleet implements FleetPort {
   async prune(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult> {
     const c = await this.store.fleetContext(options);
     const k = c.keys;
-    const r = await this.read(c, [rangePrefix(this.agentPrefix(k))], 'fleet prune');
+    await this.read(c, [], 'fleet prune');
     const horizon = Date.now() - req.olderThanMs;
     const gone = new Map<string, { kv: EtcdKeyValue; value: AgentValue }>();
-    for (const kv of all(r.responses[0])) {
-      const id = k.nameIn(kv.key, this.agentPrefix(k));
-      const value = parseAgent(kv);
-      if (id !== null && value?.deregisteredAtMs !== undefined && value.deregisteredAtMs < horizon) gone.set(id, { kv, value });
+    // The agent records in pages too, as agents() reads them (fleet-list.ts).
+    const agentFrom = Buffer.from(this.agentPrefix(k));
+    for await (const kvs of pages((q) => this.txn(c, q, 'fleet prune'), agentFrom, prefixEnd(agentFrom), 'Ascend')) {
+      for (const kv of kvs) {
+        const id = k.nameIn(kv.key, this.agentPrefix(k));
+        const value = parseAgent(kv);
+        if (id !== null && value?.deregisteredAtMs !== undefined && value.deregisteredAtMs < horizon) gone.set(id, { kv, value });
+      }
     }
     // The ownership records in pages: a fleet's whole `own/` range passes gRPC's 4 MB answer
     // limit at some tens of thousands of resources. Not one revision: each delete below is
@@ -570,19 +441,3 @@ function backoff(attempt: number, deadline: number): Promise<void> {
   return sleep(Math.max(0, Math.min(randomInt(1, 3 * 2 ** Math.min(attempt, 4) + 2), deadline - Date.now())));
 }
 
-/**
- * Since the agent's last renewal: its renew record's time, or, for a term its session renews
- * (session.ts: a tick writes no per-term record), the time since etcd last had the session's
- * lease kept alive (granted TTL less remaining, whole seconds).
- */
-function heartbeatAge(
-  term: EtcdKeyValue | undefined,
-  renew: { renewedAtMs: number } | null,
-  lease: { ttlSec: number; grantedSec: number } | undefined,
-  now: number,
-): number | null {
-  const byRecord = renew === null ? null : now - renew.renewedAtMs;
-  if (parseTerm(term)?.session !== true || lease === undefined || lease.ttlSec < 0 || !Number.isFinite(lease.grantedSec)) return byRecord;
-  const byLease = Math.max(0, (lease.grantedSec - lease.ttlSec) * 1000);
-  return byRecord === null ? byLease : Math.min(byRecord, byLease);
-}

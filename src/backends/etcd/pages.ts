@@ -11,8 +11,7 @@ import { isAnswerTooLarge } from './errors.js';
 import { mapEtcdError, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 
 /** Keys per page: about 250 bytes each in the ledger, so well under the 4 MB answer limit. */
-const PAGE = 500;
-
+export const PAGE = 500;
 
 /** mapEtcdError, except an over-size answer, which is not retryable (waiting does not shrink it). */
 export function mapLedgerError(err: unknown, where: string): Error {
@@ -27,19 +26,18 @@ export function mapLedgerError(err: unknown, where: string): Error {
 }
 
 /** A Txn sender that throws mapped errors (mapLedgerError). */
-type PageTxn = (req: EtcdTxnRequest) => Promise<EtcdTxnResponse>;
+export type PageTxn = (req: EtcdTxnRequest) => Promise<EtcdTxnResponse>;
 
 /**
- * The keys in [from, to) in key order, a page at a time, each page its own read (so not one
- * revision: callers pin their writes on each key's mod revision instead).
+ * One page: at most `size` keys of [from, to) in key order, read again halved while the answer is
+ * over the size limit; `more` when the range holds keys past it, `size` the page size that fit.
  */
-export async function* pages(txn: PageTxn, from: Buffer, to: Buffer, order: 'Ascend' | 'Descend', size = PAGE): AsyncGenerator<EtcdKeyValue[]> {
-  let limit = size;
-  for (;;) {
+export async function page(txn: PageTxn, from: Buffer, to: Buffer, order: 'Ascend' | 'Descend', size = PAGE): Promise<{ kvs: EtcdKeyValue[]; more: boolean; size: number }> {
+  for (let limit = size; ; ) {
     const range: EtcdRangeRequest = { key: from, range_end: to, limit, sort_order: order, sort_target: 'Key' };
-    let r: EtcdTxnResponse;
     try {
-      r = await txn({ compare: [], success: [{ request_range: range }], failure: [] });
+      const answer = (await txn({ compare: [], success: [{ request_range: range }], failure: [] })).responses[0]?.response_range;
+      return { kvs: answer?.kvs ?? [], more: answer?.more === true, size: limit };
     } catch (err) {
       if (limit > 1 && isAnswerTooLarge(err)) {
         limit = Math.max(1, Math.floor(limit / 2));
@@ -47,10 +45,20 @@ export async function* pages(txn: PageTxn, from: Buffer, to: Buffer, order: 'Asc
       }
       throw err;
     }
-    const answer = r.responses[0]?.response_range;
-    const kvs = answer?.kvs ?? [];
+  }
+}
+
+/**
+ * The keys in [from, to) in key order, a page at a time, each page its own read (so not one
+ * revision: callers pin their writes on each key's mod revision instead).
+ */
+export async function* pages(txn: PageTxn, from: Buffer, to: Buffer, order: 'Ascend' | 'Descend', size = PAGE): AsyncGenerator<EtcdKeyValue[]> {
+  for (;;) {
+    // A size that had to be halved stays halved: the next rows are likely as long.
+    const { kvs, more, size: fitted } = await page(txn, from, to, order, size);
+    size = fitted;
     if (kvs.length > 0) yield kvs;
-    if (answer?.more !== true || kvs.length === 0) return;
+    if (!more || kvs.length === 0) return;
     // Past the last key read: upwards, from just after it; downwards, up to (excluding) it.
     const last = kvs.at(-1)!.key;
     if (order === 'Ascend') from = Buffer.concat([last, Buffer.from([0])]);

@@ -12,7 +12,7 @@
  * and an expiry after the server's clock, and it has not deregistered.
  */
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult, type ResourcePage, type ResourcePageRequest } from '../../fleet/port.js';
 import { runBatch } from './batch.js';
 import { NOW_US, T } from './schema.js';
 import type { MysqlStore } from './store.js';
@@ -52,7 +52,28 @@ function liveness(r: Liveness): { live: boolean; heartbeatAgeMs: number | null; 
   };
 }
 
-/** Agent `a` is live by lease `l` at @lf_now. */
+/** An ownership record joined to its owner's record and liveness lease; the first ? is the agent lease prefix. */
+const OWNER_SELECT = `SELECT o.resource, o.agent, o.generation, o.placed_at_us, a.id AS agent_id, a.deregistered_at_us, l.holder, l.renewed_at_us, l.expires_at_us, ${NOW_US} AS now_us
+     FROM ${OWNERSHIP} o
+     LEFT JOIN ${AGENTS} a ON a.id = o.agent
+     LEFT JOIN ${T.leases} l ON l.name = CONCAT(?, o.agent)`;
+
+type OwnerSqlRow = Liveness & { resource: string; agent: string; generation: string; placed_at_us: string; agent_id: string | null };
+
+function ownerRow(r: OwnerSqlRow): OwnerRow {
+  const l = liveness(r);
+  return {
+    resource: r.resource,
+    agent: r.agent,
+    generation: BigInt(r.generation),
+    placedAtMs: Number(r.placed_at_us) / 1000,
+    ...l,
+    live: r.agent_id !== null && l.live,
+    deregistered: r.deregistered_at_us !== null,
+    deregisteredAtMs: ms(r.deregistered_at_us),
+  };
+}
+
 /**
  * A placement reads at most this many eligible agents, fewest owned first (the index of
  * sql/004-placement-index.ts), and picks at random among those tied at the fewest: a bounded
@@ -61,6 +82,7 @@ function liveness(r: Liveness): { live: boolean; heartbeatAgeMs: number | null; 
 const PLACEMENT_TIES = 16;
 const PLACEMENT_INDEX = 'leasehold_fleet_agents_placement';
 
+/** Agent `a` is live by lease `l` at @lf_now. */
 const LIVE = `(a.deregistered_at_us IS NULL AND l.holder IS NOT NULL AND l.expires_at_us > @lf_now)`;
 
 /**
@@ -125,28 +147,20 @@ export class MysqlFleet implements FleetPort {
   }
 
   async owner(resource: string, options?: CallOptions): Promise<OwnerRow | undefined> {
-    const rows = (await this.store.q(
-      `SELECT o.agent, o.generation, o.placed_at_us, a.id AS agent_id, a.deregistered_at_us, l.holder, l.renewed_at_us, l.expires_at_us, ${NOW_US} AS now_us
-         FROM ${OWNERSHIP} o
-         LEFT JOIN ${AGENTS} a ON a.id = o.agent
-         LEFT JOIN ${T.leases} l ON l.name = CONCAT(?, o.agent)
-        WHERE o.resource = ?`,
-      [AGENT_LEASE_PREFIX, resource],
-      options,
-    )) as (Liveness & { agent: string; generation: string; placed_at_us: string; agent_id: string | null })[];
+    const rows = (await this.store.q(`${OWNER_SELECT} WHERE o.resource = ?`, [AGENT_LEASE_PREFIX, resource], options)) as OwnerSqlRow[];
     const r = rows[0];
-    if (r === undefined) return undefined;
-    const l = liveness(r);
-    return {
-      resource,
-      agent: r.agent,
-      generation: BigInt(r.generation),
-      placedAtMs: Number(r.placed_at_us) / 1000,
-      ...l,
-      live: r.agent_id !== null && l.live,
-      deregistered: r.deregistered_at_us !== null,
-      deregisteredAtMs: ms(r.deregistered_at_us),
-    };
+    return r === undefined ? undefined : ownerRow(r);
+  }
+
+  /** One statement per page along the primary key (utf8mb4_bin: code point order); one row more than asked says whether another follows. */
+  async resources(req: ResourcePageRequest, options?: CallOptions): Promise<ResourcePage> {
+    const found = (
+      req.after === undefined
+        ? await this.store.q(`${OWNER_SELECT} ORDER BY o.resource LIMIT ?`, [AGENT_LEASE_PREFIX, req.limit + 1], options)
+        : await this.store.q(`${OWNER_SELECT} WHERE o.resource > ? ORDER BY o.resource LIMIT ?`, [AGENT_LEASE_PREFIX, req.after, req.limit + 1], options)
+    ) as OwnerSqlRow[];
+    const rows = found.slice(0, req.limit).map(ownerRow);
+    return { rows, next: found.length > req.limit ? rows.at(-1)!.resource : null };
   }
 
   /**

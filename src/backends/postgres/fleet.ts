@@ -1,9 +1,27 @@
 import { StoreUnavailableError } from '../../core/errors.js';
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult, type ResourcePage, type ResourcePageRequest } from '../../fleet/port.js';
 import type { PostgresStore } from './store.js';
 
 const ms = (col: string): string => `(extract(epoch FROM ${col}) * 1000)::float8`;
+
+function ownerRow(row: Record<string, unknown>): OwnerRow {
+  const now = row['now_ms'] as number;
+  const renewed = row['renewed_ms'] as number | null;
+  const expires = row['expires_ms'] as number | null;
+  return {
+    resource: row['resource'] as string,
+    agent: row['agent'] as string,
+    generation: BigInt(row['generation'] as string),
+    placedAtMs: row['placed_ms'] as number,
+    live: row['live'] as boolean,
+    deregistered: row['deregistered'] as boolean,
+    deregisteredAtMs: (row['deregistered_ms'] as number | null) ?? null,
+    heartbeatAgeMs: renewed === null ? null : now - renewed,
+    expiresInMs: expires === null ? null : expires - now,
+    storeNowMs: now,
+  };
+}
 
 /**
  * The fleet registry in PostgreSQL, on the lease store's own pool. Each call is one statement,
@@ -101,35 +119,34 @@ export class PostgresFleet implements FleetPort {
     });
   }
 
-  async owner(resource: string, options?: CallOptions): Promise<OwnerRow | undefined> {
-    const r = await this.q(
-      `SELECT o.agent, o.generation, ${ms('o.placed_at')} AS placed_ms, a.deregistered_at IS NOT NULL AS deregistered,
+  /** The ownership columns joined to the owner's record and liveness lease, by this statement's now(). $1 is the agent lease prefix. */
+  private get ownerSelect(): string {
+    return `SELECT o.resource, o.agent, o.generation, ${ms('o.placed_at')} AS placed_ms, a.deregistered_at IS NOT NULL AS deregistered,
               ${ms('a.deregistered_at')} AS deregistered_ms, ${this.live} AS live,
               ${ms('l.renewed_at')} AS renewed_ms, ${ms('l.expires_at')} AS expires_ms, ${ms('now()')} AS now_ms
          FROM ${this.s}.fleet_ownership o
          LEFT JOIN ${this.s}.fleet_agents a ON a.id = o.agent
-         LEFT JOIN ${this.s}.leases l ON l.name = $2 || o.agent
-        WHERE o.resource = $1`,
-      [resource, AGENT_LEASE_PREFIX],
-      options,
-    );
+         LEFT JOIN ${this.s}.leases l ON l.name = $1 || o.agent`;
+  }
+
+  async owner(resource: string, options?: CallOptions): Promise<OwnerRow | undefined> {
+    const r = await this.q(`${this.ownerSelect} WHERE o.resource = $2`, [AGENT_LEASE_PREFIX, resource], options);
     const row = r.rows[0];
-    if (row === undefined) return undefined;
-    const now = row['now_ms'] as number;
-    const renewed = row['renewed_ms'] as number | null;
-    const expires = row['expires_ms'] as number | null;
-    return {
-      resource,
-      agent: row['agent'] as string,
-      generation: BigInt(row['generation'] as string),
-      placedAtMs: row['placed_ms'] as number,
-      live: row['live'] as boolean,
-      deregistered: row['deregistered'] as boolean,
-      deregisteredAtMs: (row['deregistered_ms'] as number | null) ?? null,
-      heartbeatAgeMs: renewed === null ? null : now - renewed,
-      expiresInMs: expires === null ? null : expires - now,
-      storeNowMs: now,
-    };
+    return row === undefined ? undefined : ownerRow(row);
+  }
+
+  /**
+   * One statement per page, walking the primary key from `after` (so a page costs the same
+   * wherever it starts); one row more than asked tells whether another page follows.
+   */
+  async resources(req: ResourcePageRequest, options?: CallOptions): Promise<ResourcePage> {
+    // Two texts rather than `$2 IS NULL OR ...`, which a generic plan cannot answer from the index.
+    const r =
+      req.after === undefined
+        ? await this.q(`${this.ownerSelect} ORDER BY o.resource LIMIT $2`, [AGENT_LEASE_PREFIX, req.limit + 1], options)
+        : await this.q(`${this.ownerSelect} WHERE o.resource > $2 ORDER BY o.resource LIMIT $3`, [AGENT_LEASE_PREFIX, req.after, req.limit + 1], options);
+    const rows = r.rows.slice(0, req.limit).map(ownerRow);
+    return { rows, next: r.rows.length > req.limit ? rows.at(-1)!.resource : null };
   }
 
   /**

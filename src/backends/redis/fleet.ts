@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult, type ResourcePage, type ResourcePageRequest } from '../../fleet/port.js';
 import { keysFor } from './keys.js';
 import { LUA_CLOCK, lua, toStrings, type LuaScript } from './scripts.js';
 import type { RedisStore } from './store.js';
@@ -18,6 +18,11 @@ import type { RedisStore } from './store.js';
  *                              draining), scored by owned; placement walks it fewest owned first
  *   {p}:fleet:load-built       present once {p}:fleet:load was built from the agents set (a
  *                              fleet registered before the index had none)
+ *   {p}:fleet:resources        sorted set, every score 0: the resources with an ownership hash, by
+ *                              name (ZRANGEBYLEX pages them); kept by every script that writes one
+ *   {p}:fleet:resources-built  present once {p}:fleet:resources was built from the ownership hashes
+ *                              (a fleet placed before the index had none: see RESOURCES)
+ *   {p}:fleet:resources-scan   the build's SCAN cursor between its bounded steps
  *   {p}:lease:agent/<id>       the agent's liveness: the lease store's own hash (holder, exp, renewed)
  *
  * One Lua script per call, so each call is atomic, and every script reads `TIME`: liveness is
@@ -210,19 +215,25 @@ return out
 );
 
 /**
- * KEYS: [1] agents set, [2] the ownership hash, [3] generation counter, [4] token floor, [5] its floor-at.
- * ARGV: AP, LP, labels JSON, random integer. Reply: ['placed'|'owned', agent, gen] or ['no-agent'].
+ * KEYS: [1] agents set, [2] the ownership hash, [3] generation counter, [4] token floor, [5] its floor-at,
+ * [6] the resources index. ARGV: AP, LP, labels JSON, random integer, resource.
+ * Reply: ['placed'|'owned', agent, gen] or ['no-agent'].
  */
 const PLACE = lua(
   'fleet-place',
   `${PRELUDE}${PICK}
 local cur = redis.call('HMGET', KEYS[2], 'agent', 'gen')
-if cur[1] then return { 'owned', cur[1], cur[2] } end
+if cur[1] then
+  -- Indexed already, unless an older leasehold placed it: this heals that.
+  redis.call('ZADD', KEYS[6], 0, ARGV[5])
+  return { 'owned', cur[1], cur[2] }
+end
 local id = pick(cjson.decode(ARGV[3]), '', '', ARGV[4])
 if not id then return { 'no-agent' } end
 local g = next_generation()
 if not g then ${GEN_ERROR} end
 redis.call('HSET', KEYS[2], 'agent', id, 'gen', g, 'labels', ARGV[3], 'placed', fmt(now))
+redis.call('ZADD', KEYS[6], 0, ARGV[5])
 redis.call('HINCRBY', AP .. id, 'owned', 1)
 index_agent(id)
 return { 'placed', id, g }
@@ -230,7 +241,7 @@ return { 'placed', id, g }
 );
 
 /**
- * KEYS: as PLACE. ARGV: AP, LP, from, to ('' to pick), random integer.
+ * KEYS: as PLACE. ARGV: AP, LP, from, to ('' to pick), random integer, resource.
  * Reply: ['moved', agent, gen] | ['owner-changed', owner or ''] | ['no-agent'].
  */
 const REASSIGN = lua(
@@ -243,6 +254,7 @@ if not id then return { 'no-agent' } end
 local g = next_generation()
 if not g then ${GEN_ERROR} end
 redis.call('HSET', KEYS[2], 'agent', id, 'gen', g, 'placed', fmt(now))
+redis.call('ZADD', KEYS[6], 0, ARGV[6])
 if redis.call('EXISTS', AP .. ARGV[3]) == 1 then
   redis.call('HINCRBY', AP .. ARGV[3], 'owned', -1)
   index_agent(ARGV[3])
@@ -253,12 +265,13 @@ return { 'moved', id, g }
 `,
 );
 
-/** KEYS: [1] the ownership hash. ARGV: AP, LP, from. Reply: ['1'] removed, ['0'] not owned by `from`. */
+/** KEYS: [1] the ownership hash, [2] the resources index. ARGV: AP, LP, from, resource. Reply: ['1'] removed, ['0'] not owned by `from`. */
 const REMOVE = lua(
   'fleet-remove',
   `local AP = ARGV[1]${LOAD_INDEX}
 if redis.call('HGET', KEYS[1], 'agent') ~= ARGV[3] then return { '0' } end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[4])
 if redis.call('EXISTS', AP .. ARGV[3]) == 1 then
   redis.call('HINCRBY', AP .. ARGV[3], 'owned', -1)
   index_agent(ARGV[3])
@@ -268,7 +281,8 @@ return { '1' }
 );
 
 /**
- * KEYS: [1] the agents set. ARGV: AP, LP, the ownership keys' match pattern, older-than ms, limit.
+ * KEYS: [1] the agents set, [2] the resources index. ARGV: AP, LP, the ownership keys' match
+ * pattern, older-than ms, limit, the ownership keys' prefix.
  * The agents deregistered before the horizon; then their ownership hashes, found by SCAN (there
  * is no index by agent: placements never needed one), up to `limit`; then, if that found fewer,
  * the agents themselves. Reply: [ownership deleted, agents deleted, more 1/0].
@@ -291,6 +305,7 @@ repeat
     local a = redis.call('HGET', k, 'agent')
     if a and gone[a] and owned < limit then
       redis.call('DEL', k)
+      redis.call('ZREM', KEYS[2], string.sub(k, #ARGV[6] + 1))
       redis.call('HINCRBY', AP .. a, 'owned', -1)
       owned = owned + 1
     end
@@ -308,6 +323,93 @@ end
 local more = '0'
 if owned + agents >= limit then more = '1' end
 return { tostring(owned), tostring(agents), more }
+`,
+);
+
+/** Keys the index build's SCAN looks at per listing call while the index is not built: a bounded step, a few ms. */
+const BUILD_STEP_KEYS = 2000;
+/** Index entries a listing call may find without an ownership hash (removed by an older leasehold) before it answers with what it has. */
+const STALE_SKIP = 1000;
+const RESOURCE_FIELDS = 5 + AGENT_FIELDS;
+
+/**
+ * KEYS: [1] the resources index, [2] its built flag, [3] the build's SCAN cursor.
+ * ARGV: AP, LP, the ownership keys' prefix, their match pattern, after ('' from the first), limit.
+ *
+ * A fleet placed by a leasehold without the index has none: until the flag is set, each call
+ * takes one step of SCAN over the ownership keys (BUILD_STEP_KEYS, then the cursor is saved)
+ * and answers ['building']; the caller calls again. Every script that writes an ownership hash
+ * keeps the index meanwhile, so what the build adds and they add agree. A rolling upgrade's
+ * older writers do not: their placements are missing until placed or reassigned again by a
+ * newer one (or the flag is deleted, which builds again), and index entries they removed are
+ * dropped here when met.
+ *
+ * Reply: [now, more '1'/'0', next, then per resource RESOURCE_FIELDS: resource, agent, gen,
+ * placed, registered '1'/'0', and AGENT_REPLY's 9 ('' when not registered)].
+ */
+const RESOURCES = lua(
+  'fleet-resources',
+  `${PRELUDE}${AGENT_REPLY}
+local OWNP, lim = ARGV[3], tonumber(ARGV[6])
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local cursor, seen = redis.call('GET', KEYS[3]) or '0', 0
+  repeat
+    local r = redis.call('SCAN', cursor, 'MATCH', ARGV[4], 'COUNT', 500)
+    cursor = r[1]
+    for _, k in ipairs(r[2]) do redis.call('ZADD', KEYS[1], 0, string.sub(k, #OWNP + 1)) end
+    seen = seen + 500
+  until cursor == '0' or seen >= ${BUILD_STEP_KEYS}
+  if cursor ~= '0' then
+    redis.call('SET', KEYS[3], cursor)
+    return { 'building' }
+  end
+  redis.call('SET', KEYS[2], '1')
+  redis.call('DEL', KEYS[3])
+end
+local out, agents = { fmt(now), '0', '' }, {}
+local from, n, skipped, done = '-', 0, 0, false
+if ARGV[5] ~= '' then from = '(' .. ARGV[5] end
+while not done do
+  local want = lim - n + 1
+  local page = redis.call('ZRANGEBYLEX', KEYS[1], from, '+', 'LIMIT', 0, want)
+  for _, res in ipairs(page) do
+    local o = redis.call('HMGET', OWNP .. res, 'agent', 'gen', 'placed')
+    if not o[1] then
+      redis.call('ZREM', KEYS[1], res)
+      skipped = skipped + 1
+      if skipped >= ${STALE_SKIP} then
+        out[2], out[3], done = '1', res, true
+        break
+      end
+    elseif n == lim then
+      out[2], done = '1', true
+      break
+    else
+      n = n + 1
+      out[3] = res
+      out[#out + 1] = res
+      out[#out + 1] = o[1]
+      out[#out + 1] = o[2]
+      out[#out + 1] = o[3]
+      local a = agents[o[1]]
+      if a == nil then
+        a = agent(o[1]) or false
+        agents[o[1]] = a
+      end
+      if a then
+        out[#out + 1] = '1'
+        reply(out, a)
+      else
+        for _ = 0, ${AGENT_FIELDS} do out[#out + 1] = '' end
+        out[#out - ${AGENT_FIELDS}] = '0'
+      end
+    end
+  end
+  if not done then
+    if #page < want then done = true else from = '(' .. page[#page] end
+  end
+end
+return out
 `,
 );
 
@@ -375,6 +477,10 @@ export class RedisFleet implements FleetPort {
     return `${this.tag}:fleet:own:${resource}`;
   }
 
+  private get resourceIndex(): string {
+    return `${this.tag}:fleet:resources`;
+  }
+
   private async run(script: LuaScript, keys: string[], args: string[], options?: CallOptions): Promise<string[]> {
     return toStrings(await this.store.scripts.run(script, keys, [...this.prefixes, ...args], options?.signal));
   }
@@ -420,29 +526,62 @@ export class RedisFleet implements FleetPort {
   }
 
   async place(resource: string, labels: Labels, options?: CallOptions): Promise<PlaceResult> {
-    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey, this.floorAtKey];
-    const [outcome, agent, gen] = await this.run(PLACE, keys, [JSON.stringify(labels), String(randomInt(2 ** 47))], options);
+    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey, this.floorAtKey, this.resourceIndex];
+    const [outcome, agent, gen] = await this.run(PLACE, keys, [JSON.stringify(labels), String(randomInt(2 ** 47)), resource], options);
     if (outcome === 'no-agent') return { outcome };
     return { outcome: outcome === 'owned' ? 'owned' : 'placed', agent: agent!, generation: BigInt(gen!) };
   }
 
   async reassign(resource: string, from: string, to: string | null, options?: CallOptions): Promise<ReassignResult> {
-    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey, this.floorAtKey];
-    const [outcome, agent, gen] = await this.run(REASSIGN, keys, [from, to ?? '', String(randomInt(2 ** 47))], options);
+    const keys = [this.agentsKey, this.ownKey(resource), this.genKey, this.floorKey, this.floorAtKey, this.resourceIndex];
+    const [outcome, agent, gen] = await this.run(REASSIGN, keys, [from, to ?? '', String(randomInt(2 ** 47)), resource], options);
     if (outcome === 'moved') return { outcome, agent: agent!, generation: BigInt(gen!) };
     if (outcome === 'owner-changed') return { outcome, owner: agent === '' || agent === undefined ? null : agent };
     return { outcome: 'no-agent' };
   }
 
   async remove(resource: string, from: string, options?: CallOptions): Promise<boolean> {
-    const [ok] = await this.run(REMOVE, [this.ownKey(resource)], [from], options);
+    const [ok] = await this.run(REMOVE, [this.ownKey(resource), this.resourceIndex], [from, resource], options);
     return ok === '1';
   }
 
   async prune(req: FleetPruneRequest, options?: CallOptions): Promise<FleetPruneResult> {
-    const pattern = `${this.ownKey('').replace(/[*?[\]\\]/g, '\\$&')}*`;
-    const [owned, agents, more] = await this.run(PRUNE, [this.agentsKey], [pattern, String(Math.round(req.olderThanMs)), String(req.limit)], options);
+    const [owned, agents, more] = await this.run(PRUNE, [this.agentsKey, this.resourceIndex], [this.ownPattern, String(Math.round(req.olderThanMs)), String(req.limit), this.ownKey('')], options);
     return { ownership: Number(owned), agents: Number(agents), more: more === '1' };
+  }
+
+  /** SCAN's pattern for every ownership hash (the prefix's own glob characters escaped). */
+  private get ownPattern(): string {
+    return `${this.ownKey('').replace(/[*?[\]\\]/g, '\\$&')}*`;
+  }
+
+  /** One script per page (ZRANGEBYLEX on the index); while an older fleet's index is being built, one bounded step per call first. */
+  async resources(req: ResourcePageRequest, options?: CallOptions): Promise<ResourcePage> {
+    const keys = [this.resourceIndex, `${this.resourceIndex}-built`, `${this.resourceIndex}-scan`];
+    const args = [this.ownKey(''), this.ownPattern, req.after ?? '', String(req.limit)];
+    let f = await this.run(RESOURCES, keys, args, options);
+    while (f[0] === 'building') {
+      options?.signal?.throwIfAborted();
+      f = await this.run(RESOURCES, keys, args, options);
+    }
+    const now = Number(f[0]);
+    const rows: OwnerRow[] = [];
+    for (let at = 3; at + RESOURCE_FIELDS <= f.length; at += RESOURCE_FIELDS) {
+      const a = f[at + 4] === '1' ? parseAgent(f, at + 5, now) : undefined;
+      rows.push({
+        resource: f[at]!,
+        agent: f[at + 1]!,
+        generation: BigInt(f[at + 2]!),
+        placedAtMs: Number(f[at + 3]),
+        live: a?.row.live ?? false,
+        deregistered: a?.row.deregistered ?? false,
+        deregisteredAtMs: a?.deregisteredAtMs ?? null,
+        heartbeatAgeMs: a?.row.heartbeatAgeMs ?? null,
+        expiresInMs: a?.row.expiresInMs ?? null,
+        storeNowMs: now,
+      });
+    }
+    return { rows, next: f[1] === '1' ? f[2]! : null };
   }
 
   /** The connection is the lease store's: closing the fleet leaves it to the store's owner. */

@@ -1,5 +1,5 @@
 import type { CallOptions } from '../../core/port.js';
-import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult } from '../../fleet/port.js';
+import { AGENT_LEASE_PREFIX, type AgentRow, type FleetPort, type FleetPruneRequest, type FleetPruneResult, type Labels, type OwnerRow, type PlaceResult, type ReassignResult, type ResourcePage, type ResourcePageRequest } from '../../fleet/port.js';
 import type { SqliteDatabaseLike, SqliteStore } from './store.js';
 
 interface LivenessRow {
@@ -19,6 +19,40 @@ const AGENTS_WITH_LEASES = `
 
 const isLive = (r: { holder: string | null; expires_at: bigint | null; deregistered_at: bigint | null }, now: number): boolean =>
   r.deregistered_at === null && r.holder !== null && r.expires_at !== null && Number(r.expires_at) > now;
+
+/** An ownership record joined to its owner's record and liveness lease; the first ? is the agent lease prefix. */
+const OWNER_SELECT = `
+  SELECT o.resource, o.agent, o.generation, o.placed_at, a.id AS agent_id, a.deregistered_at, l.holder, l.expires_at, l.renewed_at
+    FROM leasehold_fleet_ownership o
+    LEFT JOIN leasehold_fleet_agents a ON a.id = o.agent
+    LEFT JOIN leasehold_leases l ON l.name = ? || o.agent`;
+
+interface OwnerSqlRow {
+  resource: string;
+  agent: string;
+  generation: bigint;
+  placed_at: bigint;
+  agent_id: string | null;
+  deregistered_at: bigint | null;
+  holder: string | null;
+  expires_at: bigint | null;
+  renewed_at: bigint | null;
+}
+
+function ownerRow(r: OwnerSqlRow, now: number): OwnerRow {
+  return {
+    resource: r.resource,
+    agent: r.agent,
+    generation: r.generation,
+    placedAtMs: Number(r.placed_at),
+    live: r.agent_id !== null && isLive(r, now),
+    deregistered: r.deregistered_at !== null,
+    deregisteredAtMs: r.deregistered_at === null ? null : Number(r.deregistered_at),
+    heartbeatAgeMs: r.renewed_at === null ? null : now - Number(r.renewed_at),
+    expiresInMs: r.expires_at === null ? null : Number(r.expires_at) - now,
+    storeNowMs: now,
+  };
+}
 
 /** A placement reads at most this many eligible agents (see pick). */
 const PLACEMENT_TIES = 16;
@@ -81,31 +115,21 @@ export class SqliteFleet implements FleetPort {
 
   owner(resource: string, options?: CallOptions): Promise<OwnerRow | undefined> {
     return this.run((db, now) => {
-      const r = db
-        .prepare(
-          `SELECT o.agent, o.generation, o.placed_at, a.id AS agent_id, a.deregistered_at, l.holder, l.expires_at, l.renewed_at
-             FROM leasehold_fleet_ownership o
-             LEFT JOIN leasehold_fleet_agents a ON a.id = o.agent
-             LEFT JOIN leasehold_leases l ON l.name = ? || o.agent
-            WHERE o.resource = ?`,
-        )
-        .safeIntegers(true)
-        .get(AGENT_LEASE_PREFIX, resource) as
-        | { agent: string; generation: bigint; placed_at: bigint; agent_id: string | null; deregistered_at: bigint | null; holder: string | null; expires_at: bigint | null; renewed_at: bigint | null }
-        | undefined;
-      if (r === undefined) return undefined;
-      return {
-        resource,
-        agent: r.agent,
-        generation: r.generation,
-        placedAtMs: Number(r.placed_at),
-        live: r.agent_id !== null && isLive(r, now),
-        deregistered: r.deregistered_at !== null,
-        deregisteredAtMs: r.deregistered_at === null ? null : Number(r.deregistered_at),
-        heartbeatAgeMs: r.renewed_at === null ? null : now - Number(r.renewed_at),
-        expiresInMs: r.expires_at === null ? null : Number(r.expires_at) - now,
-        storeNowMs: now,
-      };
+      const r = db.prepare(`${OWNER_SELECT} WHERE o.resource = ?`).safeIntegers(true).get(AGENT_LEASE_PREFIX, resource) as OwnerSqlRow | undefined;
+      return r === undefined ? undefined : ownerRow(r, now);
+    }, options);
+  }
+
+  /** One read per page along the primary key (BINARY: byte order); one row more than asked says whether another follows. */
+  resources(req: ResourcePageRequest, options?: CallOptions): Promise<ResourcePage> {
+    return this.run((db, now) => {
+      const found = (
+        req.after === undefined
+          ? db.prepare(`${OWNER_SELECT} ORDER BY o.resource LIMIT ?`).safeIntegers(true).all(AGENT_LEASE_PREFIX, req.limit + 1)
+          : db.prepare(`${OWNER_SELECT} WHERE o.resource > ? ORDER BY o.resource LIMIT ?`).safeIntegers(true).all(AGENT_LEASE_PREFIX, req.after, req.limit + 1)
+      ) as OwnerSqlRow[];
+      const rows = found.slice(0, req.limit).map((r) => ownerRow(r, now));
+      return { rows, next: found.length > req.limit ? rows.at(-1)!.resource : null };
     }, options);
   }
 

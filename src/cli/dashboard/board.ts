@@ -16,7 +16,7 @@ import { ConfigError, errorMessage } from '../../core/errors.js';
 import type { Fleet } from '../../fleet/fleet.js';
 import { LeaseWatcher, type LeaseView } from '../../observe/index.js';
 import type { SlotLedgerPort } from '../../scheduler/ledger.js';
-import { FleetReader, type AgentView } from './fleet.js';
+import { FleetReader, type AgentView, type ResourceView } from './fleet.js';
 import { ScheduleReader, isJobLease, type ScheduleRow } from './schedules.js';
 
 export const DEFAULT_MAX_CLIENTS = 64;
@@ -53,12 +53,13 @@ export interface BoardState {
   leases: LeaseRow[];
   history: Array<{ id: string; name: string; event: string; holder: string | null; previousHolder: string | null; token: string; atMs: number; detail: string | null }>;
   error: string | null;
-  /** Store reads since start, by kind: the watcher's lease lists, histories, slot-ledger reads, fleet readings. */
-  reads: { total: number; list: number; history: number; ledger: number; records: number; fleet: number };
+  /** Store reads since start, by kind: the watcher's lease lists, histories, slot-ledger reads, fleet agent readings, fleet resource pages. */
+  reads: { total: number; list: number; history: number; ledger: number; records: number; fleet: number; resources: number };
   schedules: ScheduleRow[];
   /** Null when this store has no slot ledger. */
   schedulesError: string | null;
-  fleet: { agents: AgentView[]; readAtMs: number; error: string | null; available: boolean };
+  /** `resourcesMore`: more resources on record than the page shown. */
+  fleet: { agents: AgentView[]; resources: ResourceView[]; resourcesMore: boolean; readAtMs: number; error: string | null; available: boolean };
   /** Readings that found a change (a history read follows each, coalesced). */
   changes: number;
   clients: number;
@@ -273,17 +274,21 @@ export class Board {
       history: recent.map((h) => ({ id: h.id.toString(), name: h.name, event: h.event, holder: h.holder, previousHolder: h.previousHolder, token: h.token.toString(), atMs: h.atMs, detail: h.detail })),
       error: this.error,
       reads: {
-        total: this.watcher.reads.total + this.historyReads + (this.schedules?.reads ?? 0) + (this.schedules?.recordReads ?? 0) + (this.fleet?.reads ?? 0),
+        total:
+          this.watcher.reads.total + this.historyReads + (this.schedules?.reads ?? 0) + (this.schedules?.recordReads ?? 0) + (this.fleet?.reads ?? 0) + (this.fleet?.resourceReads ?? 0),
         list: this.watcher.reads.total,
         history: this.historyReads,
         ledger: this.schedules?.reads ?? 0,
         records: this.schedules?.recordReads ?? 0,
         fleet: this.fleet?.reads ?? 0,
+        resources: this.fleet?.resourceReads ?? 0,
       },
       schedules: this.schedules?.rows() ?? [],
       schedulesError: this.schedules === undefined ? (this.sources.ledgerMissing ?? 'no slot ledger') : this.schedules.error,
       fleet: {
         agents: this.fleet?.rows() ?? [],
+        resources: this.fleet?.resources() ?? [],
+        resourcesMore: this.fleet?.resourcesMore ?? false,
         readAtMs: this.fleet?.readAtMs ?? 0,
         error: this.fleet === undefined ? (this.sources.fleetMissing ?? 'no fleet registry') : this.fleet.error,
         available: this.fleet !== undefined,

@@ -10,6 +10,7 @@
  * hues no event mark uses), a term
  * as a bar in its token's colour, events as ticks.
  *
+ * The fleet view lists agents, then resources (one page) with owner-dead rows highlighted.
  * Three views on the one page, each with an anchor (#view-leases, #view-schedules, #view-fleet): plain links,
  * no buttons or forms, so nothing on the page can look like a write action.
  */
@@ -74,7 +75,12 @@ tr.ownerdead td{background:#fde2e1}
 <thead><tr><th>agent</th><th>state</th><th>heartbeat age (store clock)</th><th>labels</th><th>owned</th><th>started</th></tr></thead>
 <tbody id="agents"><tr><td colspan="6" class="empty">waiting for the first reading…</td></tr></tbody>
 </table>
-<div class="legend">Resources: the fleet registry has no call that lists ownership records; <span class="mono">leasehold fleet owner RESOURCE</span> looks one up. A highlighted agent is stale or deregistered and still owns resources: their owner is dead until they are reassigned.</div>
+<div class="legend">A highlighted agent is stale or deregistered and still owns resources: their owner is dead until they are reassigned.</div>
+<h2 style="font-size:14px;margin:12px 0 6px">Resources <span class="legend" id="resourcesNote"></span></h2>
+<table>
+<thead><tr><th>resource</th><th>owner</th><th>owner state (store clock)</th><th>generation</th><th>placed</th></tr></thead>
+<tbody id="resources"><tr><td colspan="5" class="empty">waiting for the first reading…</td></tr></tbody>
+</table>
 <div class="sub" id="stats"></div>
 <script>
 (function () {
@@ -258,6 +264,19 @@ tr.ownerdead td{background:#fde2e1}
     });
     tick();
   }
+  function renderResources() {
+    var f = state.fleet, body = $('resources');
+    $('resourcesNote').textContent = f.resourcesMore ? '(the first ' + f.resources.length + ' by name; leasehold fleet resources lists them all)' : '(by name; highlighted: the owner on record is dead)';
+    body.textContent = '';
+    if (f.resources.length === 0) { var tr0 = el('tr'); var td0 = el('td', 'empty', f.available ? 'no resources on record' : 'no fleet registry on this store'); td0.colSpan = 5; tr0.appendChild(td0); body.appendChild(tr0); return; }
+    f.resources.forEach(function (r) {
+      var st = el('td'); var b = el('span', 'state ' + (r.ownerState === 'live' ? 'live' : r.ownerState), r.ownerState); b.setAttribute('data-owner-state', r.ownerState); st.appendChild(b);
+      if (r.ownerDead) st.appendChild(el('span', 'mark', 'owner dead'));
+      var tr = row([el('td', 'mono', r.resource), el('td', 'mono owner', r.agent), st, el('td', 'mono generation', r.generation), el('td', 'mono', when(r.placedAtMs))]);
+      tr.setAttribute('data-resource', r.resource); if (r.ownerDead) tr.className = 'ownerdead';
+      body.appendChild(tr);
+    });
+  }
   function render() {
     $('storeDesc').textContent = state.store;
     var r = $('remote');
@@ -268,7 +287,8 @@ tr.ownerdead td{background:#fde2e1}
     renderTimelines();
     renderSchedules();
     renderFleet();
-    $('stats').textContent = 'store reads: ' + state.reads.total + ' (lists ' + state.reads.list + ', histories ' + state.reads.history + ', slot ledgers ' + state.reads.ledger + ', schedule records ' + state.reads.records + ', fleet ' + state.reads.fleet + ') since ' + fmt(state.uptimeMs) + ' ago · browsers connected: ' + state.clients;
+    renderResources();
+    $('stats').textContent = 'store reads: ' + state.reads.total + ' (lists ' + state.reads.list + ', histories ' + state.reads.history + ', slot ledgers ' + state.reads.ledger + ', schedule records ' + state.reads.records + ', fleet ' + state.reads.fleet + ', resource pages ' + state.reads.resources + ') since ' + fmt(state.uptimeMs) + ' ago · browsers connected: ' + state.clients;
   }
   function connect() {
     var es = new EventSource('events');
