@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChaosProxy } from './proxy.js';
 import type { Restarter } from './services.js';
+import type { SessionEnder } from './sessions.js';
 import type { Fleet, Worker } from './fleet.js';
 import { monoMs, PROCESS_FAULTS, type FaultKind, type FaultRecord, type Timing, type WorkerMode } from './types.js';
 
@@ -64,12 +65,17 @@ const WEIGHTS: Record<FaultKind, number> = {
   'proxy-blackhole': 1,
   'proxy-reset': 1,
   restart: 1,
+  'session-end': 2,
 };
 
 export interface NemesisDeps {
   fleet: Fleet;
   proxy: ChaosProxy | null;
   restarter: Restarter | null;
+  /** Ends the leader's session on the server (liveness 'session'); null when the kind is not injected. */
+  sessions: SessionEnder | null;
+  /** The lease the workers contend for. */
+  lease: string;
   timing: Timing;
   prng: Prng;
   /** 'short' keeps holds near the low end so a run of every kind fits in under a minute. */
@@ -353,6 +359,26 @@ export class Nemesis {
         rec.heal = monoMs();
         rec.params = { downMs: down };
         rec.note = `${r.describe} (down ${Math.round(rec.heal - rec.start)}ms)`;
+        break;
+      }
+      case 'session-end': {
+        const ender = this.d.sessions;
+        if (ender === null) throw new Error('session-end fault without a session ender');
+        const t = this.pick(1);
+        if (t === null || t.role !== 'leader') return this.skipped(rec, 'no leader to end the session of');
+        rec.targets = [t.w.id];
+        rec.role = t.role;
+        await this.midUnit(t.w);
+        const since = monoMs();
+        rec.start = since;
+        const id = await ender.end(this.d.lease);
+        if (id === null) return this.skipped(rec, `${t.w.id}'s term is not tied to a session (yet)`);
+        // Healed when the holder has stood down (its session's close reached it), bounded by the
+        // TTL: past that the term has expired whatever the holder noticed.
+        const stood = await t.w.waitFor((x) => !x.leading, timing.storeTtlMs);
+        rec.heal = monoMs();
+        rec.params = { session: id, stoodDown: stood };
+        rec.note = `${ender.describe} (${id}) of ${t.w.id}, whose process lives; ${stood ? 'it stood down' : 'it did not stand down within the TTL'}`;
         break;
       }
     }
