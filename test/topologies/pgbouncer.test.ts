@@ -177,6 +177,52 @@ void describe('PostgreSQL through PgBouncer, transaction pooling', { skip }, () 
     }
   });
 
+  void it("liveness 'session' through a PgBouncer on its server's own port number (another address) is refused too: the server sees the pooler's client port, not ours", { timeout: 60_000 }, async () => {
+    // A pooler on a host of its own commonly listens on 5432, as its server does: comparing the
+    // ports cannot tell them apart. Here: a server of the test's own on 127.0.0.1:P, the pooler
+    // on 127.0.0.2:P. Idle, transaction pooling serves both of the session's statements from one
+    // server connection, so the two-statement check passes too.
+    const p = PORT + 1;
+    const own = (await import(pathToFileURL(join(ROOT, 'scripts', 'services', 'pg-server.mjs')).href)) as {
+      startPgServer(o: { port: number }): Promise<{ url: string; stop(): void }>;
+    };
+    const mod = (await import(pathToFileURL(join(ROOT, 'scripts', 'services', 'pgbouncer.mjs')).href)) as {
+      startPgBouncer(o: { port: number; poolMode: string; upstreamPort: number; listenHost: string }): Promise<Bouncer>;
+    };
+    const server = await own.startPgServer({ port: p });
+    let pooler: Bouncer | undefined;
+    try {
+      pooler = await mod.startPgBouncer({ port: p, poolMode: 'transaction', upstreamPort: p, listenHost: '127.0.0.2' });
+      const url = `postgres://postgres@127.0.0.2:${p}/test?schema=${fresh()}&notify_url=${encodeURIComponent(server.url)}`;
+      const store = await PostgresStore.create({ url });
+      await store.migrate();
+      const lh = new Leasehold({ store, closeStore: true });
+      try {
+        await assert.rejects(lh.lease('job', { ttl: '30s', liveness: 'session' }).acquire({ wait: '5s' }), (err: Error) => {
+          assert.ok(err instanceof LivenessError, `${err.name}: ${err.message}`);
+          assert.equal(err.why, 'pooler');
+          assert.match(err.message, /client port .* PgBouncer/);
+          return true;
+        });
+      } finally {
+        await lh.close();
+      }
+      // Straight to the same server the mode is accepted: the check does not refuse a direct connection.
+      const directStore = await PostgresStore.create({ url: `${server.url}?schema=${fresh()}` });
+      await directStore.migrate();
+      const direct = new Leasehold({ store: directStore, closeStore: true });
+      try {
+        const term = await direct.lease('job', { ttl: '30s', liveness: 'session' }).acquire({ wait: '5s' });
+        assert.ok(term.token > 0n);
+      } finally {
+        await direct.close();
+      }
+    } finally {
+      await pooler?.stop();
+      server.stop();
+    }
+  });
+
   void it("leasehold run --liveness session through it exits 2 with the reason on one line, and never starts the command", async () => {
     const schema = fresh();
     const url = `${bounced}?schema=${schema}&notify_url=${encodeURIComponent(DIRECT)}`;
