@@ -175,8 +175,7 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
       }
       appendFileSync(join(dir, 'nemesis.jsonl'), `${JSON.stringify(rec)}\n`);
       if (rec.params['skipped'] === true) {
-        say(`[chaos ${elapsed()}] ${kind} ${rec.note}; will retry`);
-        nemesis.retry(kind);
+        say(`[chaos ${elapsed()}] ${kind} ${rec.note}; ${nemesis.retry(kind) ? 'will retry' : 'given up on for the first round'}`);
         await sleep(500);
         continue;
       }

@@ -52,6 +52,9 @@ export class Prng {
 /** libfaketime re-reads a clock file at most this long after it changed (FAKETIME_CACHE_DURATION=1). */
 export const FAKETIME_CACHE_MS = 1000;
 
+/** How many times a kind without a target is tried again in the first round (about 0.5-1 s apart). */
+const MAX_RETRIES = 20;
+
 /** How often each kind comes up after the first round (which has every kind once). */
 const WEIGHTS: Record<FaultKind, number> = {
   pause: 3,
@@ -96,6 +99,7 @@ export class Nemesis {
   private readonly firstRound: FaultKind[];
   private n = 0;
   private hostOffsetS = 0;
+  private readonly retries = new Map<FaultKind, number>();
 
   constructor(deps: NemesisDeps, kinds: readonly FaultKind[]) {
     this.d = deps;
@@ -109,9 +113,18 @@ export class Nemesis {
     return this.firstRound.length === 0;
   }
 
-  /** A kind that could not be injected (no target right now) comes back in the first round. */
-  retry(kind: FaultKind): void {
+  /**
+   * A kind that could not be injected (no target right now) comes back in the first round, up
+   * to MAX_RETRIES times: a session-end finds no target while the leader's term is not tied to
+   * a session, which can last a whole tenure (docs/chaos.md), and the run must still end.
+   * @returns false when the kind is given up on for the first round.
+   */
+  retry(kind: FaultKind): boolean {
+    const n = (this.retries.get(kind) ?? 0) + 1;
+    this.retries.set(kind, n);
+    if (n > MAX_RETRIES) return false;
     if (!this.firstRound.includes(kind)) this.firstRound.push(kind);
+    return true;
   }
 
   nextKind(): FaultKind {
