@@ -31,9 +31,9 @@ function isOurs(pid, config) {
   return commandLine(pid)?.includes(config) === true;
 }
 
-async function listening(port) {
+async function listening(port, host = HOST) {
   return new Promise((resolve) => {
-    const s = connect({ host: HOST, port }, () => {
+    const s = connect({ host, port }, () => {
       s.destroy();
       resolve(true);
     });
@@ -67,6 +67,9 @@ export async function startPgBouncer({
   upstreamPort = 5432,
   poolMode = 'transaction',
   poolSize = 10,
+  // Another loopback address lets it listen on the port number its upstream uses (as a pooler on
+  // a host of its own does), which a check that compares ports cannot tell from the server.
+  listenHost = HOST,
   log = silent,
 } = {}) {
   const bin = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer', '/usr/local/bin/pgbouncer'].find((p) => existsSync(p));
@@ -82,7 +85,7 @@ export async function startPgBouncer({
       '[databases]',
       `* = host=${upstreamHost} port=${upstreamPort}`,
       '[pgbouncer]',
-      `listen_addr = ${HOST}`,
+      `listen_addr = ${listenHost}`,
       `listen_port = ${port}`,
       "unix_socket_dir = ''",
       'auth_type = trust',
@@ -108,7 +111,7 @@ export async function startPgBouncer({
   if (child.pid === undefined) throw new Error(`could not start pgbouncer; see ${dir}`);
   writeFileSync(join(dir, 'pgbouncer.pid.own'), `${child.pid}\n`);
   const end = Date.now() + 10_000;
-  while (!(await listening(port))) {
+  while (!(await listening(port, listenHost))) {
     if (Date.now() > end || !isOurs(child.pid, config)) {
       let why = '';
       for (const f of ['stdout.log', 'pgbouncer.log']) {
@@ -118,11 +121,11 @@ export async function startPgBouncer({
           // not written
         }
       }
-      throw new Error(`pgbouncer did not listen on ${HOST}:${port}: ${why.trim().split('\n').slice(-10).join('\n')}`);
+      throw new Error(`pgbouncer did not listen on ${listenHost}:${port}: ${why.trim().split('\n').slice(-10).join('\n')}`);
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  log(`[pgbouncer] pid ${child.pid} on ${HOST}:${port}, ${poolMode} pooling, in front of ${upstreamHost}:${upstreamPort}`);
+  log(`[pgbouncer] pid ${child.pid} on ${listenHost}:${port}, ${poolMode} pooling, in front of ${upstreamHost}:${upstreamPort}`);
   return { pid: child.pid, port, stop: () => stopPgBouncer({ port, log }) };
 }
 

@@ -24,6 +24,7 @@ import {
   usageError,
 } from './common.js';
 import { HTTP_HOST_FLAG, LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
+import { livenessOption } from './run-args.js';
 
 export const AGENT_SPEC = defineCommand({
   name: 'agent',
@@ -53,6 +54,15 @@ exits 76; restart it to rejoin.`,
       default: '--stale-after + --heartbeat',
     },
     'no-wait': { type: 'boolean', help: 'exit 75 at once if another process is agent ID' },
+    liveness: {
+      type: 'string',
+      value: 'MODE',
+      default: 'ttl',
+      help:
+        "ttl: a dead agent's lease ends at its expiry (--stale-after). session (PostgreSQL, MySQL/MariaDB, SQLite): the lease is also tied to a connection of " +
+        "this process's own (on SQLite, to the process), so an agent restarted under the same ID takes over within milliseconds of this one's death, and on " +
+        'PostgreSQL placement stops counting it alive at once; refused (exit 2) where the mode is (Redis, etcd, a pooler, short server keepalive). See docs/liveness.md',
+    },
     'metrics-port': {
       type: 'string',
       value: 'P',
@@ -94,6 +104,7 @@ export async function agentCommand(argv: string[]): Promise<number> {
   const heartbeat = durationOption(values.heartbeat, 'heartbeat', '', {});
   const staleAfter = durationOption(values['stale-after'], 'stale-after', '', {});
   const wait = values['no-wait'] === true ? false : durationOption(values.wait, 'wait', '', {});
+  const liveness = livenessOption(values.liveness, {});
   const labels = parseLabels(values.labels);
   const json = values.json === true;
   const metricsPort = portOption(values['metrics-port'], 'metrics-port', 'LEASEHOLD_METRICS_PORT', process.env);
@@ -118,6 +129,7 @@ export async function agentCommand(argv: string[]): Promise<number> {
         ...(heartbeat === undefined ? {} : { heartbeat }),
         ...(staleAfter === undefined ? {} : { staleAfter }),
         ...(wait === undefined ? {} : { wait }),
+        liveness,
         signal: stop.signal,
       });
     } catch (err) {

@@ -3,6 +3,7 @@ import { parseDuration, type Duration } from '../core/config.js';
 import { ConfigError, LeaseLostError, errorMessage } from '../core/errors.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
+import type { Liveness } from '../core/liveness.js';
 import type { LoggerLike } from '../core/logger.js';
 import type { Fleet } from './fleet.js';
 import { validateLabels, validateNewAgentId } from './labels.js';
@@ -23,6 +24,15 @@ export interface AgentOptions {
    * predecessor's lease runs out by itself). Default staleAfter + heartbeat. false: do not wait.
    */
   wait?: Duration | false;
+  /**
+   * How the agent's liveness lease judges it alive (LeaseOptions.liveness, docs/liveness.md).
+   * 'session' (PostgreSQL, MySQL/MariaDB, SQLite): the lease is also tied to a session of this
+   * process's own, so a process restarted under the same id takes the id over within
+   * milliseconds of this one dying (SIGKILL, OOM kill) instead of waiting out stale-after; on
+   * PostgreSQL the fleet (placement, owner, agents) also counts the agent dead as soon as its
+   * session is gone. Refused (LivenessError) where the mode is. Default 'ttl'.
+   */
+  liveness?: Liveness;
   signal?: AbortSignal;
 }
 
@@ -113,7 +123,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     // past what the store would say.
     // No handover: holding agent/<id> is what says "alive", and only a process that confirmed
     // its own claim may say so (a term handed to a waiter that has gone would read as alive).
-    const leaseOptions = { ttl: staleAfterMs, renewInterval: heartbeatMs, handover: false };
+    const leaseOptions = { ttl: staleAfterMs, renewInterval: heartbeatMs, handover: false, ...(options.liveness === undefined ? {} : { liveness: options.liveness }) };
     AGENT_LEASE_OPTIONS.add(leaseOptions);
     const lease = leasehold.lease(`${AGENT_LEASE_PREFIX}${id}`, leaseOptions);
     let term: Term;

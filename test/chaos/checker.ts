@@ -83,6 +83,23 @@ export interface Belief {
   jeopardy: Array<[number, number]>;
 }
 
+/**
+ * A leader ended from outside (SIGKILL, or its session ended on the server while its process
+ * lived): when it stopped believing it leads, and when another process began to. Times from the
+ * fault's start; overlap is how long both believed at once (the window the fence covers).
+ */
+export interface Takeover {
+  n: number;
+  kind: FaultKind;
+  worker: string;
+  stoodDownMs: number | null;
+  tookOverMs: number | null;
+  by: string | null;
+  overlapMs: number | null;
+  /** liveness 'session': the store had tied the ended term to its holder's session (else it could only end at its TTL). */
+  tied: boolean;
+}
+
 export interface Failover {
   n: number;
   kind: FaultKind;
@@ -115,6 +132,8 @@ export interface CheckResult {
   failovers: Failover[];
   worstFailover: Failover | null;
   budgets: Budget[];
+  /** Every kill and session-end of a leader (measured, never failed). */
+  takeovers: Takeover[];
   cloneTerms: Array<{ token: string; workers: string[] }>;
   counts: {
     accepted: number;
@@ -125,6 +144,8 @@ export interface CheckResult {
     terms: number;
     historyGrants: number;
     resumedWrites: number;
+    /** liveness 'session': acquisitions the store tied to the winner's session (the rest end at their TTL). */
+    sessionTied: number;
   };
   faultsByKind: Partial<Record<FaultKind, number>>;
 }
@@ -192,6 +213,36 @@ export function beliefsOf(workers: WorkerInfo[], runEnd: number): Belief[] {
     close(w.exitedAt ?? runEnd, w.exitedAt === null ? 'run ended' : w.exit.split(':')[0]!);
   }
   return out.sort((a, b) => a.from - b.from);
+}
+
+export function takeoversOf(faults: FaultRecord[], beliefs: Belief[], workers: WorkerInfo[]): Takeover[] {
+  const out: Takeover[] = [];
+  for (const f of faults) {
+    if ((f.kind !== 'kill' && f.kind !== 'session-end') || f.role !== 'leader' || f.params['skipped'] === true) continue;
+    const target = f.targets[0];
+    if (target === undefined) continue;
+    const held = beliefs.find((b) => b.worker === target && b.from <= f.start && b.to >= f.start);
+    // A SIGKILLed process believes nothing from the signal on (when the harness hears of its exit is its own latency).
+    const downAt = f.kind === 'kill' ? f.start : held === undefined ? null : held.to;
+    const next = beliefs.find((b) => b.worker !== target && b.from >= f.start);
+    const w = workers.find((x) => x.id === target);
+    const tied =
+      held !== undefined &&
+      w?.events.some((e) => e.ev === 'claim' && e.outcome === 'acquired' && e.token === held.token && e.session === true) === true;
+    const stoodDownMs = downAt === null ? null : Math.max(0, Math.round(downAt - f.start));
+    const tookOverMs = next === undefined ? null : Math.round(next.from - f.start);
+    out.push({
+      n: f.n,
+      kind: f.kind,
+      worker: target,
+      stoodDownMs,
+      tookOverMs,
+      by: next === undefined ? null : `${next.worker} (token ${next.token})`,
+      overlapMs: stoodDownMs === null || tookOverMs === null ? null : Math.max(0, stoodDownMs - tookOverMs),
+      tied,
+    });
+  }
+  return out;
 }
 
 function overlapOf(beliefs: Belief[]): CheckResult['overlap'] {
@@ -467,6 +518,7 @@ export function check(input: CheckInput): CheckResult {
     failovers,
     worstFailover,
     budgets,
+    takeovers: takeoversOf(input.faults, beliefs, workers),
     cloneTerms,
     counts: {
       accepted: writes.length,
@@ -477,6 +529,7 @@ export function check(input: CheckInput): CheckResult {
       terms: grants.length,
       historyGrants: historyGrants.length,
       resumedWrites: all.filter((e) => e.ev === 'accepted' && e.resumed === true).length,
+      sessionTied: all.filter((e) => e.ev === 'claim' && e.kind === 'acquire' && e.outcome === 'acquired' && e.session === true).length,
     },
     faultsByKind,
   };

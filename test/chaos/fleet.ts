@@ -8,7 +8,7 @@ import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { monoMs, type StoreKind, type Timing, type WorkerEvent, type WorkerInfo, type WorkerMode, type WorkerOrigin } from './types.js';
+import { monoMs, type ChaosLiveness, type StoreKind, type Timing, type WorkerEvent, type WorkerInfo, type WorkerMode, type WorkerOrigin } from './types.js';
 
 const workerJs = fileURLToPath(new URL('./worker.js', import.meta.url));
 
@@ -24,6 +24,7 @@ export interface FleetConfig {
   unfenced: boolean;
   faketime: string | null;
   maxLifeMs: number;
+  liveness: ChaosLiveness;
 }
 
 export interface SpawnOptions {
@@ -256,6 +257,7 @@ export class Fleet {
       '--state-dir', stateDir,
       '--mode', o.mode,
       '--max-life', String(cfg.maxLifeMs),
+      '--liveness', cfg.liveness,
       ...(cfg.unfenced ? ['--unfenced'] : []),
       ...(o.resume === undefined ? [] : ['--resume', o.resume]),
       ...(o.forkedFrom === undefined ? [] : ['--forked-from', o.forkedFrom]),

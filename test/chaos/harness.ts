@@ -18,7 +18,8 @@ import { ChaosProxy, isLoopback } from './proxy.js';
 import { type ChaosReport, summaryText, writeReport } from './report.js';
 import { createResource, dropResource, newResourceSchema, readCounters, readLog } from './resource.js';
 import { findFaketime, pgAnswers, storeRestarter, storeUnreachable, type Restarter } from './services.js';
-import { FAULT_KINDS, monoMs, type FaultKind, type FaultRecord, type StoreKind, type Timing } from './types.js';
+import { sessionEnder } from './sessions.js';
+import { FAULT_KINDS, monoMs, type ChaosLiveness, type FaultKind, type FaultRecord, type StoreKind, type Timing } from './types.js';
 
 export interface ChaosOptions {
   store: StoreKind;
@@ -29,6 +30,8 @@ export interface ChaosOptions {
   unfenced: boolean;
   profile: 'short' | 'long';
   ttlMs: number;
+  /** The workers' LeaseOptions.liveness (default 'ttl'). */
+  liveness?: ChaosLiveness;
   /** Restrict the nemesis to these kinds (default: every kind the store supports). */
   faults?: FaultKind[];
   /** Keep the resource schema and lease namespace after the run (for digging). */
@@ -61,9 +64,13 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
   const schema = newResourceSchema();
   await createResource(TEST_PG_URL, schema);
 
+  const liveness = o.liveness ?? 'ttl';
   let proxy: ChaosProxy | null = null;
   let workerStoreUrl = ts.url;
-  if (o.store !== 'sqlite') {
+  // liveness 'session' refuses a connection whose server listens on another port than the URL
+  // names (a pooler or proxy, docs/liveness.md case 4): the workers go straight to the store, and
+  // the server's side of the link is cut by ending sessions there instead.
+  if (o.store !== 'sqlite' && liveness === 'ttl') {
     const u = new URL(ts.url);
     if (!isLoopback(u.hostname)) throw new Error(`the chaos store must be on loopback, not ${u.hostname}`);
     const defaultPort = { postgres: 5432, redis: 6379, etcd: 2379, mysql: 3306 }[o.store];
@@ -76,6 +83,8 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
   const faketime = findFaketime();
   const r = await storeRestarter(o.store);
   const restarter: Restarter | null = 'unsupported' in r ? null : r;
+  const se = sessionEnder(o.store, ts.url, liveness);
+  const sessions = 'unsupported' in se ? null : se;
   const unsupported: Partial<Record<FaultKind, string>> = {};
   for (const k of FAULT_KINDS) {
     if ((k === 'clock-jump' || k === 'clock-past') && faketime === null) unsupported[k] = 'libfaketime not found (Debian package faketime)';
@@ -83,7 +92,13 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
       unsupported[k] =
         "SQLite's clock is each process's own: processes sharing one file share one kernel clock, so one of them weeks in the past cannot happen (clock-jump steps every worker's clock instead)";
     }
-    if (k.startsWith('proxy-') && proxy === null) unsupported[k] = 'SQLite is opened as a file: there is no connection to cut';
+    if (k.startsWith('proxy-') && proxy === null) {
+      unsupported[k] =
+        o.store === 'sqlite'
+          ? 'SQLite is opened as a file: there is no connection to cut'
+          : "liveness 'session' refuses a proxy between the holder and the store (its server listens on another port): the workers connect directly";
+    }
+    if (k === 'session-end' && 'unsupported' in se) unsupported[k] = se.unsupported;
     if (k === 'restart' && 'unsupported' in r) unsupported[k] = r.unsupported;
     if (o.faults !== undefined && !o.faults.includes(k) && unsupported[k] === undefined) unsupported[k] = 'not selected with --faults';
   }
@@ -101,8 +116,9 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
     unfenced: o.unfenced,
     faketime,
     maxLifeMs: o.durationMs * 3 + 300_000,
+    liveness,
   });
-  const nemesis = new Nemesis({ fleet, proxy, restarter, timing, prng, profile: o.profile, hostClock: o.store === 'sqlite', dir, say }, kinds);
+  const nemesis = new Nemesis({ fleet, proxy, restarter, sessions, lease: LEASE, timing, prng, profile: o.profile, hostClock: o.store === 'sqlite', dir, say }, kinds);
   const faults: FaultRecord[] = [];
   const trims: Array<{ worker: string; at: number }> = [];
   const harnessErrors: string[] = [];
@@ -121,7 +137,7 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
   const elapsed = (): string => `${((monoMs() - runStart) / 1000).toFixed(1).padStart(6)}s`;
   say(
     `[chaos] store ${o.store} (${ts.store.description}), resource ${schema}, seed ${o.seed}, ${o.workers} workers, ttl ${timing.ttlMs}ms, ` +
-      `${o.unfenced ? 'UNFENCED' : 'fenced'}, ${Math.round(o.durationMs / 1000)}s, faults: ${kinds.join(' ')}`,
+      `${o.unfenced ? 'UNFENCED' : 'fenced'}, liveness ${liveness}, ${Math.round(o.durationMs / 1000)}s, faults: ${kinds.join(' ')}`,
   );
   for (const [k, why] of Object.entries(unsupported)) say(`[chaos] not injecting ${k}: ${why}`);
   const mode = (): 'elector' | 'acquire' => (prng.chance(0.5) ? 'elector' : 'acquire');
@@ -159,8 +175,7 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
       }
       appendFileSync(join(dir, 'nemesis.jsonl'), `${JSON.stringify(rec)}\n`);
       if (rec.params['skipped'] === true) {
-        say(`[chaos ${elapsed()}] ${kind} ${rec.note}; will retry`);
-        nemesis.retry(kind);
+        say(`[chaos ${elapsed()}] ${kind} ${rec.note}; ${nemesis.retry(kind) ? 'will retry' : 'given up on for the first round'}`);
         await sleep(500);
         continue;
       }
@@ -246,6 +261,7 @@ export async function runChaos(o: ChaosOptions, say: (line: string) => void): Pr
       workers: o.workers,
       timing,
       unfenced: o.unfenced,
+      liveness,
       startedAt: new Date(Date.now() - (monoMs() - runStart)).toISOString(),
       resourceSchema: schema,
       kinds,

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChaosProxy } from './proxy.js';
 import type { Restarter } from './services.js';
+import type { SessionEnder } from './sessions.js';
 import type { Fleet, Worker } from './fleet.js';
 import { monoMs, PROCESS_FAULTS, type FaultKind, type FaultRecord, type Timing, type WorkerMode } from './types.js';
 
@@ -51,6 +52,9 @@ export class Prng {
 /** libfaketime re-reads a clock file at most this long after it changed (FAKETIME_CACHE_DURATION=1). */
 export const FAKETIME_CACHE_MS = 1000;
 
+/** How many times a kind without a target is tried again in the first round (about 0.5-1 s apart). */
+const MAX_RETRIES = 20;
+
 /** How often each kind comes up after the first round (which has every kind once). */
 const WEIGHTS: Record<FaultKind, number> = {
   pause: 3,
@@ -64,12 +68,17 @@ const WEIGHTS: Record<FaultKind, number> = {
   'proxy-blackhole': 1,
   'proxy-reset': 1,
   restart: 1,
+  'session-end': 2,
 };
 
 export interface NemesisDeps {
   fleet: Fleet;
   proxy: ChaosProxy | null;
   restarter: Restarter | null;
+  /** Ends the leader's session on the server (liveness 'session'); null when the kind is not injected. */
+  sessions: SessionEnder | null;
+  /** The lease the workers contend for. */
+  lease: string;
   timing: Timing;
   prng: Prng;
   /** 'short' keeps holds near the low end so a run of every kind fits in under a minute. */
@@ -90,6 +99,7 @@ export class Nemesis {
   private readonly firstRound: FaultKind[];
   private n = 0;
   private hostOffsetS = 0;
+  private readonly retries = new Map<FaultKind, number>();
 
   constructor(deps: NemesisDeps, kinds: readonly FaultKind[]) {
     this.d = deps;
@@ -103,9 +113,18 @@ export class Nemesis {
     return this.firstRound.length === 0;
   }
 
-  /** A kind that could not be injected (no target right now) comes back in the first round. */
-  retry(kind: FaultKind): void {
+  /**
+   * A kind that could not be injected (no target right now) comes back in the first round, up
+   * to MAX_RETRIES times: a session-end finds no target while the leader's term is not tied to
+   * a session, which can last a whole tenure (docs/chaos.md), and the run must still end.
+   * @returns false when the kind is given up on for the first round.
+   */
+  retry(kind: FaultKind): boolean {
+    const n = (this.retries.get(kind) ?? 0) + 1;
+    this.retries.set(kind, n);
+    if (n > MAX_RETRIES) return false;
     if (!this.firstRound.includes(kind)) this.firstRound.push(kind);
+    return true;
   }
 
   nextKind(): FaultKind {
@@ -353,6 +372,26 @@ export class Nemesis {
         rec.heal = monoMs();
         rec.params = { downMs: down };
         rec.note = `${r.describe} (down ${Math.round(rec.heal - rec.start)}ms)`;
+        break;
+      }
+      case 'session-end': {
+        const ender = this.d.sessions;
+        if (ender === null) throw new Error('session-end fault without a session ender');
+        const t = this.pick(1);
+        if (t === null || t.role !== 'leader') return this.skipped(rec, 'no leader to end the session of');
+        rec.targets = [t.w.id];
+        rec.role = t.role;
+        await this.midUnit(t.w);
+        const since = monoMs();
+        rec.start = since;
+        const id = await ender.end(this.d.lease);
+        if (id === null) return this.skipped(rec, `${t.w.id}'s term is not tied to a session (yet)`);
+        // Healed when the holder has stood down (its session's close reached it), bounded by the
+        // TTL: past that the term has expired whatever the holder noticed.
+        const stood = await t.w.waitFor((x) => !x.leading, timing.storeTtlMs);
+        rec.heal = monoMs();
+        rec.params = { session: id, stoodDown: stood };
+        rec.note = `${ender.describe} (${id}) of ${t.w.id}, whose process lives; ${stood ? 'it stood down' : 'it did not stand down within the TTL'}`;
         break;
       }
     }

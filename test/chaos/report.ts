@@ -17,6 +17,8 @@ export interface RunMeta {
   workers: number;
   timing: Timing;
   unfenced: boolean;
+  /** The workers' liveness (absent in reports from before it was an option: 'ttl'). */
+  liveness?: 'ttl' | 'session';
   startedAt: string;
   resourceSchema: string;
   kinds: FaultKind[];
@@ -56,7 +58,7 @@ export function summaryText(r: ChaosReport): string {
   lines.push(
     `leasehold chaos: store ${meta.store}, seed ${meta.seed}, ${ran.toFixed(0)}s, ${meta.workers} workers, ttl ${meta.timing.ttlMs}ms ` +
       `${meta.timing.storeTtlMs === meta.timing.ttlMs ? '' : `(${meta.timing.storeTtlMs}ms as the store grants it) `}` +
-      `(renew ${meta.timing.renewMs}ms, units ${meta.timing.workMinMs}-${meta.timing.workMaxMs}ms), ${meta.unfenced ? 'UNFENCED (negative control)' : 'fenced'}`,
+      `(renew ${meta.timing.renewMs}ms, units ${meta.timing.workMinMs}-${meta.timing.workMaxMs}ms), ${meta.unfenced ? 'UNFENCED (negative control)' : 'fenced'}, liveness ${meta.liveness ?? 'ttl'}`,
   );
   const total = Object.values(result.faultsByKind).reduce((a, b) => a + (b ?? 0), 0);
   const kinds = FAULT_KINDS.filter((k) => meta.kinds.includes(k))
@@ -66,6 +68,7 @@ export function summaryText(r: ChaosReport): string {
     ['faults injected', `${total}: ${kinds}`],
     ...Object.entries(meta.unsupported).map(([k, why]): [string, string] => [`  not here: ${k}`, why ?? '']),
     ['terms granted', `${c.terms} seen by workers, ${c.historyGrants} in the store's history`],
+    ...(meta.liveness === 'session' ? [['  tied to a session', `${c.sessionTied} of ${c.terms} (liveness session; an untied term ends at its TTL)`] as [string, string]] : []),
     ['writes accepted', `${c.accepted} (${c.resumedWrites} by restored processes finishing a unit)`],
     ['writes rejected', `${c.rejected} by the fence, ${c.duplicates} by the idempotency key, ${c.writeErrors} failed (resource unreachable)`],
     [
@@ -78,6 +81,7 @@ export function summaryText(r: ChaosReport): string {
         ? '-'
         : `${s(result.worstFailover.ms)} after #${result.worstFailover.n} ${result.worstFailover.kind} (bound ${s(result.worstFailover.boundMs)})`,
     ],
+    ...takeoverRows(result.takeovers, meta.timing.ttlMs),
     ['terms written by 2+ processes', `${result.cloneTerms.length} (a restored copy finishing the snapshotted unit)`],
   ];
   const w = Math.max(...rows.map(([k]) => k.length));
@@ -98,6 +102,33 @@ export function summaryText(r: ChaosReport): string {
   for (const e of r.harnessErrors) lines.push(`  harness error: ${e}`);
   lines.push(`verdict: ${r.verdict}`);
   return lines.join('\n');
+}
+
+/** Takeover after a leader's SIGKILL and after its session ended, with the belief overlap of the latter. */
+function takeoverRows(ts: CheckResult['takeovers'], ttlMs: number): Array<[string, string]> {
+  const rows: Array<[string, string]> = [];
+  const ms = (x: number): string => `${x}ms (${(x / ttlMs).toFixed(2)}x TTL)`;
+  const spread = (xs: number[]): string => {
+    const v = [...xs].sort((a, b) => a - b);
+    return v.length === 0 ? '-' : `median ${ms(v[Math.floor((v.length - 1) / 2)]!)}, worst ${ms(v[v.length - 1]!)}`;
+  };
+  const kills = ts.filter((t) => t.kind === 'kill');
+  if (kills.length > 0) {
+    const took = kills.flatMap((t) => (t.tookOverMs === null ? [] : [t.tookOverMs]));
+    const tied = kills.filter((t) => t.tied);
+    const tiedTook = tied.flatMap((t) => (t.tookOverMs === null ? [] : [t.tookOverMs]));
+    rows.push(['takeover after SIGKILL (leader)', `${kills.length} kills: next leader believed after ${spread(took)}`]);
+    if (tied.length > 0) rows.push(['  of a session-tied term', `${tied.length}: ${spread(tiedTook)}`]);
+  }
+  const ends = ts.filter((t) => t.kind === 'session-end');
+  if (ends.length > 0) {
+    const down = ends.flatMap((t) => (t.stoodDownMs === null ? [] : [t.stoodDownMs]));
+    const took = ends.flatMap((t) => (t.tookOverMs === null ? [] : [t.tookOverMs]));
+    const over = ends.flatMap((t) => (t.overlapMs === null ? [] : [t.overlapMs]));
+    rows.push(['session ended (leader lives)', `${ends.length}: it stood down after ${spread(down)}; the next leader believed after ${spread(took)}`]);
+    rows.push(['  belief overlap there', `${over.filter((x) => x > 0).length} of ${over.length} overlapped, ${spread(over)} (the fence covers it)`]);
+  }
+  return rows;
 }
 
 // ---- JSON --------------------------------------------------------------------------------------
@@ -141,6 +172,7 @@ export const KIND_COLOR: Record<FaultKind, string> = {
   'proxy-blackhole': '#2c3e50',
   'proxy-reset': '#e74c3c',
   restart: '#27ae60',
+  'session-end': '#6c3483',
 };
 
 const esc = (x: string): string => x.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');

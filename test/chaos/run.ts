@@ -24,6 +24,8 @@ const USAGE = `usage: npm run chaos -- [options]
   --seed N                             replay a run: the same faults with the same parameters (default: random, printed)
   --ttl 1s                             lease TTL (renew interval TTL/3)
   --faults pause,kill,...              only these kinds (${FAULT_KINDS.join(', ')})
+  --liveness ttl|session               the workers' lease liveness (default ttl). session: no proxy (the mode refuses one), and the
+                                       nemesis also ends the leader's session on the server (session-end); docs/liveness.md
   --unfenced                           negative control: workers write without the fence; the run must report violations
   --report DIR                         where the report goes (default chaos-report/)
   --keep                               keep the resource schema and lease namespace afterwards
@@ -45,6 +47,7 @@ async function main(): Promise<number> {
         ttl: { type: 'string', default: '1s' },
         faults: { type: 'string' },
         unfenced: { type: 'boolean', default: false },
+        liveness: { type: 'string', default: 'ttl' },
         report: { type: 'string', default: 'chaos-report' },
         keep: { type: 'boolean', default: false },
         help: { type: 'boolean', default: false },
@@ -81,6 +84,8 @@ async function main(): Promise<number> {
   if (!Number.isInteger(workers) || workers < 2 || workers > 20) return fail('--workers must be a whole number from 2 to 20');
   const seed = values.seed === undefined ? randomInt(1, 2 ** 31 - 1) : Number(values.seed);
   if (!Number.isInteger(seed) || seed < 0 || seed >= 2 ** 32) return fail('--seed must be a whole number from 0 to 2^32-1');
+  const liveness = values.liveness;
+  if (liveness !== 'ttl' && liveness !== 'session') return fail(`--liveness ${liveness}: use ttl or session`);
   let faults: FaultKind[] | undefined;
   if (values.faults !== undefined) {
     faults = values.faults.split(',').map((f) => f.trim()) as FaultKind[];
@@ -89,7 +94,7 @@ async function main(): Promise<number> {
   }
   const command =
     `npm run chaos -- --store ${store} --profile ${profile} --duration ${Math.round(durationMs / 1000)}s --workers ${workers} --seed ${seed} --ttl ${ttlMs}ms` +
-    `${faults === undefined ? '' : ` --faults ${faults.join(',')}`}${values.unfenced ? ' --unfenced' : ''}`;
+    `${faults === undefined ? '' : ` --faults ${faults.join(',')}`}${values.unfenced ? ' --unfenced' : ''}${liveness === 'ttl' ? '' : ' --liveness session'}`;
 
   const abort = new AbortController();
   const onSignal = (): void => {
@@ -102,7 +107,7 @@ async function main(): Promise<number> {
   try {
     const reportDir = resolve(values.report);
     const report = await runChaos(
-      { store, durationMs, workers, seed, reportDir, unfenced: values.unfenced, profile, ttlMs, keep: values.keep, command, signal: abort.signal, ...(faults === undefined ? {} : { faults }) },
+      { store, durationMs, workers, seed, reportDir, unfenced: values.unfenced, profile, ttlMs, liveness, keep: values.keep, command, signal: abort.signal, ...(faults === undefined ? {} : { faults }) },
       (line) => process.stdout.write(`${line}\n`),
     );
     process.stdout.write(`report: ${reportDir}/report.html (also report.json, timeline.svg, workers/*.jsonl)\n`);

@@ -10,6 +10,8 @@
  * - fault: one thing the nemesis did (test/chaos/nemesis.ts), with when it started and healed.
  * - belief: the interval in which a worker held a term, as the worker saw it. Two beliefs at
  *   once are expected under pauses; the fence is what makes them harmless.
+ * - session-end: the server ends the leader's session connection while its process lives
+ *   (pg_terminate_backend, KILL CONNECTION): the revocation case of liveness 'session'.
  * - mono: CLOCK_MONOTONIC in milliseconds. Every process on the host shares it, libfaketime
  *   leaves it alone (FAKETIME_DONT_FAKE_MONOTONIC=1), so it is the common time base of every
  *   log; wall clocks may be faked on purpose.
@@ -29,11 +31,18 @@ export const FAULT_KINDS = [
   'proxy-blackhole',
   'proxy-reset',
   'restart',
+  'session-end',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /** Faults aimed at one process (failover is measured from when they began) vs. at the store link. */
-export const PROCESS_FAULTS: ReadonlySet<FaultKind> = new Set(['pause', 'kill', 'term', 'snapshot', 'fork', 'clock-jump', 'clock-past']);
+export const PROCESS_FAULTS: ReadonlySet<FaultKind> = new Set(['pause', 'kill', 'term', 'snapshot', 'fork', 'clock-jump', 'clock-past', 'session-end']);
+
+/**
+ * How the workers' leases judge a holder alive (LeaseOptions.liveness): by renewals alone, or
+ * also by their session (docs/liveness.md), where a dead holder's term ends at once.
+ */
+export type ChaosLiveness = 'ttl' | 'session';
 
 /** CLOCK_MONOTONIC in ms: comparable across every process on this host. */
 export function monoMs(): number {
@@ -51,7 +60,7 @@ export interface EventBase {
 export type WorkerEventBody =
   | { ev: 'start'; holder: string; label: string; mode: WorkerMode; unfenced: boolean; resumedFrom?: string; forkedFrom?: string; clock?: string }
   | { ev: 'identity'; holder: string; why: string }
-  | { ev: 'claim'; kind: 'acquire' | 'renew'; sent: number; outcome: string; token?: string; holder: string; error?: string }
+  | { ev: 'claim'; kind: 'acquire' | 'renew'; sent: number; outcome: string; token?: string; holder: string; error?: string; session?: boolean }
   | { ev: 'acquired'; token: string; holder: string }
   | { ev: 'jeopardy'; token: string }
   | { ev: 'recovered'; token: string }

@@ -3,7 +3,7 @@
  *
  *   node worker.js --id w3 --store-kind postgres --store URL --resource PGURL --schema S
  *                  --lease NAME --ttl 1000 --log FILE --state-dir DIR [--mode elector|acquire]
- *                  [--unfenced] [--resume SNAPSHOT] [--forked-from w1] [--max-life MS]
+ *                  [--unfenced] [--resume SNAPSHOT] [--forked-from w1] [--max-life MS] [--liveness ttl|session]
  *
  * While it believes it leads it loops over units: read `lease.token`, work 100-300ms, then write
  * to the resource with that token WITHOUT re-checking the lease. A process frozen mid-unit
@@ -57,6 +57,7 @@ const { values: opt } = parseArgs({
     resume: { type: 'string' },
     'forked-from': { type: 'string' },
     'max-life': { type: 'string', default: '900000' },
+    liveness: { type: 'string', default: 'ttl' },
   },
   strict: true,
 });
@@ -77,6 +78,7 @@ const workMin = Number(opt['work-min']);
 const workMax = Number(opt['work-max']);
 const mode = opt.mode as WorkerMode;
 const unfenced = opt.unfenced === true;
+const liveness = opt.liveness === 'session' ? 'session' : 'ttl';
 
 // ---- the log ---------------------------------------------------------------------------------
 
@@ -132,7 +134,7 @@ function logged(inner: LeaseStore): LeaseStore {
             const res = await target.claim(reqs, o);
             const r = res[0];
             const token = r !== undefined && (r.outcome === 'acquired' || r.outcome === 'renewed') ? String(r.token) : undefined;
-            log({ ev: 'claim', kind, sent, outcome: r?.outcome ?? 'none', holder, ...(token === undefined ? {} : { token }) });
+            log({ ev: 'claim', kind, sent, outcome: r?.outcome ?? 'none', holder, ...(token === undefined ? {} : { token }), ...(r !== undefined && 'session' in r && r.session !== undefined ? { session: r.session } : {}) });
             return res;
           } catch (err) {
             log({ ev: 'claim', kind, sent, outcome: 'error', holder, error: errorMessage(err).slice(0, 200) });
@@ -325,7 +327,7 @@ async function main(): Promise<number> {
       inherited = '?';
     }
   }
-  const leaseOptions = { ttl: ttlMs, marker: markerFile };
+  const leaseOptions = { ttl: ttlMs, marker: markerFile, liveness } as const;
   // A restore is started (and warm) before the snapshot exists, because restores are fast (a
   // microVM restore is ~200ms): it waits for the file, then carries on from it.
   const snapshot = opt.resume === undefined ? undefined : await awaitSnapshot(opt.resume);

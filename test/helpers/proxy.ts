@@ -18,7 +18,8 @@ export class TcpProxy {
     private readonly targetPort: number,
   ) {}
 
-  async start(port = 0): Promise<this> {
+  /** Listens on `host` (another loopback address lets it take its target's port number). */
+  async start(port = 0, host = '127.0.0.1'): Promise<this> {
     this.server = createServer((client) => {
       if (this.mode === 'reset') {
         client.destroy();
@@ -43,7 +44,7 @@ export class TcpProxy {
     });
     await new Promise<void>((resolve, reject) => {
       this.server!.once('error', reject);
-      this.server!.listen(port, '127.0.0.1', () => resolve());
+      this.server!.listen(port, host, () => resolve());
     });
     const addr = this.server.address();
     this.port = typeof addr === 'object' && addr !== null ? addr.port : 0;

@@ -8,7 +8,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { Leasehold } from '../../src/core/leasehold.js';
@@ -111,4 +111,31 @@ void describe('liveness session on sqlite', () => {
     assert.equal(filesystemOf('/proc/self/stat'), 'proc');
     assert.ok(filesystemOf(path) !== undefined);
   });
+
+  // /proc hidden, as in a container that masks it: the holder runs in a mount namespace of its
+  // own (unshare, private propagation: the host's /proc is untouched) with an empty tmpfs on
+  // /proc. The code reads the real /proc path, so the environment is what is changed.
+  const why = hideProcUnavailable();
+  void it('without /proc (hidden in a mount namespace) the mode is refused with why unsupported, and no term is granted', { skip: why ?? false }, async () => {
+    const name = `noproc-${randomBytes(4).toString('hex')}`;
+    const child = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', 'mount -t tmpfs tmpfs /proc && exec "$0" "$@"', process.execPath, holderJs, t.url, name, '30000', 'session'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    const line = JSON.parse(out.trim().split('\n')[0] ?? '{}') as { event?: string; why?: string; message?: string };
+    assert.equal(line.event, 'refused', out);
+    assert.equal(line.why, 'unsupported');
+    assert.match(line.message!, /needs \/proc \(Linux\).*Use liveness 'ttl'/);
+    assert.equal(code, 3);
+    assert.deepEqual(await t.store.history({ name, limit: 10 }), []);
+  });
 });
+
+/** Why a holder cannot be run with /proc hidden here, or null (needs root and util-linux unshare). */
+function hideProcUnavailable(): string | null {
+  if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'not root: mounting over /proc in a mount namespace needs CAP_SYS_ADMIN';
+  const r = spawnSync('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', 'mount -t tmpfs tmpfs /proc && test ! -e /proc/self'], { encoding: 'utf8' });
+  return r.status === 0 ? null : `cannot hide /proc in a mount namespace here: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim()}`;
+}

@@ -7,6 +7,8 @@
  * state. What does not survive transaction pooling is LISTEN: the store proves it with a probe
  * and says so (a ConfigError naming notify_url=), and a notify_url= straight to the server
  * restores prompt handover. Handover times are printed, not asserted (bench/ makes timing claims).
+ * Liveness 'session' is refused through it (docs/liveness.md case 4): the connection's session is
+ * not the process's, so "its session ended" would not mean "its holder died".
  *
  * Port: LEASEHOLD_TEST_PGBOUNCER_PORT (default 26330).
  */
@@ -19,7 +21,7 @@ import { pathToFileURL } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
-import { ConfigError } from '../../src/core/errors.js';
+import { ConfigError, LivenessError } from '../../src/core/errors.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Term } from '../../src/core/lease.js';
 import { cli, randomName, ROOT } from './tls-helpers.js';
@@ -145,6 +147,92 @@ void describe('PostgreSQL through PgBouncer, transaction pooling', { skip }, () 
     for (const l of summary) console.log(`# through PgBouncer: ${l.replace(/^#\s*(\\#\s*)?/, '')}`);
     assert.equal(r.status, 0, `conformance through PgBouncer failed:\n${(r.stdout ?? '').split('\n').filter((l) => /not ok|error/.test(l)).slice(0, 20).join('\n')}`);
     assert.ok(summary.some((l) => /^# pass [1-9]/.test(l)), 'the suite ran no tests');
+  });
+
+  void it("liveness 'session' through it is refused with a LivenessError (why 'pooler') before any term is granted", async () => {
+    const url = `${bounced}?schema=${fresh()}&notify_url=${encodeURIComponent(DIRECT)}`;
+    const store = await PostgresStore.create({ url });
+    await store.migrate();
+    const lh = new Leasehold({ store, closeStore: true });
+    try {
+      const lease = lh.lease('job', { ttl: '30s', liveness: 'session' });
+      await assert.rejects(lease.acquire({ wait: '5s' }), (err: Error) => {
+        assert.ok(err instanceof LivenessError, `${err.name}: ${err.message}`);
+        assert.equal(err.why, 'pooler');
+        assert.equal(err.code, 'LIVENESS');
+        assert.equal(err.retryable, false);
+        // It names the cause and what to do instead.
+        assert.match(err.message, new RegExp(`port ${PORT}.*listens on 5432.*PgBouncer.*direct URL.*liveness 'ttl'`));
+        return true;
+      });
+      // Refused before the first claim: no term was granted to anyone.
+      assert.equal((await store.history({ name: 'job', limit: 10 })).length, 0);
+      // The same lease in the default mode works through the pooler.
+      const ttl = lh.lease('job', { ttl: '30s' });
+      const term = await ttl.acquire({ wait: '5s' });
+      assert.ok(term.token > 0n);
+      await ttl.release();
+    } finally {
+      await lh.close();
+    }
+  });
+
+  void it("liveness 'session' through a PgBouncer on its server's own port number (another address) is refused too: the server sees the pooler's client port, not ours", { timeout: 60_000 }, async () => {
+    // A pooler on a host of its own commonly listens on 5432, as its server does: comparing the
+    // ports cannot tell them apart. Here: a server of the test's own on 127.0.0.1:P, the pooler
+    // on 127.0.0.2:P. Idle, transaction pooling serves both of the session's statements from one
+    // server connection, so the two-statement check passes too.
+    const p = PORT + 1;
+    const own = (await import(pathToFileURL(join(ROOT, 'scripts', 'services', 'pg-server.mjs')).href)) as {
+      startPgServer(o: { port: number }): Promise<{ url: string; stop(): void }>;
+    };
+    const mod = (await import(pathToFileURL(join(ROOT, 'scripts', 'services', 'pgbouncer.mjs')).href)) as {
+      startPgBouncer(o: { port: number; poolMode: string; upstreamPort: number; listenHost: string }): Promise<Bouncer>;
+    };
+    const server = await own.startPgServer({ port: p });
+    let pooler: Bouncer | undefined;
+    try {
+      pooler = await mod.startPgBouncer({ port: p, poolMode: 'transaction', upstreamPort: p, listenHost: '127.0.0.2' });
+      const url = `postgres://postgres@127.0.0.2:${p}/test?schema=${fresh()}&notify_url=${encodeURIComponent(server.url)}`;
+      const store = await PostgresStore.create({ url });
+      await store.migrate();
+      const lh = new Leasehold({ store, closeStore: true });
+      try {
+        await assert.rejects(lh.lease('job', { ttl: '30s', liveness: 'session' }).acquire({ wait: '5s' }), (err: Error) => {
+          assert.ok(err instanceof LivenessError, `${err.name}: ${err.message}`);
+          assert.equal(err.why, 'pooler');
+          assert.match(err.message, /client port .* PgBouncer/);
+          return true;
+        });
+      } finally {
+        await lh.close();
+      }
+      // Straight to the same server the mode is accepted: the check does not refuse a direct connection.
+      const directStore = await PostgresStore.create({ url: `${server.url}?schema=${fresh()}` });
+      await directStore.migrate();
+      const direct = new Leasehold({ store: directStore, closeStore: true });
+      try {
+        const term = await direct.lease('job', { ttl: '30s', liveness: 'session' }).acquire({ wait: '5s' });
+        assert.ok(term.token > 0n);
+      } finally {
+        await direct.close();
+      }
+    } finally {
+      await pooler?.stop();
+      server.stop();
+    }
+  });
+
+  void it("leasehold run --liveness session through it exits 2 with the reason on one line, and never starts the command", async () => {
+    const schema = fresh();
+    const url = `${bounced}?schema=${schema}&notify_url=${encodeURIComponent(DIRECT)}`;
+    const m = await cli(['migrate', '--store', url]);
+    assert.equal(m.code, 0, m.stderr);
+    const r = await cli(['run', '--store', url, '--name', 'job', '--ttl', '30s', '--liveness', 'session', '--', process.execPath, '-e', 'console.log("STARTED")']);
+    assert.equal(r.code, 2, `exit ${r.code}\n${r.stdout}\n${r.stderr}`);
+    assert.doesNotMatch(r.stdout, /STARTED/);
+    assert.match(r.stderr, /liveness 'session' needs a direct connection to PostgreSQL.*PgBouncer/);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
   });
 
   for (const mode of ['notify_url (direct)', 'notify_url=none (expiry)', 'no notify_url (expiry, warned)'] as const) {

@@ -46,7 +46,7 @@ export interface SessionConnection {
   on(event: 'error' | 'end', listener: (err?: Error) => void): unknown;
   destroy(): void;
   end(cb?: () => void): void;
-  stream?: { ref?: () => void; unref?: () => void };
+  stream?: { ref?: () => void; unref?: () => void; localPort?: number };
 }
 
 /** What the store gives a session. */
@@ -127,7 +127,8 @@ export class MysqlLeaseSession implements LeaseSession {
       await q(c, `${env.setupSql}; SET SESSION wait_timeout = ${IDLE_FOREVER_S} /*M!100100 , max_statement_time = 0 */`, [], 5000);
       const rows = (await q(
         c,
-        `SELECT CONNECTION_ID() AS id, @@port AS port, @@session.wait_timeout AS wt
+        `SELECT CONNECTION_ID() AS id, @@port AS port, @@session.wait_timeout AS wt,
+                (SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()) AS client
            /*M!100303 , @@tcp_keepalive_interval AS itv, @@tcp_keepalive_probes AS cnt */`,
         [],
         5000,
@@ -139,6 +140,20 @@ export class MysqlLeaseSession implements LeaseSession {
           'pooler',
           `liveness 'session' needs a direct connection to MySQL, and this one is not: the store connects to port ${env.urlPort}, the server says it listens on ${String(row['port'])} ` +
             "(a proxy such as ProxySQL or MaxScale in between). Through a proxy the connection's session is not this process's: it can outlive the process, or move under it. " +
+            "Give the store a direct URL of the primary, or use liveness 'ttl'",
+        );
+      }
+      // The client port the server sees (PROCESSLIST's HOST is "address:port" over TCP) must be
+      // this socket's own: a proxy connects from its own port, whatever port it listens on (one on
+      // a host of its own listens on 3306 as its server does, and the comparison above passes it).
+      const seen = /:(\d+)$/.exec(String(row['client'] ?? ''))?.[1];
+      const localPort = c.stream?.localPort;
+      if (seen !== undefined && typeof localPort === 'number' && Number(seen) !== localPort) {
+        throw new LivenessError(
+          'pooler',
+          `liveness 'session' needs a direct connection to MySQL, and this one is not: the server sees this connection come from client port ${seen}, ` +
+            `this process's socket is on port ${localPort} (a proxy such as ProxySQL or MaxScale, or address translation, in between). ` +
+            "Through a proxy the connection's session is not this process's: it can outlive the process, or move under it. " +
             "Give the store a direct URL of the primary, or use liveness 'ttl'",
         );
       }

@@ -68,9 +68,17 @@ export class PostgresFleet implements FleetPort {
     return `(${this.s}.timeline_token_floor() + nextval('${this.s}.fleet_generation'))`;
   }
 
-  /** The liveness test of agent `a` joined with lease `l`, by this statement's now(). */
+  /**
+   * The liveness test of agent `a` joined with lease `l`, by this statement's now(). An agent whose
+   * lease is tied to a session (liveness 'session', recorded on this server instance) is dead as
+   * soon as that session is gone, as a contender's claim would find it: its term is over, only
+   * not yet ended in the row.
+   */
   private get live(): string {
-    return `(a.id IS NOT NULL AND a.deregistered_at IS NULL AND l.holder IS NOT NULL AND l.expires_at > now())`;
+    return (
+      `(a.id IS NOT NULL AND a.deregistered_at IS NULL AND l.holder IS NOT NULL AND l.expires_at > now() ` +
+      `AND (l.session_pid IS NULL OR l.session_server IS DISTINCT FROM pg_postmaster_start_time() OR ${this.s}.session_alive(l.name, l.session_pid)))`
+    );
   }
 
   async registerAgent(id: string, labels: Labels, options?: CallOptions): Promise<void> {

@@ -93,7 +93,7 @@ export class PgLeaseSession implements LeaseSession {
     }
     try {
       const first = await client.query(
-        `SELECT pg_backend_pid() AS pid, inet_server_port() AS port, inet_server_addr() IS NOT NULL AS tcp,
+        `SELECT pg_backend_pid() AS pid, inet_server_port() AS port, inet_server_addr() IS NOT NULL AS tcp, inet_client_port() AS client_port,
                 current_setting('tcp_keepalives_idle')::int AS idle, current_setting('tcp_keepalives_interval')::int AS interval,
                 current_setting('tcp_keepalives_count')::int AS count, current_setting('tcp_user_timeout')::int AS user_timeout`,
       );
@@ -105,6 +105,20 @@ export class PgLeaseSession implements LeaseSession {
           'pooler',
           `liveness 'session' needs a direct connection to PostgreSQL, and this one is not: the store's URL names port ${env.urlPort}, the server says it listens on ${port} ` +
             "(a pooler such as PgBouncer, or a proxy, in between). Through a pooler the connection's session is not this process's: it can outlive the process, or be lost while the process lives. " +
+            "Give the store a direct URL of the primary, or use liveness 'ttl'",
+        );
+      }
+      // The port the server sees us connect from must be our socket's own: a pooler or proxy
+      // connects from its own port, whatever port it listens on (PgBouncer on a host of its own
+      // listens on 5432 as its server does, and the port comparison above passes it).
+      const clientPort = row['client_port'] == null ? undefined : Number(row['client_port']);
+      const localPort = streamOf(client)?.localPort;
+      if (clientPort !== undefined && typeof localPort === 'number' && clientPort !== localPort) {
+        throw new LivenessError(
+          'pooler',
+          `liveness 'session' needs a direct connection to PostgreSQL, and this one is not: the server sees this connection come from client port ${clientPort}, ` +
+            `this process's socket is on port ${localPort} (a pooler such as PgBouncer, a proxy or address translation in between). ` +
+            "Through a pooler the connection's session is not this process's: it can outlive the process, or be lost while the process lives. " +
             "Give the store a direct URL of the primary, or use liveness 'ttl'",
         );
       }
@@ -227,6 +241,6 @@ export class PgLeaseSession implements LeaseSession {
   }
 }
 
-function streamOf(c: PgListenClientLike): { ref?: () => void; unref?: () => void } | undefined {
-  return (c as unknown as { connection?: { stream?: { ref?: () => void; unref?: () => void } } }).connection?.stream;
+function streamOf(c: PgListenClientLike): { ref?: () => void; unref?: () => void; localPort?: number } | undefined {
+  return (c as unknown as { connection?: { stream?: { ref?: () => void; unref?: () => void; localPort?: number } } }).connection?.stream;
 }
