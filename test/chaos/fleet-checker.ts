@@ -188,15 +188,23 @@ export function checkFleet(input: FleetCheckInput): FleetCheckResult {
   // fresh for the whole lookup. Certainly fresh: from a confirmed claim's answer until its send
   // time plus stale-after (the store's expiry is at least that far), unless something that can
   // end the lease early (a lost claim, a release, a deregistration) happened in between.
+  // A process that acquires its id's lease is not an agent yet: Agent.start registers it after the
+  // claim (and clears a predecessor's deregistration), then the process logs 'live'. Until then the
+  // store rightly answers "dead" for an id whose last process deregistered, so an acquisition makes
+  // the heartbeat certainly fresh only from that process's 'live' on (a chaos run on PostgreSQL: a
+  // lookup 4 ms after a restarted f2's claim, 6 ms before its registration, was charged as false).
+  const liveAt = new Map<number, number>();
+  for (const e of agents) if (e.ev === 'live' && !liveAt.has(e.pid)) liveAt.set(e.pid, e.t);
   const freshById = new Map<string, Fresh[]>();
   for (const [id, list] of claimsById) {
     const ends = endsById.get(id) ?? [];
     freshById.set(
       id,
       list.map((c) => {
-        const got = c.t;
+        const registered = c.outcome === 'acquired' ? (liveAt.get(c.pid) ?? Infinity) : -Infinity;
+        const from = Math.max(c.t, registered);
         const to = Math.min(c.sent + staleAfterMs - 20, ...ends.filter((x) => x > c.sent - staleAfterMs));
-        return { from: got, to };
+        return { from, to };
       }),
     );
   }

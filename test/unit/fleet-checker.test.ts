@@ -69,3 +69,18 @@ void test('fleet checker: a renewal that failed with an error may have been appl
   assert.equal(v.ok, true, v.detail);
   assert.equal(counts['unverifiedByUnansweredRenewal'], 1);
 });
+
+void test('fleet checker: a "dead" answer between a restarted agent\'s acquisition and its registration is no false dead; after it, it is', () => {
+  // a1's last process deregistered; a new one acquires agent/a1 at 100 (answer at 110) and logs
+  // 'live' at 130, once registered. The store says "dead" until then, rightly.
+  const agents: AgentEvent[] = [
+    { ...base, t: 100, ev: 'claim-sent', sent: 100 },
+    { ...base, t: 110, ev: 'claim', sent: 100, outcome: 'acquired', token: '2', storeNow: 1e6 + 100, expiresAt: 1e6 + 100 + STALE },
+    { ...base, t: 130, ev: 'live', token: '2' },
+  ];
+  const lookup = (sent: number): ClientEvent => ({ c: 'c1', r: 'r1', sent, got: sent + 2, ev: 'lookup', via: 'store', hit: false, answer: 'dead', agent: 'a1', gen: '1' });
+  const verdict = (sent: number) =>
+    checkFleet({ clients: [lookup(sent)], agents, writes: [], finalGens: new Map(), staleAfterMs: STALE }).verdicts.find((x) => x.name === 'store-never-false-dead')!;
+  assert.equal(verdict(114).ok, true, 'between the claim and the registration');
+  assert.equal(verdict(200).ok, false, 'registered and fresh: a false dead');
+});
