@@ -41,8 +41,8 @@ revocations over the last hour. Schedules: every lease with slots in the slot le
 cron\`), its holder, and its last slots with outcome, who ran them and when, missed, skipped and
 interrupted slots marked. Fleet: the agents, with heartbeat age by the store's clock, state
 (live, draining, stale, deregistered), labels and owned count, and the first 200 resources by
-name with owner and generation, those whose owner is dead highlighted. Updates arrive over server-sent
-events from one shared watch of the store: ten browsers cost the store what one does.`,
+name with owner and generation, those whose owner is dead highlighted. Updates arrive over
+server-sent events from one shared watch of the store: ten browsers cost the store what one does.`,
   flags: {
     ...STORE_FLAGS,
     port: { type: 'string', value: 'P', env: 'LEASEHOLD_DASHBOARD_PORT', default: '7373', help: 'the TCP port to listen on (0: any free port)' },
