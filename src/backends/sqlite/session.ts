@@ -139,8 +139,6 @@ export class SqliteLeaseSession implements LeaseSession {
   private _ended = false;
   /** The latest wait: an earlier one stops looking. */
   private gen = 0;
-  /** A wait saw the recorded holder's process gone. */
-  private granted = false;
 
   private constructor(
     private readonly env: SessionEnv,
@@ -167,10 +165,6 @@ export class SqliteLeaseSession implements LeaseSession {
     return this._ended;
   }
 
-  get holdsLock(): boolean {
-    return this.granted && !this._ended;
-  }
-
   /** A process cannot outlive itself: the session ends only when closed. */
   onEnd(): void {}
 
@@ -185,7 +179,6 @@ export class SqliteLeaseSession implements LeaseSession {
         try {
           holder ??= this.env.holderOf(this.name);
           if (holder !== undefined && holderGone(holder)) {
-            this.granted = true;
             resolve();
             return;
           }
