@@ -84,6 +84,8 @@ export class SlotGate {
   /** Interrupted slots this term owes a rerun (onInterrupted 'rerun'). */
   private owed: number[] = [];
   private busy = false;
+  /** The last job's outcome being recorded (its job has ended): settles when busy is let go. */
+  private finishing: Promise<void> | undefined;
   private offsetMs = 0;
   private readonly schedule: Schedule | undefined;
   /** The newest slot a fire of the current term asked about. */
@@ -155,6 +157,13 @@ export class SlotGate {
     await this.takeover;
     if (this.term !== term || term.signal.aborted) return { run: undefined, declined: 'fenced' };
     await this.recordGap(term, slotAtMs);
+    // A job that has ended and is only recording its outcome is not running: wait for that one
+    // round trip rather than record this slot skipped as an overlap (CI: a fire 2 ms after a job's
+    // end, while its completion was on its way, lost its slot).
+    if (this.busy && this.finishing !== undefined) {
+      await this.finishing;
+      if (this.term !== term || term.signal.aborted) return { run: undefined, declined: 'fenced' };
+    }
     if (this.busy) {
       await this.call(term, () => this.ledger.skip({ ...this.who(term), reason: 'overlap: the job of an earlier slot was still running', slots: [{ key: slotKey(slotAtMs), slotAtMs }] }));
       return { run: undefined, declined: 'overlap' };
@@ -260,6 +269,8 @@ export class SlotGate {
 
   /** Records the outcome; a term that ended meanwhile records 'interrupted' (owed to the next leader). */
   private async finish(run: SlotRun, status: 'succeeded' | 'failed', reason: string | null, release = true): Promise<void> {
+    let recorded = (): void => undefined;
+    if (release) this.finishing = new Promise<void>((r) => (recorded = r));
     try {
       const lost = run.signal.aborted;
       const why: unknown = run.signal.reason;
@@ -277,7 +288,11 @@ export class SlotGate {
       // Left 'claimed': the next term marks it interrupted and handles it per onInterrupted.
       this.leasehold.logger.warn({ lease: this.name, slot: run.slot, err: errorMessage(e) }, 'leasehold: could not record a slot outcome; the next leader will treat it as interrupted');
     } finally {
-      if (release) this.busy = false;
+      if (release) {
+        this.busy = false;
+        this.finishing = undefined;
+        recorded();
+      }
     }
   }
 
