@@ -40,6 +40,30 @@ function overlapByRule(rows: readonly Row[], r: Row): boolean {
   return r.status === 'skipped' && /^overlap/.test(r.reason ?? '') && prev?.endedAt != null && Date.parse(prev.endedAt) >= Date.parse(r.slotAt);
 }
 
+interface HistoryRow {
+  event: string;
+  token: string;
+  atMs: number;
+}
+
+/**
+ * A 'missed ... a term ran past it' skip is the no-overlap rule too, when the store's own history
+ * shows a live term held the lease at the slot's time and then released it: the replicas that
+ * fired for the slot found the lease held and could not claim it. A loaded host stretches a 1 s
+ * slot's term (claim, job, completion, release) past the next slot; CI saw it on etcd with
+ * 227 ms round trips. A term that was taken over (its holder dead) never counts: that is a loss.
+ */
+function ranPastByRule(history: readonly HistoryRow[], r: Row): boolean {
+  if (r.status !== 'skipped' || !/a term ran past it/.test(r.reason ?? '')) return false;
+  const at = Date.parse(r.slotAt);
+  const events = [...history].sort((a, b) => a.atMs - b.atMs);
+  return events.some((start, i) => {
+    if ((start.event !== 'acquired' && start.event !== 'takeover') || start.atMs > at) return false;
+    const end = events.slice(i + 1).find((e) => e.token === start.token || e.event === 'acquired' || e.event === 'takeover');
+    return end !== undefined && end.event === 'released' && end.token === start.token && end.atMs >= at;
+  });
+}
+
 for (const kind of selectedStores()) {
   void describe(`per-slot cron replicas on ${kind}`, () => {
     void it('a replica killed between slots costs no slot; one killed mid-job costs only its own slot, rerun', async () => {
@@ -121,9 +145,14 @@ for (const kind of selectedStores()) {
         assert.ok(rows.every((r) => r.status !== 'succeeded' || (r.holder ?? '') !== ''), 'a run slot without a holder');
 
         // Through the three kills between slots, every slot ran: none lost.
+        const hist = await sb.run(['history', 'tick', '--json', '--limit', '100000', '--store', ts.url]);
+        assert.equal(hist.code, 0, hist.stderr);
+        const history = JSON.parse(hist.stdout) as HistoryRow[];
         const hungAt = Date.parse(hung!);
         const beforeHang = rows.filter((r) => Date.parse(r.slotAt) < Math.min(hungAt, calmUntil));
-        assert.deepEqual(beforeHang.filter((r) => r.status !== 'succeeded' && !overlapByRule(rows, r)).map((r) => `${r.slot} ${r.status} ${r.reason}`), []);
+        const ranPast = beforeHang.filter((r) => ranPastByRule(history, r));
+        if (ranPast.length > 0) process.stdout.write(`# ${kind}: ${ranPast.length} slot(s) skipped while a live term ran past them (load), by the store's history: ${ranPast.map((r) => r.slot).join(', ')}\n`);
+        assert.deepEqual(beforeHang.filter((r) => r.status !== 'succeeded' && !overlapByRule(rows, r) && !ranPastByRule(history, r)).map((r) => `${r.slot} ${r.status} ${r.reason}`), []);
 
         // The hung slot: rerun by a later term, after its dead term ran out.
         const hungRow = rows.find((r) => r.slot === hung)!;
@@ -131,7 +160,7 @@ for (const kind of selectedStores()) {
         assert.match(hungRow.reason ?? '', /rerun: term \d+ was interrupted/);
         // Only slots that came due while the dead term blocked the lease are skipped: at most
         // one TTL of them (and one period of rounding), each saying why.
-        const skipped = rows.filter((r) => r.status === 'skipped' && !overlapByRule(rows, r));
+        const skipped = rows.filter((r) => r.status === 'skipped' && !overlapByRule(rows, r) && !ranPastByRule(history, r));
         for (const r of skipped) {
           const t = Date.parse(r.slotAt);
           assert.ok(t > hungAt && t <= hungAt + TTL_MS + PERIOD_MS, `${r.slot} skipped (${r.reason}) outside the dead term's time`);
