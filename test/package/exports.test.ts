@@ -23,7 +23,11 @@ function entryFiles(): string[] {
 function unusedExports(): string[] {
   const config = ts.getParsedCommandLineOfConfigFile(join(root, 'tsconfig.json'), {}, { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} });
   assert.ok(config !== undefined, 'tsconfig.json could not be read');
-  const program = ts.createProgram(config.fileNames, config.options);
+  // Only the project's own files: what imports what among them needs no lib.d.ts, no @types and
+  // no driver's types (their files are most of a full program: 2,600 files against 470, and a
+  // third of the time). A package specifier ('pg', 'node:fs') stays unresolved, which is right:
+  // only imports of src/ files count here.
+  const program = ts.createProgram(config.fileNames, { ...config.options, noResolve: true, noLib: true, types: [] });
   const checker = program.getTypeChecker();
   const entries = new Set(entryFiles());
   const used = new Set<string>();
