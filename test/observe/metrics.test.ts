@@ -71,8 +71,16 @@ void describe('metrics (prom-client, sqlite)', () => {
       assert.equal(await value(registry, 'leasehold_leader', { lease: name }), 1);
       assert.equal(await value(registry, 'leasehold_token', { lease: name }), Number(term.token));
       assert.equal(await value(registry, 'leasehold_terms_won_total', { lease: name }), 1);
-      const renewed = new Promise<void>((resolve) => lease.once('renewed', () => resolve()));
-      await renewed;
+      // The engine's renewal timer is unref'd (a lease never keeps a process alive by itself), and a
+      // SQLite store holds no socket: a ref'd timer keeps this test's process running while it waits
+      // (CI: "Promise resolution is still pending but the event loop has already resolved"). Its bound,
+      // 10 TTLs, is many renewals (one per TTL/3): reached only if renewals stopped.
+      let keep: NodeJS.Timeout | undefined;
+      const renewed = new Promise<void>((resolve, reject) => {
+        keep = setTimeout(() => reject(new Error('no renewal within 10 TTLs')), 6000);
+        lease.once('renewed', () => resolve());
+      });
+      await renewed.finally(() => clearTimeout(keep));
       const hist = await registry.getSingleMetric('leasehold_renewal_seconds')!.get();
       const series = (suffix: string): { value: number } | undefined =>
         hist.values.find((v) => (v as { metricName?: string }).metricName === `leasehold_renewal_seconds_${suffix}` && v.labels['lease'] === name);
