@@ -61,6 +61,11 @@ export function claimBatch(db: SqliteDatabaseLike, stmt: Prepare, requests: read
     }
     let raw = get.get(req.name) as LeaseRow | undefined;
     if (req.session !== undefined && raw !== undefined && endOrphan(db, raw, now)) raw = get.get(req.name) as LeaseRow | undefined;
+    // A term granted since the caller's time and released by its live holder did what this
+    // contender came for (port.ts): nothing granted, no write, no token spent.
+    if (req.expect === null && req.unlessReleasedSince !== undefined && raw !== undefined && raw.holder === null && raw.ended_by === 'released' && raw.term_started_at !== null && Number(raw.term_started_at) >= req.unlessReleasedSince) {
+      return { name: req.name, outcome: 'busy', holder: null, token: raw.token, expiresAtMs: null, storeNowMs: now, releasedSince: true };
+    }
     const d = decideClaim(raw === undefined ? undefined : rowState(raw), req, now, floor);
     switch (d.outcome) {
       case 'acquired':
