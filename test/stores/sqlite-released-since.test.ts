@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import Database from 'better-sqlite3';
 import type { LeasePort } from '../../src/core/port.js';
+import type { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { makeTestStore, type TestStore } from '../helpers/stores.js';
 
 /**
@@ -62,5 +64,20 @@ void describe('sqlite: a contender with unlessReleasedSince', () => {
     const [r] = await store.claim([{ name: 'd', holder: 'c', ttlMs: 30_000, expect: null, nextNonce: 'n2', unlessReleasedSince: slot }]);
     assert.equal(r!.outcome, 'busy');
     assert.equal(r!.outcome === 'busy' && r!.releasedSince === true, false);
+  });
+
+  void it('a contender the live holder refuses is answered without the write lock (it does not queue behind the winner\'s writes)', async () => {
+    await acquire('e', 'winner', 'n1');
+    // Another process in the middle of a write (the winner's ledger claim, say).
+    const other = new Database((t.store as unknown as SqliteStore).path);
+    other.exec('BEGIN IMMEDIATE');
+    try {
+      const [r] = await store.claim([{ name: 'e', holder: 'loser', ttlMs: 30_000, expect: null, nextNonce: 'n2', unlessReleasedSince: Date.now() - 1000 }]);
+      assert.equal(r!.outcome, 'busy');
+      assert.equal(r!.holder, 'winner');
+    } finally {
+      other.exec('ROLLBACK');
+      other.close();
+    }
   });
 });
