@@ -35,6 +35,8 @@ interface Replica {
   ran: string[];
   /** Peers: each job start, [slot ms, start ms by this host's clock]. */
   starts: Array<[number, number]>;
+  /** leasehold: when it sent each contender's claim (this host's clock). */
+  fires: number[];
   requests: number;
   /** Its requests by method (`store.acquire`, `ledger.claim`, `store.acquire!NotAcquiredError` for the refused). */
   byMethod: Record<string, number>;
@@ -45,7 +47,7 @@ interface Replica {
 function startReplica(config: CronReplicaConfig | PeerReplicaConfig): Promise<Replica> {
   const js = 'peer' in config ? peerJs : replicaJs;
   const proc = spawn(process.execPath, [js, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const r: Replica = { proc, ran: [], starts: [], requests: 0, byMethod: {}, ranAt: 0 };
+  const r: Replica = { proc, ran: [], starts: [], fires: [], requests: 0, byMethod: {}, ranAt: 0 };
   let buf = '';
   return new Promise((resolve, reject) => {
     proc.stdout!.on('data', (d: Buffer) => {
@@ -54,6 +56,7 @@ function startReplica(config: CronReplicaConfig | PeerReplicaConfig): Promise<Re
       buf = lines.pop()!;
       for (const l of lines) {
         if (l === 'up') resolve(r);
+        else if (l.startsWith('fire ')) r.fires.push(Number(l.slice(5)));
         else if (l.startsWith('ran ')) {
           const [slot, at] = l.slice(4).split(' ');
           r.ran.push(slot!);
@@ -82,6 +85,11 @@ export interface Outcome {
   /** Slots run more than once, and slots neither run nor recorded interrupted, before the first kill. */
   steadyDuplicates: number;
   steadyMisses: number;
+  /**
+   * Per-slot mode: per slot run, its start (the ledger claim's store time) minus the first
+   * replica's fire for it (the earliest contender's claim sent in the slot's first half period).
+   */
+  afterFirstFire?: Stat;
 }
 
 function sumBy(rs: Replica[]): Record<string, number> {
@@ -197,7 +205,14 @@ export async function oneMode(kind: StoreKind, mode: CronMode, kills: number, tt
     const steadyTo = d.killAts.length > 0 ? Math.floor(d.killAts[0]! / PERIOD_MS) * PERIOD_MS : lastSlot;
     let steadyMisses = 0;
     for (let t = firstSlot; t <= steadyTo; t += PERIOD_MS) if (!keptAt.has(t)) steadyMisses++;
+    const fires = d.all.flatMap((r) => r.fires).sort((a, b) => a - b);
+    const afterFirstFire = rows.flatMap((r) => {
+      if (r.status !== 'succeeded' || r.startedAtMs === null) return [];
+      const first = fires.find((f) => f >= r.slotAtMs! - PERIOD_MS / 2 && f < r.slotAtMs! + PERIOD_MS / 2);
+      return first === undefined ? [] : [r.startedAtMs - first];
+    });
     return {
+      ...(mode === 'per-slot' ? { afterFirstFire: stat(afterFirstFire) } : {}),
       lateness: stat(lateness),
       perSlotByMethod: d.perSlotByMethod,
       lostPerKill: kills === 0 ? slots - kept : (slots - kept) / kills,
@@ -276,6 +291,15 @@ export async function cronFailover(rec: Recorder, kind: StoreKind, kills: number
     // With a handful of kills the p90 is the slowest one.
     ...(k === 0 ? {} : { [`${tag} takeover ms`]: o.takeover.median, [`${tag} takeover p90 ms`]: o.takeover.p90 }),
     [`${tag} steady dup/miss`]: o.steadyDuplicates + o.steadyMisses,
+    // Per-slot: issue 33 wants the winner's start within the first fire plus one round trip
+    // (the mean claim round trip, every contender's, beside it).
+    ...(o.afterFirstFire === undefined
+      ? {}
+      : {
+          [`${tag} start after first fire ms`]: o.afterFirstFire.median,
+          [`${tag} start after first fire p90`]: o.afterFirstFire.p90,
+          [`${tag} claim round trip ms`]: (o.perSlotByMethod['ms:store.claim'] ?? 0) / (o.perSlotByMethod['store.claim'] || Number.NaN),
+        }),
   });
   // Kills with 3 replicas; then 10 replicas and no kill, for what contention costs per slot.
   const runs: Array<[number, number]> = smoke ? [[3, 1]] : [[3, kills], [10, 0]];
