@@ -2,7 +2,7 @@
  * One `startCron` replica in a process of its own, for the cron-failover figure. Every store
  * request it makes (lease store and slot ledger calls alike, renewals included) is counted, and
  * the count printed every 200 ms, so that the bench still has it after a SIGKILL. "ran SLOT"
- * after each slot this replica completed.
+ * after each slot this replica completed; "fire MS" when it sends a contender's claim.
  */
 import { openSlotLedger, openStore } from '../src/backends/index.js';
 import { Leasehold } from '../src/core/leasehold.js';
@@ -30,6 +30,9 @@ function counted<T extends object>(target: T, tag: string): T {
       if (typeof v !== 'function' || prop === 'constructor') return v;
       return (...args: unknown[]) => {
         const r: unknown = (v as (...a: unknown[]) => unknown).apply(t, args);
+        // A contender's claim (no nonce expected): this replica's fire for a slot, by this
+        // host's clock, for how long after the first replica's fire the winner's job starts.
+        if (tag === 'store' && prop === 'claim' && (args[0] as Array<{ expect: unknown }> | undefined)?.[0]?.expect === null) process.stdout.write(`fire ${Date.now()}\n`);
         if (r instanceof Promise) {
           requests++;
           const m = `${tag}.${String(prop)}`;

@@ -173,6 +173,7 @@ export class ContentionMachine {
       waitUntil === 0 ? 'another process holds it' : 'the wait ran out',
     );
     if (result === undefined && last === undefined) (error as { cause?: unknown }).cause = this.lastError;
+    if (last?.outcome === 'busy' && last.releasedSince === true) error.releasedSince = true;
     return { kind: 'give-up', error, busy };
   }
 

@@ -142,6 +142,8 @@ export class NotAcquiredError extends LeaseholdError {
   readonly leaseName: string;
   readonly holder: string | null;
   readonly expiresInMs: number | null;
+  /** Refused by `unlessReleasedSince`: a term granted since then was released by its holder. */
+  releasedSince = false;
   constructor(leaseName: string, holder: string | null, expiresInMs: number | null, detail: string) {
     super(
       'NOT_ACQUIRED',

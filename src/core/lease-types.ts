@@ -61,6 +61,14 @@ export interface AcquireOptions {
   /** true (default): wait for ever; false: one attempt; a duration: give up after it. */
   wait?: boolean | Duration;
   signal?: AbortSignal;
+  /**
+   * A store time (ms since the epoch): do not take a term when one granted at or after it has
+   * already been released (its holder did the work this contender came for). Refused with a
+   * NotAcquiredError whose `releasedSince` is true; stores that cannot tell grant as usual.
+   * Meant for `wait: false` (one attempt); a waiting acquire is refused again at each look
+   * until another term is granted. Per-slot cron passes the slot's time.
+   */
+  unlessReleasedSince?: number;
 }
 
 export interface LeaseEvents {

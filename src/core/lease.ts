@@ -247,7 +247,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
         let result: ClaimResult | undefined;
         try {
           const sessionId = await session?.id({ signal });
-          const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(plan.waits ? { handoff: plan.handoff! } : {}), ...(sessionId === undefined ? {} : { session: sessionId }) });
+          const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(plan.waits ? { handoff: plan.handoff! } : {}), ...(sessionId === undefined ? {} : { session: sessionId }), ...(options.unlessReleasedSince === undefined ? {} : { unlessReleasedSince: options.unlessReleasedSince }) });
           result = plan.lastLook ? await claim : await claimWithinWait(this.clock, claim, waitUntil, `the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`, (r) => {
                   // Given up on, yet it landed: hand the term straight back, as one aborted in flight is.
                   if (r.outcome === 'acquired') void this.host.release({ name: this.name, holder, expect: [r.nonce ?? nextNonce] }).catch(() => false);

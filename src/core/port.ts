@@ -47,6 +47,17 @@ export interface ClaimRequest {
    * it decides. Stores without {@link LeasePort.openSession} never see it.
    */
   session?: string;
+  /**
+   * Optional, contenders only (`expect` null), a store time in ms: grant nothing when the lease's
+   * latest term was granted at or after it and has since been released by its holder (not
+   * expired, revoked or ended by a conflict); answer 'busy' with `releasedSince` instead. A
+   * per-slot cron contender passes its slot's time: a released term granted since the slot
+   * came due was that slot's winner, alive to the end of it, so a second term could only read
+   * the ledger, find the slot handled and release. A store may ignore it (SQLite honours it,
+   * where contenders queue behind the file's write lock for longer than a short slot's whole
+   * term); its contender then gets a term and finds the slot done in the ledger.
+   */
+  unlessReleasedSince?: number;
 }
 
 /** How many nonces one renewal may present (the engine sends at most three). */
@@ -85,6 +96,8 @@ export type ClaimResult =
       token: bigint | null;
       expiresAtMs: number | null;
       storeNowMs: number;
+      /** Refused by {@link ClaimRequest.unlessReleasedSince}: the lease is free, but a term granted since then was released. */
+      releasedSince?: true;
     }
   | {
       name: string;

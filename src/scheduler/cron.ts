@@ -264,13 +264,19 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       }
       let term: Term | undefined;
       try {
-        term = await lease.acquire({ wait: false, signal });
+        // An on-time slot's contender takes no term if this slot's winner has already run and
+        // released it (a claim that queued behind SQLite's write lock for that long): with one,
+        // it would read the ledger, find the slot done and release, three requests for nothing.
+        term = await lease.acquire({ wait: false, signal, ...(typeof pending === 'number' ? { unlessReleasedSince: pending } : {}) });
       } catch (e) {
         if (signal.aborted) return;
         // Busy: another replica's term (this slot's winner, an earlier slot's job still running,
         // or a dead replica's term running out). Unavailable: this replica sits the slot out.
         if (!(e instanceof NotAcquiredError || isRetryableError(e))) throw e;
-        if (e instanceof NotAcquiredError && e.expiresInMs !== null) recheck = { what: pending, atMs: storeNow() + e.expiresInMs + RECHECK_AFTER_MS };
+        // A term taken since this slot came due, and released by its holder: that winner was
+        // alive to the end of its term, and handled the slot (as a busy answer's would).
+        if (e instanceof NotAcquiredError && e.releasedSince) recheck = undefined;
+        else if (e instanceof NotAcquiredError && e.expiresInMs !== null) recheck = { what: pending, atMs: storeNow() + e.expiresInMs + RECHECK_AFTER_MS };
         // No answer at all (the store unavailable, a claim that timed out): nothing was decided,
         // the slot is still anyone's, and this replica may be the only one left to run it. It
         // tries again shortly, until the next slot, rather than leave the slot to be found
@@ -428,7 +434,6 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       if (e === undefined) return undefined;
       ended = Math.max(ended, e);
     }
-    if (slots.length > 0) prune();
     if (!(await skip(term, slotsBetween(schedule, last, ended), `overlap: the job of an earlier slot was still running`))) return undefined;
     return ended;
   }
@@ -498,6 +503,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         reason = `${stopReason(draining)} while the job ran${exitCode === null ? '' : ` (exit ${exitCode})`}`;
       }
       const ended = await completeSlot(term, key, base, status, exitCode, reason);
+      // After a job only: a term that found its slot done already ran nothing (ten replicas'
+      // first such terms were ten prunes at once).
+      prune();
       return term.signal.aborted || draining.aborted ? undefined : ended;
     }
   }

@@ -104,6 +104,19 @@ void test('wait: false gives up on the first busy answer with who holds it; an e
   assert.deepEqual(m2.failed(down(), 0, false), { kind: 'throw' });
 });
 
+void test('wait: false refused because a term since the caller\'s time was released (unlessReleasedSince): the error says so; a plain busy one does not', () => {
+  const m = machine(0);
+  m.plan('me', 'a', 0);
+  const released: ClaimResult = { name: 'job', outcome: 'busy', holder: null, token: 7n, expiresAtMs: null, storeNowMs: 0, releasedSince: true };
+  m.answered(released);
+  const step = m.next(released, false, 0);
+  assert.equal(step.kind === 'give-up' && step.error.releasedSince, true);
+  const m2 = machine(0);
+  m2.plan('me', 'a', 0);
+  const plain = m2.next(busy('other', 2000), false, 0);
+  assert.equal(plain.kind === 'give-up' && plain.error.releasedSince, false);
+});
+
 void test('an error waiting cannot fix is thrown at once, however long the wait', () => {
   const m = machine(Infinity);
   m.plan('me', 'a', 0);

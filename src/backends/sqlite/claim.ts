@@ -61,6 +61,8 @@ export function claimBatch(db: SqliteDatabaseLike, stmt: Prepare, requests: read
     }
     let raw = get.get(req.name) as LeaseRow | undefined;
     if (req.session !== undefined && raw !== undefined && endOrphan(db, raw, now)) raw = get.get(req.name) as LeaseRow | undefined;
+    const refused = releasedSince(raw, req, now);
+    if (refused !== undefined) return refused;
     const d = decideClaim(raw === undefined ? undefined : rowState(raw), req, now, floor);
     switch (d.outcome) {
       case 'acquired':
@@ -82,6 +84,44 @@ export function claimBatch(db: SqliteDatabaseLike, stmt: Prepare, requests: read
         return { name: req.name, outcome: 'lost', reason: d.reason, holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now };
     }
   });
+}
+
+/**
+ * A term granted since the contender's `unlessReleasedSince` and released by its live holder
+ * did what this contender came for (port.ts): refused, nothing granted, no write, no token spent.
+ */
+function releasedSince(raw: LeaseRow | undefined, req: ClaimRequest, now: number): ClaimResult | undefined {
+  if (req.expect !== null || req.unlessReleasedSince === undefined || raw === undefined) return undefined;
+  if (raw.holder !== null || raw.ended_by !== 'released' || raw.term_started_at === null || Number(raw.term_started_at) < req.unlessReleasedSince) return undefined;
+  return { name: req.name, outcome: 'busy', holder: null, token: raw.token, expiresAtMs: null, storeNowMs: now, releasedSince: true };
+}
+
+/**
+ * Contenders only, before the write lock: the answers that a committed snapshot already settles
+ * and that write nothing (a live term is 'busy'; a released-since term refuses), or undefined
+ * when any request in the batch needs the write transaction. Ten replicas contending for a
+ * slot's term at one instant would otherwise queue each refusal behind the file's write lock,
+ * and the winner's own next writes (its ledger claim) behind them. A snapshot's 'busy' was true
+ * when it was read, as one under the lock is when the lock was taken. Liveness 'session'
+ * requests take the lock: their claim may end an orphaned term first.
+ */
+export function refusedFromSnapshot(stmt: Prepare, requests: readonly ClaimRequest[], now: number): ClaimResult[] | undefined {
+  if (requests.some((r) => r.expect !== null || r.session !== undefined)) return undefined;
+  const get = stmt(`SELECT * FROM ${T.leases} WHERE name = ?`, true);
+  const out: ClaimResult[] = [];
+  for (const req of requests) {
+    const raw = get.get(req.name) as LeaseRow | undefined;
+    const refused = releasedSince(raw, req, now);
+    if (refused !== undefined) {
+      out.push(refused);
+      continue;
+    }
+    if (raw === undefined) return undefined;
+    const d = decideClaim(rowState(raw), req, now);
+    if (d.outcome !== 'busy') return undefined;
+    out.push({ name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now });
+  }
+  return out;
 }
 
 /**

@@ -27,7 +27,7 @@ import { parseSqliteUrl } from './url.js';
 import type { DatabaseSyncLike } from './node-sqlite.js';
 import { SQLITE_SCHEMA_VERSION, MIGRATIONS, T } from './schema.js';
 import { decodeSession, SqliteLeaseSession } from './session.js';
-import { claimBatch, rowState, type LeaseRow } from './claim.js';
+import { claimBatch, refusedFromSnapshot, rowState, type LeaseRow } from './claim.js';
 
 /**
  * The subset of a better-sqlite3 `Database` leasehold needs. node:sqlite's DatabaseSync is
@@ -337,6 +337,9 @@ export class SqliteStore implements LeaseStore {
   claim(requests: readonly ClaimRequest[], options?: CallOptions): Promise<ClaimResult[]> {
     return this.guard(() => {
       checkClaimBatch(requests);
+      // Refusals settle without the write lock (see refusedFromSnapshot).
+      const refused = refusedFromSnapshot((sql, safe) => this.stmt(sql, safe), requests, Date.now());
+      if (refused !== undefined) return refused;
       // Read inside the write transaction: a floor raised by another process applies at once.
       return immediate(this.db, () => claimBatch(this.db, (sql, safe) => this.stmt(sql, safe), requests, Date.now(), this.floorSync()));
     }, options);
