@@ -45,23 +45,31 @@ export function checkLiveness(liveness: Liveness | undefined, store: LeasePort, 
 
 /**
  * A contender's session: opened before its first claim (a refusal surfaces there, before any
- * term), opened again if it ends while waiting, and handed to the term on a win.
+ * term), opened again if it ends while waiting, and handed to the term on a win. A session the
+ * caller gave (AcquireOptions.session) is used instead, and stays the caller's unless a term
+ * takes it.
  */
 export class ContenderSession {
   private session: LeaseSession | undefined;
+  /** Whether the session held the lease's session lock when the last claim went out. */
+  private heldAtClaim = false;
 
   constructor(
     private readonly store: LeasePort,
     private readonly name: string,
     private readonly ttlMs: number,
-  ) {}
+    private readonly given?: LeaseSession,
+  ) {
+    this.session = given;
+  }
 
   /** The session's id for the next claim, opening one first when there is none. */
   async id(options?: CallOptions): Promise<string> {
     if (this.session === undefined || this.session.ended) {
-      void this.session?.close();
+      if (this.session !== this.given) void this.session?.close();
       this.session = await this.store.openSession!(this.name, this.ttlMs, options);
     }
+    this.heldAtClaim = this.session.holdsLock;
     return this.session.id;
   }
 
@@ -69,6 +77,12 @@ export class ContenderSession {
   wake(freed: { promise: Promise<void>; cancel(): void }, ms: number): { promise: Promise<void>; cancel(): void } {
     const s = this.session;
     if (s === undefined || s.ended) return freed;
+    if (s.holdsLock) {
+      // Granted after the claim went out: the holder's session ended meanwhile, and the claim
+      // that ends its term is the next one, now. Held when it went out: the holder's term is
+      // tied to no session, and only its release or expiry can end it.
+      return this.heldAtClaim ? freed : { promise: Promise.resolve(), cancel: () => freed.cancel() };
+    }
     return { promise: Promise.race([freed.promise, s.waitForLock(ms)]), cancel: () => freed.cancel() };
   }
 
@@ -79,8 +93,10 @@ export class ContenderSession {
     return s;
   }
 
+  /** Closes a session this contender opened; one the caller gave stays open. */
   async close(): Promise<void> {
-    await this.take()?.close();
+    const s = this.take();
+    if (s !== this.given) await s?.close();
   }
 }
 

@@ -200,6 +200,14 @@ export interface LeaseSession {
   /** True once the session ended (closed by us, or by the server or the network). */
   readonly ended: boolean;
   /**
+   * Read-only: this session holds the lease's session lock now (taken when it opened, or granted
+   * by {@link waitForLock}), so no other session does: a claim now ends a term whose recorded
+   * session is gone, and ties the term it grants to this one. A session that opened after the
+   * holder died holds it at once, and {@link waitForLock} would wait for nothing: look here first.
+   * SQLite has no lock: true once a wait saw the recorded holder's process gone.
+   */
+  readonly holdsLock: boolean;
+  /**
    * Waits up to `ms` for the lease's session lock to become this session's: it is granted the
    * moment the session holding it ends. Resolves early only when granted; never rejects.
    */

@@ -112,10 +112,11 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean, ser
         add(`SELECT holder, expires_at_us, token INTO @p${i}, @e${i}, @t${i} FROM ${T.leases} WHERE name = ? FOR UPDATE`, r.name);
       } else {
         endOrphan(add, i, r.name, sessionLockName(database, r.name));
+        rivalLock(add, i, r, sessionLockName(database, r.name), server.mariadb);
       }
       // The clock is read after the lock: a wait for it must not make a live term look expired
       // or an expired one live for longer.
-      add(`SET @n${i} = ${NOW_US}, @a${i} = (@p${i} IS NULL OR @e${i} <= ${NOW_US})`);
+      add(`SET @n${i} = ${NOW_US}, @a${i} = (@p${i} IS NULL OR @e${i} <= ${NOW_US})${r.session === undefined ? '' : ` AND NOT @r${i}`}`);
       add(`SELECT GREATEST(last, floor, @t${i}) + 1 INTO @k${i} FROM ${T.tokens} WHERE id = 1 AND @a${i} FOR UPDATE`);
       // The counter row is gone only if someone emptied the table; the name's own token still
       // holds. And never below the server's clock in microseconds: see TOKENS below.
@@ -192,6 +193,28 @@ function endOrphan(add: (sql: string, ...v: unknown[]) => void, i: number, name:
     name, SESSION_ENDED_DETAIL,
   );
   add(`SET @p${i} = IF(@d${i}, NULL, @p${i}), @e${i} = IF(@d${i}, NULL, @e${i})`);
+}
+
+/**
+ * Liveness 'session': whether another connection holds the lease's session lock as a contender
+ * about to claim (into @r): not this request's session, not the current term's recorded one (a
+ * frozen holder whose term expired keeps its lock and must not block the lease), and it ran a
+ * statement within the grace (least of 2 s and a quarter of the TTL). Such a claim is not
+ * granted (the acquisition's condition is false, and the answer reads 'busy'): the lock
+ * holder's claim follows within milliseconds and wins a term tied to its session. Without this,
+ * contenders that open their sessions at once (per-slot cron, every slot) had the lock and the
+ * term go to two of them, and the term ended at its TTL, not at its holder's death. The grace
+ * bounds what a contender frozen between its lock and its claim costs; after it, the claim is
+ * granted as a 'ttl' term, as before. PROCESSLIST shows another user's connections only with
+ * the PROCESS privilege: without it a lock held by another user's connection never refuses.
+ * MySQL has whole seconds only (TIME); MariaDB has TIME_MS.
+ */
+function rivalLock(add: (sql: string, ...v: unknown[]) => void, i: number, r: ClaimRequest, lock: string, mariadb: boolean): void {
+  add(
+    `SET @r${i} = EXISTS (SELECT 1 FROM information_schema.PROCESSLIST
+       WHERE ID = IS_USED_LOCK(?) AND ID <> ? AND NOT (ID <=> @sc${i}) AND ${mariadb ? 'TIME_MS' : 'TIME * 1000'} < LEAST(2000, ? / 4))`,
+    lock, r.session, Math.round(r.ttlMs),
+  );
 }
 
 function rowState(row: LeaseRow): LeaseRowState {

@@ -206,6 +206,8 @@ AS $function$
 DECLARE
   r record;
   v_pid integer;
+  v_until float8[];
+  v_now_ms float8 := (extract(epoch FROM now()) * 1000)::float8;
 BEGIN
   IF EXISTS (SELECT 1 FROM SCHEMA.leases AS l
               WHERE l.name = ANY (p_names) AND l.holder IS NOT NULL AND l.session_pid IS NOT NULL
@@ -226,19 +228,49 @@ BEGIN
            'the holder''s session ended (liveness: session): its connection to PostgreSQL closed (backend ' || e.pid || ')'
       FROM ended AS e;
   END IF;
-  FOR r IN SELECT c.*, x.pid, x.ord
-             FROM SCHEMA.claim(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff) WITH ORDINALITY AS c
-             JOIN unnest(p_session) WITH ORDINALITY AS x(pid, ord) ON x.ord = c.ordinality
-            ORDER BY c.ordinality LOOP
-    v_pid := NULL;
-    IF r.outcome IN ('acquired', 'renewed') AND r.pid IS NOT NULL THEN
-      UPDATE SCHEMA.leases AS l SET session_pid = r.pid, session_server = pg_postmaster_start_time()
-       WHERE l.name = r.name AND l.token = r.token AND l.holder = r.holder
-         AND l.session_pid IS DISTINCT FROM r.pid AND SCHEMA.session_alive(r.name, r.pid);
-      SELECT l.session_pid INTO v_pid FROM SCHEMA.leases AS l WHERE l.name = r.name AND l.token = r.token;
+  -- Per request: refused until this time, or NULL. Only a contender with a session that does
+  -- not hold the lock, for a lease no live term holds (a live one answers 'busy' anyway, and a
+  -- term a release handed to this contender must still be answered as its own).
+  SELECT array_agg(CASE WHEN x.pid IS NOT NULL AND x.contend AND (l.holder IS NULL OR l.expires_at <= now())
+                             AND NOT SCHEMA.session_alive(x.name, x.pid)
+                        THEN SCHEMA.session_rival(x.name, x.pid, least(2000, x.ttl / 4)) END ORDER BY x.ord)
+    INTO v_until
+    FROM unnest(p_names, p_session, p_ttl_ms, p_contend) WITH ORDINALITY AS x(name, pid, ttl, contend, ord)
+    LEFT JOIN SCHEMA.leases AS l ON l.name = x.name;
+  FOR r IN
+    WITH kept AS (
+      SELECT o, row_number() OVER (ORDER BY o) AS k FROM generate_subscripts(p_names, 1) AS o WHERE v_until[o] IS NULL
+    ), c AS (
+      SELECT * FROM SCHEMA.claim(
+        array(SELECT p_names[o] FROM kept ORDER BY o), array(SELECT p_holders[o] FROM kept ORDER BY o),
+        array(SELECT p_expect[o] FROM kept ORDER BY o), array(SELECT p_next[o] FROM kept ORDER BY o),
+        array(SELECT p_ttl_ms[o] FROM kept ORDER BY o), array(SELECT p_contend[o] FROM kept ORDER BY o),
+        array(SELECT p_handoff[o] FROM kept ORDER BY o)) WITH ORDINALITY AS c
+    )
+    SELECT i, v_until[i] AS until, p_session[i] AS pid, p_names[i] AS req_name,
+           c.name AS c_name, c.outcome AS c_outcome, c.reason AS c_reason, c.token AS c_token, c.holder AS c_holder,
+           c.expires_at_ms AS c_expires_at_ms, c.now_ms AS c_now_ms, c.nonce AS c_nonce
+      FROM generate_subscripts(p_names, 1) AS i
+      LEFT JOIN kept ON kept.o = i
+      LEFT JOIN c ON c.ordinality = kept.k
+     ORDER BY i
+  LOOP
+    IF r.until IS NOT NULL THEN
+      name := r.req_name; outcome := 'busy'; reason := NULL; holder := NULL; nonce := NULL; session := false;
+      token := (SELECT l.token FROM SCHEMA.leases AS l WHERE l.name = r.req_name);
+      expires_at_ms := r.until; now_ms := v_now_ms;
+      RETURN NEXT;
+      CONTINUE;
     END IF;
-    name := r.name; outcome := r.outcome; reason := r.reason; token := r.token; holder := r.holder;
-    expires_at_ms := r.expires_at_ms; now_ms := r.now_ms; nonce := r.nonce;
+    v_pid := NULL;
+    IF r.c_outcome IN ('acquired', 'renewed') AND r.pid IS NOT NULL THEN
+      UPDATE SCHEMA.leases AS l SET session_pid = r.pid, session_server = pg_postmaster_start_time()
+       WHERE l.name = r.c_name AND l.token = r.c_token AND l.holder = r.c_holder
+         AND l.session_pid IS DISTINCT FROM r.pid AND SCHEMA.session_alive(r.c_name, r.pid);
+      SELECT l.session_pid INTO v_pid FROM SCHEMA.leases AS l WHERE l.name = r.c_name AND l.token = r.c_token;
+    END IF;
+    name := r.c_name; outcome := r.c_outcome; reason := r.c_reason; token := r.c_token; holder := r.c_holder;
+    expires_at_ms := r.c_expires_at_ms; now_ms := r.c_now_ms; nonce := r.c_nonce;
     session := v_pid IS NOT DISTINCT FROM r.pid AND r.pid IS NOT NULL;
     RETURN NEXT;
   END LOOP;
@@ -603,6 +635,22 @@ BEGIN
   END IF;
   RETURN NEW;
 END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.session_rival(p_name text, p_pid integer, p_grace_ms double precision)
+ RETURNS double precision
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT (extract(epoch FROM max(a.state_change)) * 1000)::float8 + p_grace_ms
+    FROM pg_catalog.pg_locks AS k JOIN pg_catalog.pg_stat_activity AS a ON a.pid = k.pid
+   WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+     AND k.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+     AND k.classid = (hashtext('leasehold.session.SCHEMA'))::oid AND k.objid = (hashtext(p_name))::oid
+     AND k.pid <> p_pid
+     AND k.pid IS DISTINCT FROM (SELECT l.session_pid FROM SCHEMA.leases AS l WHERE l.name = p_name)
+     AND a.state_change > clock_timestamp() - p_grace_ms * interval '1 millisecond'
+  HAVING count(*) > 0
 $function$
 
 CREATE OR REPLACE FUNCTION SCHEMA.session_try_lock(p_name text)
