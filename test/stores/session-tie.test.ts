@@ -2,7 +2,7 @@
  * Liveness 'session' with contenders that start at once (issue 33 item 5): what per-slot cron
  * does at every slot, every replica opening its session and claiming together. Each round's
  * winner must hold a term tied to its own session, or its death would be noticed only at its
- * TTL. Before migration 16 (PostgreSQL) and the rival check of mysql/claim.ts, the session lock
+ * TTL. Before migration 14 (PostgreSQL) and the rival check of mysql/claim.ts, the session lock
  * went to one contender and the term to another in many rounds ("could not tie this term").
  */
 import { after, before, describe, it } from 'node:test';

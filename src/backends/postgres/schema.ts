@@ -12,11 +12,9 @@ import { migration010 } from './sql/010-schedules.js';
 import { migration011 } from './sql/011-session-liveness.js';
 import { migration012 } from './sql/012-renew.js';
 import { migration013 } from './sql/013-release-many-set.js';
-import { migration016 } from './sql/016-session-tie.js';
+import { migration014 } from './sql/014-session-tie.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-// 16's migration is the fourteenth in this list: 14 and 15 are reserved for other changes; when
-// they land, they go before 16 here and the version becomes 16.
 export const SCHEMA_VERSION = 14;
 
 const CHANNEL_PREFIX = 'leasehold_freed_';
@@ -52,5 +50,5 @@ export function channelFor(schema: string): string {
 export function migrations(schema: string): string[] {
   const s = `"${validateSchemaName(schema)}"`;
   const channel = channelFor(schema);
-  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration010(s), migration011(s), migration012(s), migration013(s, channel), migration016(s)];
+  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration010(s), migration011(s), migration012(s), migration013(s, channel), migration014(s)];
 }

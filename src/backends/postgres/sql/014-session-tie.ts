@@ -1,5 +1,5 @@
 /**
- * Migration 16 (issue 33 item 5, issue 32): a term granted under liveness 'session' goes to the
+ * Migration 14 (issue 33 item 5, issue 32): a term granted under liveness 'session' goes to the
  * contender whose session holds the lease's session lock, not to whichever claim lands first.
  *
  * Every contender opens its session and takes the session lock if it is free, then claims over
@@ -25,7 +25,7 @@
 import { SESSION_ENDED_DETAIL } from './011-session-liveness.js';
 
 /** @param s the quoted schema name */
-export function migration016(s: string): string {
+export function migration014(s: string): string {
   // As migration 11 keys the lock: the schema's hash, then the lease name's.
   const k1 = `hashtext('leasehold.session.${s.replace(/"/g, '')}')`;
   return `
