@@ -85,6 +85,13 @@ export type ClaimResult =
       token: bigint | null;
       expiresAtMs: number | null;
       storeNowMs: number;
+      /**
+       * Liveness 'session': not granted only because the lease's session lock is free and the
+       * request's session does not hold it (it missed the lock, and whoever held it has let go
+       * since): a term granted now would be tied to nothing. The contender's session takes the
+       * lock and claims again at once ({@link LeaseSession.waitForLock}).
+       */
+      sessionLockFree?: true;
     }
   | {
       name: string;

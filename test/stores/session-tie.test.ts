@@ -12,10 +12,35 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import { NotAcquiredError } from '../../src/core/errors.js';
 import type { LoggerLike } from '../../src/core/logger.js';
 import type { Term } from '../../src/core/lease.js';
-import { makeTestStore, selectedStores, type TestStore } from '../helpers/stores.js';
+import { createRequire } from 'node:module';
+import pg from 'pg';
+import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 
 const ROUNDS = 20;
 const REPLICAS = 3;
+
+/** Resolves once the server has no session `id` any more (its locks gone with it): a closed client's backend exits on its own time. */
+async function sessionGone(kind: StoreKind, url: string, id: string): Promise<void> {
+  let alive: () => Promise<boolean>;
+  let end: () => Promise<void>;
+  if (kind === 'postgres') {
+    const c = new pg.Client({ connectionString: url.replace(/[?&]schema=[^&]*/, '') });
+    await c.connect();
+    alive = async () => (await c.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [Number(id)])).rowCount !== 0;
+    end = () => c.end();
+  } else {
+    type Conn = { query(sql: string, values?: unknown[]): Promise<[unknown[], unknown]>; end(): Promise<void> };
+    const mysql = createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<Conn> };
+    const c = await mysql.createConnection(url.replace(/^mariadb:/, 'mysql:'));
+    alive = async () => (await c.query('SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = ?', [Number(id)]))[0].length !== 0;
+    end = () => c.end();
+  }
+  try {
+    while (await alive()) await new Promise((r) => setTimeout(r, 10));
+  } finally {
+    await end();
+  }
+}
 
 for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mysql')) {
   void describe(`liveness session, contenders at once, on ${kind}`, () => {
@@ -25,6 +50,43 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
     });
     after(async () => {
       await t?.cleanup();
+    });
+
+    void it("a contender whose session missed the lock, claiming after the lock's holder came and went, holds a tied term", async () => {
+      // Per-slot cron on a loaded host: replica B opens its session while replica A's holds the
+      // lock, A claims, runs its short job and releases, and only then does B's claim land, on a
+      // free lease and a free lock. Before sql/015 (and the free-lock rule of mysql/claim.ts) it
+      // was granted a term tied to nothing ("could not tie this term").
+      const untied: string[] = [];
+      const logger: LoggerLike = {
+        debug() {},
+        info() {},
+        warn(obj: object, msg?: string) {
+          if (/could not tie this term/.test(msg ?? '')) untied.push(JSON.stringify(obj));
+        },
+        error() {},
+      };
+      const store = await t.open();
+      const client = new Leasehold({ store, logger });
+      const name = `late-${randomBytes(4).toString('hex')}`;
+      const first = await store.openSession!(name, 30_000);
+      const late = await store.openSession!(name, 30_000);
+      try {
+        assert.equal(first.holdsLock, true, 'the first session takes the free lock as it opens');
+        assert.equal(late.holdsLock, false, 'the second misses it');
+        await first.close();
+        await sessionGone(kind, t.url, first.id);
+        const lease = client.lease(name, { ttl: 30_000, liveness: 'session' });
+        const term = await lease.acquire({ wait: false, session: late });
+        assert.ok(term.token > 0n);
+        assert.deepEqual(untied, [], 'the term was granted tied to nothing');
+        assert.equal(late.holdsLock, true, "the term's session holds the lock");
+        await lease.release();
+      } finally {
+        await first.close();
+        await late.close();
+        await client.close();
+      }
     });
 
     void it(`${REPLICAS} contenders claiming together, ${ROUNDS} rounds: every round's term is tied to its winner's session`, async () => {

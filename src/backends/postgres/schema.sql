@@ -206,7 +206,10 @@ AS $function$
 DECLARE
   r record;
   v_pid integer;
-  v_until float8[];
+  v_lock integer;
+  v_grace float8;
+  v_until float8[] := array_fill(NULL::float8, ARRAY[cardinality(p_names)]);
+  v_free boolean[] := array_fill(false, ARRAY[cardinality(p_names)]);
   v_now_ms float8 := (extract(epoch FROM now()) * 1000)::float8;
 BEGIN
   IF EXISTS (SELECT 1 FROM SCHEMA.leases AS l
@@ -228,18 +231,31 @@ BEGIN
            'the holder''s session ended (liveness: session): its connection to PostgreSQL closed (backend ' || e.pid || ')'
       FROM ended AS e;
   END IF;
-  -- Per request: refused until this time, or NULL. Only a contender with a session that does
-  -- not hold the lock, for a lease no live term holds (a live one answers 'busy' anyway, and a
-  -- term a release handed to this contender must still be answered as its own).
-  SELECT array_agg(CASE WHEN x.pid IS NOT NULL AND x.contend AND (l.holder IS NULL OR l.expires_at <= now())
-                             AND NOT SCHEMA.session_alive(x.name, x.pid)
-                        THEN SCHEMA.session_rival(x.name, x.pid, least(2000, x.ttl / 4)) END ORDER BY x.ord)
-    INTO v_until
-    FROM unnest(p_names, p_session, p_ttl_ms, p_contend) WITH ORDINALITY AS x(name, pid, ttl, contend, ord)
-    LEFT JOIN SCHEMA.leases AS l ON l.name = x.name;
+  -- Per request, only a contender with a session, for a lease no live term holds (a live one
+  -- answers 'busy' anyway, and a term a release handed to this contender must still be answered
+  -- as its own): who holds the session lock decides.
+  FOR j IN 1 .. cardinality(p_names) LOOP
+    CONTINUE WHEN p_session[j] IS NULL OR NOT p_contend[j];
+    CONTINUE WHEN EXISTS (SELECT 1 FROM SCHEMA.leases AS l WHERE l.name = p_names[j] AND l.holder IS NOT NULL AND l.expires_at > now());
+    v_lock := SCHEMA.session_lock_holder(p_names[j]);
+    IF v_lock IS NULL THEN
+      -- Free: the claimant's session takes it and claims again, rather than hold a term tied to nothing.
+      v_free[j] := true;
+    ELSIF v_lock <> p_session[j]
+          AND v_lock IS DISTINCT FROM (SELECT l.session_pid FROM SCHEMA.leases AS l WHERE l.name = p_names[j]) THEN
+      -- Another session's, not the recorded holder's (a frozen holder whose term expired keeps
+      -- its lock and must not block the lease): refused while that session looks like a
+      -- contender about to claim, having run a statement within the grace (migration 14's rule).
+      v_grace := least(2000, p_ttl_ms[j] / 4);
+      v_until[j] := (SELECT (extract(epoch FROM a.state_change) * 1000)::float8 + v_grace
+                       FROM pg_catalog.pg_stat_activity AS a
+                      WHERE a.pid = v_lock AND a.state_change > clock_timestamp() - v_grace * interval '1 millisecond');
+    END IF;
+  END LOOP;
   FOR r IN
     WITH kept AS (
-      SELECT o, row_number() OVER (ORDER BY o) AS k FROM generate_subscripts(p_names, 1) AS o WHERE v_until[o] IS NULL
+      SELECT o, row_number() OVER (ORDER BY o) AS k FROM generate_subscripts(p_names, 1) AS o
+       WHERE v_until[o] IS NULL AND NOT v_free[o]
     ), c AS (
       SELECT * FROM SCHEMA.claim(
         array(SELECT p_names[o] FROM kept ORDER BY o), array(SELECT p_holders[o] FROM kept ORDER BY o),
@@ -247,7 +263,7 @@ BEGIN
         array(SELECT p_ttl_ms[o] FROM kept ORDER BY o), array(SELECT p_contend[o] FROM kept ORDER BY o),
         array(SELECT p_handoff[o] FROM kept ORDER BY o)) WITH ORDINALITY AS c
     )
-    SELECT i, v_until[i] AS until, p_session[i] AS pid, p_names[i] AS req_name,
+    SELECT i, v_until[i] AS until, v_free[i] AS free, p_session[i] AS pid, p_names[i] AS req_name,
            c.name AS c_name, c.outcome AS c_outcome, c.reason AS c_reason, c.token AS c_token, c.holder AS c_holder,
            c.expires_at_ms AS c_expires_at_ms, c.now_ms AS c_now_ms, c.nonce AS c_nonce
       FROM generate_subscripts(p_names, 1) AS i
@@ -255,10 +271,11 @@ BEGIN
       LEFT JOIN c ON c.ordinality = kept.k
      ORDER BY i
   LOOP
-    IF r.until IS NOT NULL THEN
-      name := r.req_name; outcome := 'busy'; reason := NULL; holder := NULL; nonce := NULL; session := false;
+    IF r.until IS NOT NULL OR r.free THEN
+      name := r.req_name; outcome := 'busy'; holder := NULL; nonce := NULL; session := false;
+      reason := CASE WHEN r.free THEN 'session-lock-free' END;
       token := (SELECT l.token FROM SCHEMA.leases AS l WHERE l.name = r.req_name);
-      expires_at_ms := r.until; now_ms := v_now_ms;
+      expires_at_ms := CASE WHEN r.free THEN v_now_ms ELSE r.until END; now_ms := v_now_ms;
       RETURN NEXT;
       CONTINUE;
     END IF;
@@ -637,20 +654,16 @@ BEGIN
 END
 $function$
 
-CREATE OR REPLACE FUNCTION SCHEMA.session_rival(p_name text, p_pid integer, p_grace_ms double precision)
- RETURNS double precision
+CREATE OR REPLACE FUNCTION SCHEMA.session_lock_holder(p_name text)
+ RETURNS integer
  LANGUAGE sql
  STABLE
 AS $function$
-  SELECT (extract(epoch FROM max(a.state_change)) * 1000)::float8 + p_grace_ms
-    FROM pg_catalog.pg_locks AS k JOIN pg_catalog.pg_stat_activity AS a ON a.pid = k.pid
+  SELECT k.pid FROM pg_catalog.pg_locks AS k
    WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
      AND k.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
      AND k.classid = (hashtext('leasehold.session.SCHEMA'))::oid AND k.objid = (hashtext(p_name))::oid
-     AND k.pid <> p_pid
-     AND k.pid IS DISTINCT FROM (SELECT l.session_pid FROM SCHEMA.leases AS l WHERE l.name = p_name)
-     AND a.state_change > clock_timestamp() - p_grace_ms * interval '1 millisecond'
-  HAVING count(*) > 0
+   LIMIT 1
 $function$
 
 CREATE OR REPLACE FUNCTION SCHEMA.session_try_lock(p_name text)
