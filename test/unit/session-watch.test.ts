@@ -102,6 +102,41 @@ void describe('a waiting follower\'s session', () => {
     assert.equal(await settled(c.wake(never, 30_000).promise), false, 'held when it went out: nothing to wait for but freed');
   });
 
+  void it('a busy that says the session lock is free: the session takes it and the claim goes again at once, at most 3 times in a row', async () => {
+    const s = new HandSession(false);
+    const c = new ContenderSession(storeOpening(s), 'lease', 30_000);
+    const clock = new FakeClock();
+    const signal = new AbortController().signal;
+    const lockFree = { name: 'lease', outcome: 'busy', holder: null, token: 1n, expiresAtMs: 0, storeNowMs: 0, sessionLockFree: true } as const;
+    await c.id();
+    const again = c.claimAgain(lockFree, clock, signal);
+    assert.equal(await settled(again), false, 'waits for the lock first');
+    s.grant();
+    assert.equal(await again, true);
+    assert.equal(s.holdsLock, true);
+    // Taken by another session meanwhile: the lock wait is given the grace (least of 2 s and
+    // TTL/4), then the claim goes anyway and the store's answer decides.
+    const other = new HandSession(false);
+    const c2 = new ContenderSession(storeOpening(other), 'lease', 30_000);
+    await c2.id();
+    const late = c2.claimAgain(lockFree, clock, signal);
+    await clock.advance(1999);
+    assert.equal(await settled(late), false);
+    await clock.advance(1);
+    assert.equal(await late, true);
+    for (let n = 2; n <= 3; n++) {
+      const next = c2.claimAgain(lockFree, clock, signal);
+      await clock.advance(2000);
+      assert.equal(await next, true, `the ${n}th in a row`);
+    }
+    assert.equal(await c2.claimAgain(lockFree, clock, signal), false, 'a fourth in a row: the ordinary busy path');
+    // Any other answer starts the count again.
+    assert.equal(await c2.claimAgain({ ...lockFree, sessionLockFree: undefined }, clock, signal), false);
+    const again2 = c2.claimAgain(lockFree, clock, signal);
+    await clock.advance(2000);
+    assert.equal(await again2, true);
+  });
+
   void it('a session the caller gave stays open after the contention', async () => {
     const s = new HandSession(false);
     const c = new ContenderSession(storeOpening(), 'lease', 30_000, s);
