@@ -89,6 +89,72 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
       }
     });
 
+    // The release over the session is BEGIN, the release, the unlock, COMMIT (postgres/session.ts).
+    // A claim that read the row before that COMMIT saw a live term, skipped the session checks,
+    // waited for the row in claim() and was granted it untied (before the unlock: the row's own
+    // session looked alive, so nothing locked the row first; after it: the lock was free). The
+    // holder's release is held here at that statement until the claim waits on the row.
+    for (const gateAt of kind === 'postgres' ? ['SELECT pg_advisory_unlock_all()', 'COMMIT'] : []) {
+      void it(`a claim landing while the holder's release over its session is in flight (held at ${gateAt}) holds a tied term`, async () => {
+        const untied: string[] = [];
+        const logger: LoggerLike = {
+          debug() {},
+          info() {},
+          warn(obj: object, msg?: string) {
+            if (/could not tie this term/.test(msg ?? '')) untied.push(JSON.stringify(obj));
+          },
+          error() {},
+        };
+        const [a, b] = await Promise.all([t.open(), t.open()]);
+        const holder = new Leasehold({ store: a, logger });
+        const contender = new Leasehold({ store: b, logger });
+        const name = `releasing-${randomBytes(4).toString('hex')}`;
+        const held = await a.openSession!(name, 30_000);
+        const late = await b.openSession!(name, 30_000);
+        const watcher = new pg.Client({ connectionString: t.url.replace(/[?&]schema=[^&]*/, '') });
+        await watcher.connect();
+        try {
+          assert.equal(late.holdsLock, false);
+          const lease = holder.lease(name, { ttl: 30_000, liveness: 'session' });
+          await lease.acquire({ wait: false, session: held });
+          assert.deepEqual(untied, []);
+          const c = (held as unknown as { client: { query: (...a: unknown[]) => Promise<unknown> } }).client;
+          const query = c.query.bind(c);
+          let open!: () => void;
+          const gate = new Promise<void>((r) => (open = r));
+          let atCommit!: () => void;
+          const reached = new Promise<void>((r) => (atCommit = r));
+          c.query = async (...args: unknown[]) => {
+            if (args[0] === gateAt) {
+              atCommit();
+              await gate;
+            }
+            return query(...args);
+          };
+          const releasing = lease.release();
+          await reached;
+          const claim = contender.lease(name, { ttl: 30_000, liveness: 'session' }).acquire({ wait: false, session: late });
+          // The claim waits on the row the release holds.
+          for (;;) {
+            const w = await watcher.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%claim_session%' AND pid <> pg_backend_pid()`);
+            if (w.rowCount !== 0) break;
+            await new Promise((r) => setTimeout(r, 5));
+          }
+          open();
+          assert.equal(await releasing, true);
+          const term = await claim;
+          assert.ok(term.token > 0n);
+          assert.deepEqual(untied, [], 'the term was granted tied to nothing');
+          assert.equal(late.holdsLock, true);
+        } finally {
+          await watcher.end();
+          await held.close();
+          await late.close();
+          await Promise.all([holder.close(), contender.close()]);
+        }
+      });
+    }
+
     void it(`${REPLICAS} contenders claiming together, ${ROUNDS} rounds: every round's term is tied to its winner's session`, async () => {
       const untied: string[] = [];
       const logger: LoggerLike = {

@@ -224,10 +224,14 @@ function endOrphan(add: (sql: string, ...v: unknown[]) => void, i: number, name:
 function rivalLock(add: (sql: string, ...v: unknown[]) => void, i: number, r: ClaimRequest, lock: string, mariadb: boolean): void {
   // The lock's holder is read once (into @u): the rival rule and the free-lock rule decide on
   // one reading, so a holder that lets go between two reads cannot make both say "grant".
+  // The recorded session is passed over only while its term is on the row (expired: a frozen
+  // holder): a holder releasing over its session lets the lock go just after its COMMIT
+  // (./session.ts), and a claim in between, finding the row released and the lock still the
+  // recorded session's, was granted untied; now that session is a rival, fresh from its release.
   add(`SET @u${i} = IS_USED_LOCK(?)`, lock);
   add(
     `SET @r${i} = EXISTS (SELECT 1 FROM information_schema.PROCESSLIST
-       WHERE ID = @u${i} AND ID <> ? AND NOT (ID <=> @sc${i}) AND ${mariadb ? 'TIME_MS' : 'TIME * 1000'} < LEAST(2000, ? / 4))`,
+       WHERE ID = @u${i} AND ID <> ? AND NOT (ID <=> @sc${i} AND @p${i} IS NOT NULL) AND ${mariadb ? 'TIME_MS' : 'TIME * 1000'} < LEAST(2000, ? / 4))`,
     r.session, Math.round(r.ttlMs),
   );
 }

@@ -212,6 +212,13 @@ DECLARE
   v_free boolean[] := array_fill(false, ARRAY[cardinality(p_names)]);
   v_now_ms float8 := (extract(epoch FROM now()) * 1000)::float8;
 BEGIN
+  -- The rows first, in name order (as claim_write locks them, so that two batches never
+  -- deadlock): every statement below then reads them as committed after any release in flight.
+  -- A holder's release over its session lets the session lock go before its COMMIT (so that a
+  -- follower the unlock wakes finds the row released, src/backends/postgres/session.ts); a claim
+  -- that read the row before that COMMIT saw a live term, skipped the checks below, then waited
+  -- in claim() for the row and was granted it untied, its session having missed the lock.
+  PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
   IF EXISTS (SELECT 1 FROM SCHEMA.leases AS l
               WHERE l.name = ANY (p_names) AND l.holder IS NOT NULL AND l.session_pid IS NOT NULL
                 AND l.session_server = pg_postmaster_start_time()

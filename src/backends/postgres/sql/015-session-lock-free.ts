@@ -16,6 +16,11 @@
  * is free) and claims again at once, for a tied term (src/core/liveness.ts). Nothing is granted
  * that was not before, only later by one round trip, so no safety argument changes.
  *
+ * The rows are locked before anything is read (they were only when an orphan was to be ended):
+ * a claim landing during a holder's release over its session (the lock let go, the COMMIT not
+ * yet) read a live term, skipped every check, waited for the row in claim() and was granted it
+ * untied. Locked first, it reads the release as committed, and the checks apply.
+ *
  * The lock's holder is read from pg_locks once per request (`session_lock_holder`), and every
  * decision is made on that one reading: migration 14 read it twice (is the claimant's session
  * the holder; is another session a fresh holder), and a holder that let go between the two reads
@@ -64,6 +69,13 @@ DECLARE
   v_free boolean[] := array_fill(false, ARRAY[cardinality(p_names)]);
   v_now_ms float8 := (extract(epoch FROM now()) * 1000)::float8;
 BEGIN
+  -- The rows first, in name order (as claim_write locks them, so that two batches never
+  -- deadlock): every statement below then reads them as committed after any release in flight.
+  -- A holder's release over its session lets the session lock go before its COMMIT (so that a
+  -- follower the unlock wakes finds the row released, src/backends/postgres/session.ts); a claim
+  -- that read the row before that COMMIT saw a live term, skipped the checks below, then waited
+  -- in claim() for the row and was granted it untied, its session having missed the lock.
+  PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
   IF EXISTS (SELECT 1 FROM ${s}.leases AS l
               WHERE l.name = ANY (p_names) AND l.holder IS NOT NULL AND l.session_pid IS NOT NULL
                 AND l.session_server = pg_postmaster_start_time()
