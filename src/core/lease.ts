@@ -264,9 +264,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
             );
           }
         }
-        // Liveness 'session': not granted only because the session lock was free; the session
-        // takes it and the claim goes again now, for a term tied to it (./liveness.ts).
-        if (session !== undefined && (await session.claimAgain(result, this.clock, signal))) continue;
+        if (session !== undefined && (await session.claimAgain(result, this.clock, signal))) continue; // refused as the session lock was free: taken, claim now (./liveness.ts)
         const step = m.next(result, epoch !== undefined && this.host.freedEpoch() === epoch, this.clock.monoNow());
         if (step.kind === 'acquired') {
           if (signal.aborted || (this._state as LeaseState) === 'closed') {

@@ -30,6 +30,8 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
     void it('a replica killed mid-job: its slot is rerun at its session\'s end, before the next slot, and every term is tied to its session', async () => {
       const ts = await makeTestStore(kind);
       const replicas: Running[] = [];
+      /** Every replica started, the killed ones too: their lines say what each did when a wait times out. */
+      const all: Running[] = [];
       const killedJobs: number[] = [];
       try {
         const res = sb.path(`res-${kind}.log`);
@@ -52,6 +54,7 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
         // here can pass by waiting for a dead term to expire.
         const BOUND_MS = 8 * PERIOD_MS;
         for (let i = 0; i < 3; i++) replicas.push(sb.start(args));
+        all.push(...replicas);
         await until('three slots ran', () => ends() >= 3, BOUND_MS + PERIOD_MS * 3);
 
         const tookMs: number[] = [];
@@ -82,6 +85,7 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
           assert.ok(rerunAt - killedAt < TTL_MS / 4, `rerun ${rerunAt - killedAt}ms after the kill`);
           assert.ok(BigInt(starts[1]![2]!) > BigInt(starts[0]![2]!), 'the rerun has a larger token');
           replicas.push(sb.start(args));
+          all.push(replicas.at(-1)!);
           const before = ends();
           await until('two more slots after the rerun', () => ends() >= before + 2, BOUND_MS);
         }
@@ -101,6 +105,11 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
         assert.deepEqual(rows.filter((r) => r.status !== 'succeeded').map((r) => `${r.slot} ${r.status} ${r.reason}`), []);
         assert.equal(rows.filter((r) => /rerun: term \d+ was interrupted/.test(r.reason ?? '')).length, KILLS);
         process.stdout.write(`# ${kind}: kill -> rerun start ${tookMs.map((t) => `${t}ms`).join(', ')} (TTL ${TTL_MS}ms, every ${PERIOD_MS}ms)\n`);
+      } catch (e) {
+        // What each replica said (pid, then its lines), and the jobs' log: a timeout alone says nothing of why.
+        const said = all.map((r) => `--- replica ${r.pid}${replicas.includes(r) ? '' : ' (killed)'}:\n${r.stderr}`).join('\n');
+        const res = sb.path(`res-${kind}.log`);
+        throw new Error(`${e instanceof Error ? e.message : String(e)}\n${said}\n--- jobs:\n${existsSync(res) ? sb.read(`res-${kind}.log`) : ''}`, { cause: e });
       } finally {
         for (const r of replicas) {
           try {
