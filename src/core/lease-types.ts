@@ -3,6 +3,7 @@ import type { Duration, TimingOptions } from './config.js';
 import type { LeaseLostError } from './errors.js';
 import type { Term } from './term.js';
 import type { Liveness } from './liveness.js';
+import type { LeaseSession } from './port.js';
 
 export type LeaseState = 'idle' | 'contending' | 'leading' | 'jeopardy' | 'closed';
 
@@ -69,6 +70,13 @@ export interface AcquireOptions {
    * until another term is granted. Per-slot cron passes the slot's time.
    */
   unlessReleasedSince?: number;
+  /**
+   * Liveness 'session' only: claim with this session (opened with the store's `openSession`, kept
+   * by the caller between attempts, for example one waiting on the session lock) instead of
+   * opening one. A won term takes it over (released over it, closed when the term ends); after
+   * any other outcome it stays the caller's, open.
+   */
+  session?: LeaseSession;
 }
 
 export interface LeaseEvents {

@@ -229,7 +229,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const m = new ContentionMachine({ name: this.name, ttlMs: this.timing.ttlMs, renewMs: this.timing.renewMs, waitUntil, handsOver: this.handsOver });
     this._state = 'contending';
     let freed: { promise: Promise<void>; cancel(): void } | undefined;
-    const session = this.liveness === 'session' ? new ContenderSession(this.host.store, this.name, this.timing.ttlMs) : undefined;
+    const session = this.liveness === 'session' ? new ContenderSession(this.host.store, this.name, this.timing.ttlMs, options.session) : undefined;
     this.host.retainWhileContending(1);
     try {
       for (;;) {
@@ -264,6 +264,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
             );
           }
         }
+        if (session !== undefined && (await session.claimAgain(result, this.clock, signal))) continue; // refused as the session lock was free: taken, claim now (./liveness.ts)
         const step = m.next(result, epoch !== undefined && this.host.freedEpoch() === epoch, this.clock.monoNow());
         if (step.kind === 'acquired') {
           if (signal.aborted || (this._state as LeaseState) === 'closed') {

@@ -98,6 +98,13 @@ export type ClaimResult =
       storeNowMs: number;
       /** Refused by {@link ClaimRequest.unlessReleasedSince}: the lease is free, but a term granted since then was released. */
       releasedSince?: true;
+      /**
+       * Liveness 'session': not granted only because the lease's session lock is free and the
+       * request's session does not hold it (it missed the lock, and whoever held it has let go
+       * since): a term granted now would be tied to nothing. The contender's session takes the
+       * lock and claims again at once ({@link LeaseSession.waitForLock}).
+       */
+      sessionLockFree?: true;
     }
   | {
       name: string;
@@ -212,6 +219,14 @@ export interface LeaseSession {
   readonly id: string;
   /** True once the session ended (closed by us, or by the server or the network). */
   readonly ended: boolean;
+  /**
+   * Read-only: this session holds the lease's session lock now (taken when it opened, or granted
+   * by {@link waitForLock}), so no other session does: a claim now ends a term whose recorded
+   * session is gone, and ties the term it grants to this one. A session that opened after the
+   * holder died holds it at once, and {@link waitForLock} would wait for nothing: look here first.
+   * SQLite has no lock: true once a wait saw the recorded holder's process gone.
+   */
+  readonly holdsLock: boolean;
   /**
    * Waits up to `ms` for the lease's session lock to become this session's: it is granted the
    * moment the session holding it ends. Resolves early only when granted; never rejects.

@@ -48,6 +48,7 @@ import { slotsBetween } from './schedule.js';
 import { CronHandle, type CronOptions, type CronRetention, type SlotEvent, type SlotJob } from './cron-handle.js';
 import { DEFAULT_RETENTION, parseHorizon, pruneLedger } from './retention.js';
 import { scheduleNoter } from './schedule-record.js';
+import { SessionWatch } from './session-watch.js';
 import { ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
@@ -210,7 +211,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
    * it, or (a dead holder whose term has not expired yet) the next slot's winner finds it
    * missing and handles it per catchUp.
    */
-  async function perSlot(lease: Lease): Promise<void> {
+  async function perSlot(lease: Lease, watch: SessionWatch | undefined): Promise<void> {
+    /** Sleeps, or less with liveness 'session': true when the watched term's holder let the lock go (./session-watch.ts). */
+    const nap = async (ms: number): Promise<boolean> => (watch === undefined ? (await sleepOn(clock, ms, signal), false) : watch.nap(clock, ms, signal));
     /**
      * Every slot up to here has a ledger row, as this replica last read or wrote it; undefined
      * until its first term, which reads the whole window as a new leader does.
@@ -238,23 +241,24 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         if (next === null) throw new ConfigError(`schedule ${schedule.description} has no slot after ${slotKey(cursor)}; the cron stops`);
         if (recheck !== undefined && recheck.atMs < next) {
           const wait = recheck.atMs - storeNow();
-          if (wait > 0) {
-            await sleepOn(clock, Math.min(wait, MAX_TIMER_MS), signal);
-            continue;
-          }
+          if (wait > 0 && !(await nap(Math.min(wait, MAX_TIMER_MS)))) continue;
           const again = recheck;
           recheck = undefined;
-          if (typeof again.what === 'number' && (await recorded(again.what))) continue;
-          pending = again.what;
-        } else {
-          // The next slot's try comes first, and looks at whatever an ended term left.
-          recheck = undefined;
-          const wait = next - storeNow();
-          if (wait > 0) {
-            // In chunks, judged again by the wall clock each time (see lead()).
-            await sleepOn(clock, Math.min(wait, MAX_TIMER_MS), signal);
+          if (typeof again.what === 'number' && (await recorded(again.what))) {
+            await watch?.letGo();
             continue;
           }
+          pending = again.what;
+        } else {
+          const wait = next - storeNow();
+          if (wait > 0) {
+            // In chunks, judged again by the wall clock each time (see lead()). The watched
+            // term's holder gone before the next slot: look at what it left now.
+            if ((await nap(Math.min(wait, MAX_TIMER_MS))) && recheck !== undefined) recheck.atMs = storeNow();
+            continue;
+          }
+          // The next slot's try comes first, and looks at whatever an ended term left.
+          recheck = undefined;
           // Woken late (paused, a slow store): more than one slot is due, and all but the newest
           // were slept through here. Whatever no other replica claimed follows catchUp.
           const late = slotsBetween(schedule, cursor, storeNow());
@@ -267,7 +271,14 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         // An on-time slot's contender takes no term if this slot's winner has already run and
         // released it (a claim that queued behind SQLite's write lock for that long): with one,
         // it would read the ledger, find the slot done and release, three requests for nothing.
-        term = await lease.acquire({ wait: false, signal, ...(typeof pending === 'number' ? { unlessReleasedSince: pending } : {}) });
+        const session = await watch?.forClaim(signal);
+        term = await lease.acquire({
+          wait: false,
+          signal,
+          ...(session === undefined ? {} : { session }),
+          ...(typeof pending === 'number' ? { unlessReleasedSince: pending } : {}),
+        });
+        watch?.won();
       } catch (e) {
         if (signal.aborted) return;
         // Busy: another replica's term (this slot's winner, an earlier slot's job still running,
@@ -282,6 +293,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         // tries again shortly, until the next slot, rather than leave the slot to be found
         // missing then.
         else if (!(e instanceof NotAcquiredError) || (e.holder === null && e.expiresInMs === null)) recheck = { what: pending, atMs: storeNow() + ERROR_RETRY_MS };
+        // Liveness 'session': the lock granted since the claim went out means the holder's session
+        // ended meanwhile: look again now (./session-watch.ts).
+        if (e instanceof NotAcquiredError && watch?.busy() === 'again') recheck = { what: pending, atMs: storeNow() };
       }
       const what = pending;
       pending = 0;
@@ -559,7 +573,10 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   // Started last: the loop reads the state above (the store-clock offset) from its first line.
   if (mode === 'per-slot') {
     handle.track(
-      perSlot(handle.lease).catch((e: unknown) => {
+      (async () => {
+        const watch = options.liveness === 'session' ? new SessionWatch(leasehold.store, name, handle.lease.timing.ttlMs) : undefined;
+        await perSlot(handle.lease, watch).finally(() => watch?.close());
+      })().catch((e: unknown) => {
         if (!signal.aborted) fail(e);
       }),
     );

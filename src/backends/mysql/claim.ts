@@ -49,6 +49,8 @@ export interface LeaseRow {
   now_us: string;
   /** The connection the current term is tied to (liveness 'session', ./session.ts), or null. */
   session_conn?: string | null;
+  /** Liveness 'session': the claim was not granted because the session lock was free (1). */
+  session_lock_free?: number | string | null;
 }
 
 /** A batch's statements and how to read its answers. */
@@ -112,10 +114,19 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean, ser
         add(`SELECT holder, expires_at_us, token INTO @p${i}, @e${i}, @t${i} FROM ${T.leases} WHERE name = ? FOR UPDATE`, r.name);
       } else {
         endOrphan(add, i, r.name, sessionLockName(database, r.name));
+        rivalLock(add, i, r, sessionLockName(database, r.name), server.mariadb);
       }
       // The clock is read after the lock: a wait for it must not make a live term look expired
       // or an expired one live for longer.
       add(`SET @n${i} = ${NOW_US}, @a${i} = (@p${i} IS NULL OR @e${i} <= ${NOW_US})`);
+      if (r.session !== undefined) {
+        // A free lease with the session lock free too: a term granted now would be tied to
+        // nothing (the claimant's session missed the lock, and whoever held it has let go
+        // since). Not granted: answered 'busy' with the flag, the contender's session takes the
+        // lock and claims again at once. With a rival about to claim: not granted either.
+        add(`SET @f${i} = (@a${i} AND @u${i} IS NULL)`);
+        add(`SET @a${i} = (@a${i} AND NOT @f${i} AND NOT @r${i})`);
+      }
       add(`SELECT GREATEST(last, floor, @t${i}) + 1 INTO @k${i} FROM ${T.tokens} WHERE id = 1 AND @a${i} FOR UPDATE`);
       // The counter row is gone only if someone emptied the table; the name's own token still
       // holds. And never below the server's clock in microseconds: see TOKENS below.
@@ -160,11 +171,13 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean, ser
     });
   }
   // A row that does not exist is not read back: a renewal of a name never claimed.
+  const lockFree = contenders.flatMap((r, i) => (r.session === undefined ? [] : [{ name: r.name, i }]));
   parts.push(
-    `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us, IF(session_token <=> token, session_conn, NULL) AS session_conn
-       FROM ${T.leases} WHERE name IN (?)`,
+    `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us, IF(session_token <=> token, session_conn, NULL) AS session_conn` +
+      (lockFree.length === 0 ? '' : `, CASE name ${lockFree.map((f) => `WHEN ? THEN @f${f.i}`).join(' ')} ELSE 0 END AS session_lock_free`) +
+      ` FROM ${T.leases} WHERE name IN (?)`,
   );
-  values.push(requests.map((r) => r.name));
+  values.push(...lockFree.map((f) => f.name), requests.map((r) => r.name));
   // The server's clock on its own: a batch of renewals of names never claimed reads no row.
   parts.push(`SELECT ${NOW_US} AS now_us`);
   parts.push('COMMIT');
@@ -192,6 +205,35 @@ function endOrphan(add: (sql: string, ...v: unknown[]) => void, i: number, name:
     name, SESSION_ENDED_DETAIL,
   );
   add(`SET @p${i} = IF(@d${i}, NULL, @p${i}), @e${i} = IF(@d${i}, NULL, @e${i})`);
+}
+
+/**
+ * Liveness 'session': whether another connection holds the lease's session lock as a contender
+ * about to claim (into @r): not this request's session, not the current term's recorded one (a
+ * frozen holder whose term expired keeps its lock and must not block the lease), and it ran a
+ * statement within the grace (least of 2 s and a quarter of the TTL). Such a claim is not
+ * granted (the acquisition's condition is false, and the answer reads 'busy'): the lock
+ * holder's claim follows within milliseconds and wins a term tied to its session. Without this,
+ * contenders that open their sessions at once (per-slot cron, every slot) had the lock and the
+ * term go to two of them, and the term ended at its TTL, not at its holder's death. The grace
+ * bounds what a contender frozen between its lock and its claim costs; after it, the claim is
+ * granted as a 'ttl' term, as before. PROCESSLIST shows another user's connections only with
+ * the PROCESS privilege: without it a lock held by another user's connection never refuses.
+ * MySQL has whole seconds only (TIME); MariaDB has TIME_MS.
+ */
+function rivalLock(add: (sql: string, ...v: unknown[]) => void, i: number, r: ClaimRequest, lock: string, mariadb: boolean): void {
+  // The lock's holder is read once (into @u): the rival rule and the free-lock rule decide on
+  // one reading, so a holder that lets go between two reads cannot make both say "grant".
+  // The recorded session is passed over only while its term is on the row (expired: a frozen
+  // holder): a holder releasing over its session lets the lock go just after its COMMIT
+  // (./session.ts), and a claim in between, finding the row released and the lock still the
+  // recorded session's, was granted untied; now that session is a rival, fresh from its release.
+  add(`SET @u${i} = IS_USED_LOCK(?)`, lock);
+  add(
+    `SET @r${i} = EXISTS (SELECT 1 FROM information_schema.PROCESSLIST
+       WHERE ID = @u${i} AND ID <> ? AND NOT (ID <=> @sc${i} AND @p${i} IS NOT NULL) AND ${mariadb ? 'TIME_MS' : 'TIME * 1000'} < LEAST(2000, ? / 4))`,
+    r.session, Math.round(r.ttlMs),
+  );
 }
 
 function rowState(row: LeaseRow): LeaseRowState {
@@ -231,11 +273,16 @@ export function readAnswers(requests: readonly ClaimRequest[], rows: readonly Le
         // The row allows what this batch's write did not do: it changed between the write and
         // the read (expired there). Not a yes.
         return req.expect === null
-          ? { name: req.name, outcome: 'busy', holder: row?.holder ?? null, token: row === undefined ? null : BigInt(row.token), expiresAtMs: state?.expiresAtMs ?? null, storeNowMs }
+          ? { name: req.name, outcome: 'busy', holder: row?.holder ?? null, token: row === undefined ? null : BigInt(row.token), expiresAtMs: state?.expiresAtMs ?? null, storeNowMs, ...lockFreeFlag(req, row) }
           : { name: req.name, outcome: 'lost', reason: 'expired', holder: row?.holder ?? null, token: row === undefined ? null : BigInt(row.token), expiresAtMs: state?.expiresAtMs ?? null, storeNowMs };
     }
   });
   return { results, conflicts };
+}
+
+/** Liveness 'session': the claim was refused because the session lock was free (take it and claim again). */
+function lockFreeFlag(req: ClaimRequest, row: LeaseRow | undefined): { sessionLockFree?: true } {
+  return req.session !== undefined && row?.session_lock_free != null && Number(row.session_lock_free) === 1 ? { sessionLockFree: true } : {};
 }
 
 /** Liveness 'session': whether the term on the row is tied to the request's session. */

@@ -193,6 +193,10 @@ export class MysqlLeaseSession implements LeaseSession {
     return this._ended;
   }
 
+  get holdsLock(): boolean {
+    return this.locked && !this._ended;
+  }
+
   onEnd(listener: (detail: string) => void): void {
     if (this._ended) return;
     this.endListener = listener;

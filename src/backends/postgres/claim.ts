@@ -1,4 +1,5 @@
 import type { ClaimRequest, ClaimResult, LostReason } from '../../core/port.js';
+import { SESSION_LOCK_FREE } from './sql/015-session-lock-free.js';
 
 /**
  * The claim of a batch that is not all renewals (those go to ./renew.ts): the schema's claim
@@ -50,5 +51,7 @@ export function toClaimResult(row: Record<string, unknown>): ClaimResult {
     }
     return { name, outcome, reason, holder, token, expiresAtMs, storeNowMs };
   }
-  return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs };
+  // Liveness 'session' (sql/015-session-lock-free.ts): take the free lock and claim again.
+  const lockFree = row['reason'] === SESSION_LOCK_FREE ? { sessionLockFree: true as const } : {};
+  return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs, ...lockFree };
 }

@@ -206,7 +206,19 @@ AS $function$
 DECLARE
   r record;
   v_pid integer;
+  v_lock integer;
+  v_grace float8;
+  v_until float8[] := array_fill(NULL::float8, ARRAY[cardinality(p_names)]);
+  v_free boolean[] := array_fill(false, ARRAY[cardinality(p_names)]);
+  v_now_ms float8 := (extract(epoch FROM now()) * 1000)::float8;
 BEGIN
+  -- The rows first, in name order (as claim_write locks them, so that two batches never
+  -- deadlock): every statement below then reads them as committed after any release in flight.
+  -- A holder's release over its session lets the session lock go before its COMMIT (so that a
+  -- follower the unlock wakes finds the row released, src/backends/postgres/session.ts); a claim
+  -- that read the row before that COMMIT saw a live term, skipped the checks below, then waited
+  -- in claim() for the row and was granted it untied, its session having missed the lock.
+  PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
   IF EXISTS (SELECT 1 FROM SCHEMA.leases AS l
               WHERE l.name = ANY (p_names) AND l.holder IS NOT NULL AND l.session_pid IS NOT NULL
                 AND l.session_server = pg_postmaster_start_time()
@@ -226,19 +238,63 @@ BEGIN
            'the holder''s session ended (liveness: session): its connection to PostgreSQL closed (backend ' || e.pid || ')'
       FROM ended AS e;
   END IF;
-  FOR r IN SELECT c.*, x.pid, x.ord
-             FROM SCHEMA.claim(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff) WITH ORDINALITY AS c
-             JOIN unnest(p_session) WITH ORDINALITY AS x(pid, ord) ON x.ord = c.ordinality
-            ORDER BY c.ordinality LOOP
-    v_pid := NULL;
-    IF r.outcome IN ('acquired', 'renewed') AND r.pid IS NOT NULL THEN
-      UPDATE SCHEMA.leases AS l SET session_pid = r.pid, session_server = pg_postmaster_start_time()
-       WHERE l.name = r.name AND l.token = r.token AND l.holder = r.holder
-         AND l.session_pid IS DISTINCT FROM r.pid AND SCHEMA.session_alive(r.name, r.pid);
-      SELECT l.session_pid INTO v_pid FROM SCHEMA.leases AS l WHERE l.name = r.name AND l.token = r.token;
+  -- Per request, only a contender with a session, for a lease no live term holds (a live one
+  -- answers 'busy' anyway, and a term a release handed to this contender must still be answered
+  -- as its own): who holds the session lock decides.
+  FOR j IN 1 .. cardinality(p_names) LOOP
+    CONTINUE WHEN p_session[j] IS NULL OR NOT p_contend[j];
+    CONTINUE WHEN EXISTS (SELECT 1 FROM SCHEMA.leases AS l WHERE l.name = p_names[j] AND l.holder IS NOT NULL AND l.expires_at > now());
+    v_lock := SCHEMA.session_lock_holder(p_names[j]);
+    IF v_lock IS NULL THEN
+      -- Free: the claimant's session takes it and claims again, rather than hold a term tied to nothing.
+      v_free[j] := true;
+    ELSIF v_lock <> p_session[j]
+          AND v_lock IS DISTINCT FROM (SELECT l.session_pid FROM SCHEMA.leases AS l WHERE l.name = p_names[j]) THEN
+      -- Another session's, not the recorded holder's (a frozen holder whose term expired keeps
+      -- its lock and must not block the lease): refused while that session looks like a
+      -- contender about to claim, having run a statement within the grace (migration 14's rule).
+      v_grace := least(2000, p_ttl_ms[j] / 4);
+      v_until[j] := (SELECT (extract(epoch FROM a.state_change) * 1000)::float8 + v_grace
+                       FROM pg_catalog.pg_stat_activity AS a
+                      WHERE a.pid = v_lock AND a.state_change > clock_timestamp() - v_grace * interval '1 millisecond');
     END IF;
-    name := r.name; outcome := r.outcome; reason := r.reason; token := r.token; holder := r.holder;
-    expires_at_ms := r.expires_at_ms; now_ms := r.now_ms; nonce := r.nonce;
+  END LOOP;
+  FOR r IN
+    WITH kept AS (
+      SELECT o, row_number() OVER (ORDER BY o) AS k FROM generate_subscripts(p_names, 1) AS o
+       WHERE v_until[o] IS NULL AND NOT v_free[o]
+    ), c AS (
+      SELECT * FROM SCHEMA.claim(
+        array(SELECT p_names[o] FROM kept ORDER BY o), array(SELECT p_holders[o] FROM kept ORDER BY o),
+        array(SELECT p_expect[o] FROM kept ORDER BY o), array(SELECT p_next[o] FROM kept ORDER BY o),
+        array(SELECT p_ttl_ms[o] FROM kept ORDER BY o), array(SELECT p_contend[o] FROM kept ORDER BY o),
+        array(SELECT p_handoff[o] FROM kept ORDER BY o)) WITH ORDINALITY AS c
+    )
+    SELECT i, v_until[i] AS until, v_free[i] AS free, p_session[i] AS pid, p_names[i] AS req_name,
+           c.name AS c_name, c.outcome AS c_outcome, c.reason AS c_reason, c.token AS c_token, c.holder AS c_holder,
+           c.expires_at_ms AS c_expires_at_ms, c.now_ms AS c_now_ms, c.nonce AS c_nonce
+      FROM generate_subscripts(p_names, 1) AS i
+      LEFT JOIN kept ON kept.o = i
+      LEFT JOIN c ON c.ordinality = kept.k
+     ORDER BY i
+  LOOP
+    IF r.until IS NOT NULL OR r.free THEN
+      name := r.req_name; outcome := 'busy'; holder := NULL; nonce := NULL; session := false;
+      reason := CASE WHEN r.free THEN 'session-lock-free' END;
+      token := (SELECT l.token FROM SCHEMA.leases AS l WHERE l.name = r.req_name);
+      expires_at_ms := CASE WHEN r.free THEN v_now_ms ELSE r.until END; now_ms := v_now_ms;
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    v_pid := NULL;
+    IF r.c_outcome IN ('acquired', 'renewed') AND r.pid IS NOT NULL THEN
+      UPDATE SCHEMA.leases AS l SET session_pid = r.pid, session_server = pg_postmaster_start_time()
+       WHERE l.name = r.c_name AND l.token = r.c_token AND l.holder = r.c_holder
+         AND l.session_pid IS DISTINCT FROM r.pid AND SCHEMA.session_alive(r.c_name, r.pid);
+      SELECT l.session_pid INTO v_pid FROM SCHEMA.leases AS l WHERE l.name = r.c_name AND l.token = r.c_token;
+    END IF;
+    name := r.c_name; outcome := r.c_outcome; reason := r.c_reason; token := r.c_token; holder := r.c_holder;
+    expires_at_ms := r.c_expires_at_ms; now_ms := r.c_now_ms; nonce := r.c_nonce;
     session := v_pid IS NOT DISTINCT FROM r.pid AND r.pid IS NOT NULL;
     RETURN NEXT;
   END LOOP;
@@ -603,6 +659,18 @@ BEGIN
   END IF;
   RETURN NEW;
 END
+$function$
+
+CREATE OR REPLACE FUNCTION SCHEMA.session_lock_holder(p_name text)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT k.pid FROM pg_catalog.pg_locks AS k
+   WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+     AND k.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+     AND k.classid = (hashtext('leasehold.session.SCHEMA'))::oid AND k.objid = (hashtext(p_name))::oid
+   LIMIT 1
 $function$
 
 CREATE OR REPLACE FUNCTION SCHEMA.session_try_lock(p_name text)

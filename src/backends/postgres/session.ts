@@ -164,6 +164,10 @@ export class PgLeaseSession implements LeaseSession {
     return this._ended;
   }
 
+  get holdsLock(): boolean {
+    return this.locked && !this._ended;
+  }
+
   onEnd(listener: (detail: string) => void): void {
     if (this._ended) return;
     this.endListener = listener;

@@ -139,6 +139,8 @@ export class SqliteLeaseSession implements LeaseSession {
   private _ended = false;
   /** The latest wait: an earlier one stops looking. */
   private gen = 0;
+  /** A wait saw the recorded holder's process gone. */
+  private granted = false;
 
   private constructor(
     private readonly env: SessionEnv,
@@ -165,6 +167,10 @@ export class SqliteLeaseSession implements LeaseSession {
     return this._ended;
   }
 
+  get holdsLock(): boolean {
+    return this.granted && !this._ended;
+  }
+
   /** A process cannot outlive itself: the session ends only when closed. */
   onEnd(): void {}
 
@@ -179,6 +185,7 @@ export class SqliteLeaseSession implements LeaseSession {
         try {
           holder ??= this.env.holderOf(this.name);
           if (holder !== undefined && holderGone(holder)) {
+            this.granted = true;
             resolve();
             return;
           }
