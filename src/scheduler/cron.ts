@@ -269,15 +269,10 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       let term: Term | undefined;
       try {
         // An on-time slot's contender takes no term if this slot's winner has already run and
-        // released it (a claim that queued behind SQLite's write lock for that long): with one,
-        // it would read the ledger, find the slot done and release, three requests for nothing.
+        // released it (a claim queued behind SQLite's write lock that long would only read it done).
         const session = await watch?.forClaim(signal);
-        term = await lease.acquire({
-          wait: false,
-          signal,
-          ...(session === undefined ? {} : { session }),
-          ...(typeof pending === 'number' ? { unlessReleasedSince: pending } : {}),
-        });
+        const since = typeof pending === 'number' ? { unlessReleasedSince: pending } : {};
+        term = await lease.acquire({ wait: false, signal, ...(session === undefined ? {} : { session }), ...since });
         watch?.won();
       } catch (e) {
         if (signal.aborted) return;
