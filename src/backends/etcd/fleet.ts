@@ -281,16 +281,13 @@ export class EtcdFleet implements FleetPort {
     return { request_range: { key: from, range_end: prefixEnd(Buffer.from(this.load(k).loadPrefix)), limit, sort_order: 'Ascend', sort_target: 'Key' } };
   }
 
-  /** Builds the load index when `load-built` is absent (fleet-load.ts), once per call at most, pinned as it says. */
-  private async ensureLoad(c: Ctx, where: string): Promise<void> {
-    const l = this.load(c.keys);
-    const send = (q: EtcdTxnRequest): Promise<EtcdTxnResponse> => this.txn(c, q, where);
-    let attempt = 0;
-    for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
-      if (await buildLoad(send, l, async (q) => ((await this.write(c, q.success, q.compare, where)) === null ? { succeeded: false, responses: [] } : { succeeded: true, responses: [] }))) return;
-      await backoff(attempt, c.deadline);
-    }
-    throw this.conflicted(`${where}: building the load index`, attempt);
+  /**
+   * Builds the load index when `load-built` is absent (fleet-load.ts), once: the caller's loop
+   * reads again (and builds again, after a back-off, while records keep changing under the build).
+   */
+  private async ensureLoad(c: Ctx, where: string, attempt: number): Promise<void> {
+    const write = async (q: EtcdTxnRequest): Promise<EtcdTxnResponse> => ((await this.write(c, q.success, q.compare, where)) === null ? { succeeded: false, responses: [] } : { succeeded: true, responses: [] });
+    if (!(await buildLoad((q) => this.txn(c, q, where), this.load(c.keys), write))) await backoff(attempt, c.deadline);
   }
 
   /**
@@ -354,7 +351,7 @@ export class EtcdFleet implements FleetPort {
         return { outcome, agent: cur.agent, generation: generationOf(own, cur) };
       }
       if (first(r.responses[1]) === undefined) {
-        await this.ensureLoad(c, 'fleet place');
+        await this.ensureLoad(c, 'fleet place', attempt);
         continue;
       }
       const a = await this.walk(c, all(r.responses[2]), r.responses[2]?.response_range?.more === true, labels, null, 'fleet place');
@@ -398,7 +395,7 @@ export class EtcdFleet implements FleetPort {
       let a: Candidate | undefined;
       if (to === null) {
         if (first(r.responses[2]) === undefined) {
-          await this.ensureLoad(c, 'fleet reassign');
+          await this.ensureLoad(c, 'fleet reassign', attempt);
           continue;
         }
         a = await this.walk(c, all(r.responses[3]), r.responses[3]?.response_range?.more === true, v.labels, from, 'fleet reassign');
