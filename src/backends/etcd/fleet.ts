@@ -276,9 +276,15 @@ export class EtcdFleet implements FleetPort {
     return [{ request_put: { key: a.kv.key, value: json(next) } }, ...loadOps(this.load(k), a.id, a.value, next)];
   }
 
-  /** A range read of load keys from `from` (inclusive), `limit` of them. */
+  /**
+   * A range read of load keys from `from` (inclusive), `limit` of them, in key order. No
+   * sort_order: etcd answers a range in key order already, and a range with one (even Ascend by
+   * Key, on etcd 3.4) is read whole, sorted and then cut to the limit: 30 ms for 32 of 10,000
+   * keys, against 5 without. (The rest is etcd counting the range for the answer's `count`,
+   * about 0.25 µs a key on this machine, which no option of a range avoids.)
+   */
   private loadPage(k: EtcdKeys, from: Buffer, limit = WALK): EtcdRequestOp {
-    return { request_range: { key: from, range_end: prefixEnd(Buffer.from(this.load(k).loadPrefix)), limit, sort_order: 'Ascend', sort_target: 'Key' } };
+    return { request_range: { key: from, range_end: prefixEnd(Buffer.from(this.load(k).loadPrefix)), limit } };
   }
 
   /**
