@@ -45,10 +45,10 @@ export const loadKeysOf = (fleetPrefix: string): LoadKeys => ({
 });
 
 /** Whether an agent with this record has a load key: registered and not draining. */
-export const indexed = (v: AgentValue | null): v is AgentValue => v !== null && v.deregisteredAtMs === undefined && !v.draining;
+const indexed = (v: AgentValue | null): v is AgentValue => v !== null && v.deregisteredAtMs === undefined && !v.draining;
 
 /** The load key of agent `id` (raw id; encoded here as agent keys are) at `owned`. */
-export function loadKey(l: LoadKeys, owned: number, id: string): Buffer {
+function loadKey(l: LoadKeys, owned: number, id: string): Buffer {
   return Buffer.from(`${l.loadPrefix}${String(Math.max(0, owned)).padStart(DIGITS, '0')}/${encodeURIComponent(id)}`);
 }
 
