@@ -63,6 +63,8 @@ interface EtcdDeleteRangeRequest {
 
 interface EtcdCompare {
   key: Buffer;
+  /** Compares every key in [key, range_end) (a key absent compares as revision 0). */
+  range_end?: Buffer;
   target: 'Version' | 'Create' | 'Mod' | 'Value' | 'Lease';
   result: 'Equal' | 'Greater' | 'Less' | 'NotEqual';
   create_revision?: string | number;

@@ -1,16 +1,15 @@
 /**
- * The etcd fleet's reads of many records (./fleet.ts has the key layout): the agents listing, the
- * resources listing, and the agents a placement chooses among. gRPC refuses an answer over its
- * 4 MB receive limit (pages.ts), so none of them reads a whole range in one answer once it is
- * large: each reads a page of records, then the liveness keys of that page's agents.
+ * The etcd fleet's reads of many records (./fleet.ts has the key layout): the agents listing and
+ * the resources listing (a placement walks the load index instead, fleet-load.ts). gRPC refuses
+ * an answer over its 4 MB receive limit (pages.ts), so neither reads a whole range in one answer
+ * once it is large: each reads a page of records, then the liveness keys of that page's agents.
  */
 import { AGENT_LEASE_PREFIX, type AgentRow, type OwnerRow, type ResourcePage, type ResourcePageRequest } from '../../fleet/port.js';
-import type { EtcdKeyValue, EtcdRequestOp, EtcdTxnResponse } from './client.js';
-import { isAnswerTooLarge } from './errors.js';
+import type { EtcdKeyValue, EtcdRequestOp } from './client.js';
 import { byAgent, agentRows, generationOf, parseAgent, parseOwn, snapshotAgents, type Candidate, type Ctx } from './fleet-rows.js';
 import { prefixEnd, type EtcdKeys } from './keys.js';
-import { PAGE, page, pages, type PageTxn } from './pages.js';
-import { all, first, rangeOf, rangePrefix } from './txn.js';
+import { page, pages, type PageTxn } from './pages.js';
+import { all, first, rangeOf } from './txn.js';
 
 /** Agent records whose liveness keys one Txn reads (4 ops each): under etcd's default --max-txn-ops of 128. */
 const AGENTS_PER_TXN = 25;
@@ -63,40 +62,6 @@ export async function listAgents(c: Ctx, txn: PageTxn, f: FleetKeys): Promise<Ag
     for (const { deregisteredAtMs: _, ...row } of rows.values()) out.push(row);
   }
   return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-}
-
-/**
- * The agents a placement picks among, with their term keys, and the resource's record. Most
- * fleets fit one page: one guarded Txn reads the record and the first page of agents and of
- * their term keys, as one snapshot. A fleet past a page (or whose first page is over the answer
- * limit) is read a page of agents at a time, each with its term keys, after the record: not one
- * snapshot, which the decision does not need, because its write compares everything it rests on
- * (the record's revision, the chosen agent's term and record revisions).
- */
-export async function placementView(
-  read: (ops: EtcdRequestOp[]) => Promise<EtcdTxnResponse>,
-  txn: PageTxn,
-  f: FleetKeys,
-  own: Buffer,
-): Promise<{ agents: Map<string, Candidate>; own: EtcdKeyValue | undefined }> {
-  const k = f.keys;
-  let ownKv: EtcdKeyValue | undefined;
-  try {
-    const r = await read([rangeOf(own), rangePrefix(f.agentPrefix, { limit: PAGE }), rangePrefix(k.termPrefix + lp, { limit: PAGE })]);
-    ownKv = first(r.responses[0]);
-    if (r.responses[1]?.response_range?.more !== true && r.responses[2]?.response_range?.more !== true) {
-      return { agents: snapshotAgents(k, f.agentPrefix, all(r.responses[1]), all(r.responses[2])), own: ownKv };
-    }
-  } catch (err) {
-    if (!isAnswerTooLarge(err)) throw err;
-    ownKv = first((await read([rangeOf(own)])).responses[0]);
-  }
-  const agents = new Map<string, Candidate>();
-  const from = Buffer.from(f.agentPrefix);
-  for await (const records of pages(txn, from, prefixEnd(from), 'Ascend')) {
-    for (const [id, a] of (await withLiveness(txn, f, records, false)).agents) agents.set(id, a);
-  }
-  return { agents, own: ownKv };
 }
 
 /**

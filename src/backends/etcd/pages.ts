@@ -11,7 +11,7 @@ import { isAnswerTooLarge } from './errors.js';
 import { mapEtcdError, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 
 /** Keys per page: about 250 bytes each in the ledger, so well under the 4 MB answer limit. */
-export const PAGE = 500;
+const PAGE = 500;
 
 /** mapEtcdError, except an over-size answer, which is not retryable (waiting does not shrink it). */
 export function mapLedgerError(err: unknown, where: string): Error {
