@@ -518,11 +518,20 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   async fenceWrite(term: Term): Promise<TermFenceWrite> {
     let t = this.fenceTerm(term);
-    const previous = t.fence.tail;
-    let release!: () => void;
-    t.fence.tail = new Promise<void>((resolve) => {
-      release = resolve;
+    const f = t.fence;
+    const previous = f.tail;
+    let resolve!: () => void;
+    const mine = new Promise<void>((r) => {
+      resolve = r;
     });
+    f.tail = mine;
+    const release = (): void => {
+      if (f.tail === mine) f.tail = undefined;
+      resolve();
+    };
+    // No write of this term in flight (the common case): its turn is now. Skipping the wait
+    // skips an abort listener and a race, which a fenced write pays on its critical path (bench fence).
+    if (previous === undefined) return issueFenceWrite(t, release, newNonce());
     let onAbort: (() => void) | undefined;
     try {
       await Promise.race([

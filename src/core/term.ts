@@ -45,8 +45,8 @@ interface TermFenceState {
   known: string[];
   /** No fenced write of this term may have committed yet (the row's fence columns are an older term's). */
   first: boolean;
-  /** The previous fenced write's turn; the next one waits for it. */
-  tail: Promise<void>;
+  /** The last fenced write's turn, while it has not settled; the next one waits for it. */
+  tail: Promise<void> | undefined;
 }
 
 /** What an input did to the term; the Lease turns it into events, log lines and side effects. */
@@ -153,7 +153,7 @@ export class TermMachine implements Term {
       renewDueAt: sentAt + timing.renewMs,
       lastStoreNowMs: result.storeNowMs,
       lastSentAt: sentAt,
-      fence: { known: [], first: true, tail: Promise.resolve() },
+      fence: { known: [], first: true, tail: undefined },
     });
   }
 

@@ -19,6 +19,10 @@ export const SCHEMA_VERSION = 16;
 
 const CHANNEL_PREFIX = 'leasehold_freed_';
 
+const MAX_SCHEMA = 63 - CHANNEL_PREFIX.length;
+/** Built once: every fenced write with `term` checks its schema name (a RegExp built per call cost more than the check). */
+const SCHEMA_NAME = new RegExp(`^[A-Za-z_][A-Za-z0-9_]{0,${MAX_SCHEMA - 1}}$`);
+
 /**
  * At most 47 characters: the schema's NOTIFY channel (channelFor) is a name too, and PostgreSQL
  * names are at most 63 bytes. pg_notify refuses a longer channel ("channel name too long"), so a
@@ -27,8 +31,8 @@ const CHANNEL_PREFIX = 'leasehold_freed_';
  * @throws {ConfigError}
  */
 export function validateSchemaName(schema: string): string {
-  const max = 63 - CHANNEL_PREFIX.length;
-  if (!new RegExp(`^[A-Za-z_][A-Za-z0-9_]{0,${max - 1}}$`).test(schema)) {
+  const max = MAX_SCHEMA;
+  if (!SCHEMA_NAME.test(schema)) {
     throw new ConfigError(
       `schema name ${JSON.stringify(schema)} is not a plain identifier leasehold can use: letters, digits and _ (not starting with a digit), ` +
         `at most ${max} characters, so that its NOTIFY channel "${CHANNEL_PREFIX}<schema>" fits PostgreSQL's 63-byte names`,
