@@ -18,7 +18,7 @@ import type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseSta
 import { snapshotOfTerm, termFromSnapshot } from './snapshot.js';
 import { newNonce } from './identity.js';
 import type { HeldTerm, LeaseHost } from './leasehold-host.js';
-import { TermMachine, issueFenceWrite, type Term, type TermFenceWrite, type TermOutcome } from './term.js';
+import { TermMachine, issueFenceWrite, queueFenceWrite, type Term, type TermFenceWrite, type TermOutcome } from './term.js';
 import { revokeMarker, writeMarker } from './marker.js';
 import type { ClaimResult, LeasePort, LeaseSession, LostReason } from './port.js';
 import { ContenderSession, checkLiveness, tieSession, type Liveness } from './liveness.js';
@@ -518,19 +518,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   async fenceWrite(term: Term): Promise<TermFenceWrite> {
     let t = this.fenceTerm(term);
-    const f = t.fence;
-    const previous = f.tail;
-    let resolve!: () => void;
-    const mine = new Promise<void>((r) => {
-      resolve = r;
-    });
-    f.tail = mine;
-    const release = (): void => {
-      if (f.tail === mine) f.tail = undefined;
-      resolve();
-    };
-    // No write of this term in flight (the common case): its turn is now. Skipping the wait
-    // skips an abort listener and a race, which a fenced write pays on its critical path (bench fence).
+    const { previous, release } = queueFenceWrite(t);
     if (previous === undefined) return issueFenceWrite(t, release, newNonce());
     let onAbort: (() => void) | undefined;
     try {

@@ -322,6 +322,27 @@ function probedSignal(signal: AbortSignal, probe: () => void): AbortSignal {
   return signal;
 }
 
+/**
+ * Fence: queues one fenced write of term `t` (Lease.fenceWrite). `previous` is the turn to wait
+ * for, undefined when no write of the term is in flight: then the write goes at once, with no
+ * abort listener and no race on its critical path (the common case; bench fence). `release`
+ * ends this write's turn.
+ */
+export function queueFenceWrite(t: TermMachine): { previous: Promise<void> | undefined; release: () => void } {
+  const f = t.fence;
+  const previous = f.tail;
+  let resolve!: () => void;
+  const mine = new Promise<void>((r) => {
+    resolve = r;
+  });
+  f.tail = mine;
+  const release = (): void => {
+    if (f.tail === mine) f.tail = undefined;
+    resolve();
+  };
+  return { previous, release };
+}
+
 /** Fence: one fenced write's view of its term; see Lease.fenceWrite. */
 export interface TermFenceWrite {
   readonly name: string;
