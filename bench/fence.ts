@@ -4,6 +4,9 @@
  * database: the high-water mark plus the term check) and with `token` only (high-water mark).
  * And the token fence against the least any fence can do: the same transaction that also
  * locks one row (`SELECT ... FOR UPDATE`, sent with BEGIN in one round trip, as the fence is).
+ * And the term fence against the least a term fence can do: that, with the idle bound set at
+ * BEGIN, and one more row written in COMMIT's round trip (the lease row's nonce swap, which is
+ * what refuses a clone; a plain UPDATE by primary key, checking nothing).
  */
 import pg from 'pg';
 import { fencedTransaction } from '../src/fence/index.js';
@@ -19,7 +22,8 @@ export async function fenceOverhead(rec: Recorder, samples: number): Promise<voi
   try {
     await pool.query(
       `CREATE TABLE "${schema}".app (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO "${schema}".app VALUES (1, 0);
-       CREATE TABLE "${schema}".lock_floor (id int PRIMARY KEY); INSERT INTO "${schema}".lock_floor VALUES (1)`,
+       CREATE TABLE "${schema}".lock_floor (id int PRIMARY KEY); INSERT INTO "${schema}".lock_floor VALUES (1);
+       CREATE TABLE "${schema}".row_floor (id int PRIMARY KEY, v text); INSERT INTO "${schema}".row_floor VALUES (1, '')`,
     );
     const term = await lh.lease(uniq('fence'), { ttl: 60_000 }).acquire();
     const write = `UPDATE "${schema}".app SET v = v + 1 WHERE id = 1`;
@@ -54,6 +58,19 @@ export async function fenceOverhead(rec: Recorder, samples: number): Promise<voi
       });
     const [e, g] = await interleave(n, fenced({ resource: 'app-token', token: term.token, table: `${schema}.fences` }), lockFloor);
     rec.add({ figure: 'fence', store: 'postgres', label: 'token vs lock floor', unit: 'ms', leasehold: stat(e), baselineName: 'tx + one row lock', baseline: stat(g) });
+    const termFloor = (): Promise<number> =>
+      timed(async () => {
+        const cl = await pool.connect();
+        try {
+          await cl.query(`BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000; SELECT id FROM "${schema}".lock_floor WHERE id = 1 FOR UPDATE`);
+          await cl.query(write);
+          await cl.query(`UPDATE "${schema}".row_floor SET v = '${uniq('n')}' WHERE id = 1; COMMIT`);
+        } finally {
+          cl.release();
+        }
+      });
+    const [h, k] = await interleave(n, fenced({ resource: 'app', term }), termFloor);
+    rec.add({ figure: 'fence', store: 'postgres', label: 'term vs its floor', unit: 'ms', leasehold: stat(h), baselineName: 'tx + row lock + row write', baseline: stat(k) });
   } finally {
     await lh.close();
     await pool.end();

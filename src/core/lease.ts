@@ -18,7 +18,7 @@ import type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseSta
 import { snapshotOfTerm, termFromSnapshot } from './snapshot.js';
 import { newNonce } from './identity.js';
 import type { HeldTerm, LeaseHost } from './leasehold-host.js';
-import { TermMachine, issueFenceWrite, type Term, type TermFenceWrite, type TermOutcome } from './term.js';
+import { TermMachine, issueFenceWrite, queueFenceWrite, type Term, type TermFenceWrite, type TermOutcome } from './term.js';
 import { revokeMarker, writeMarker } from './marker.js';
 import type { ClaimResult, LeasePort, LeaseSession, LostReason } from './port.js';
 import { ContenderSession, checkLiveness, tieSession, type Liveness } from './liveness.js';
@@ -519,11 +519,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
    */
   async fenceWrite(term: Term): Promise<TermFenceWrite> {
     let t = this.fenceTerm(term);
-    const previous = t.fence.tail;
-    let release!: () => void;
-    t.fence.tail = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { previous, release } = queueFenceWrite(t);
+    if (previous === undefined) return issueFenceWrite(t, release, newNonce());
     let onAbort: (() => void) | undefined;
     try {
       await Promise.race([

@@ -35,6 +35,6 @@ export function termFromSnapshot(timing: Timing, snap: LeaseSnapshot, now: numbe
     renewDueAt: now + timing.renewMs,
     lastStoreNowMs: snap.lastStoreNowMs,
     lastSentAt: now,
-    fence: { known: [...(snap.fenceNonces ?? [])], first: snap.fenceFirst ?? true, tail: Promise.resolve() },
+    fence: { known: [...(snap.fenceNonces ?? [])], first: snap.fenceFirst ?? true, tail: undefined },
   });
 }

@@ -45,8 +45,8 @@ interface TermFenceState {
   known: string[];
   /** No fenced write of this term may have committed yet (the row's fence columns are an older term's). */
   first: boolean;
-  /** The previous fenced write's turn; the next one waits for it. */
-  tail: Promise<void>;
+  /** The last fenced write's turn, while it has not settled; the next one waits for it. */
+  tail: Promise<void> | undefined;
 }
 
 /** What an input did to the term; the Lease turns it into events, log lines and side effects. */
@@ -153,7 +153,7 @@ export class TermMachine implements Term {
       renewDueAt: sentAt + timing.renewMs,
       lastStoreNowMs: result.storeNowMs,
       lastSentAt: sentAt,
-      fence: { known: [], first: true, tail: Promise.resolve() },
+      fence: { known: [], first: true, tail: undefined },
     });
   }
 
@@ -320,6 +320,27 @@ function probedSignal(signal: AbortSignal, probe: () => void): AbortSignal {
     },
   });
   return signal;
+}
+
+/**
+ * Fence: queues one fenced write of term `t` (Lease.fenceWrite). `previous` is the turn to wait
+ * for, undefined when no write of the term is in flight: then the write goes at once, with no
+ * abort listener and no race on its critical path (the common case; bench fence). `release`
+ * ends this write's turn.
+ */
+export function queueFenceWrite(t: TermMachine): { previous: Promise<void> | undefined; release: () => void } {
+  const f = t.fence;
+  const previous = f.tail;
+  let resolve!: () => void;
+  const mine = new Promise<void>((r) => {
+    resolve = r;
+  });
+  f.tail = mine;
+  const release = (): void => {
+    if (f.tail === mine) f.tail = undefined;
+    resolve();
+  };
+  return { previous, release };
 }
 
 /** Fence: one fenced write's view of its term; see Lease.fenceWrite. */

@@ -3,7 +3,7 @@ import { leaseOf, type Lease, type Term } from '../../core/lease.js';
 import { parseDuration, type Duration } from '../../core/config.js';
 import { mapPgError } from './errors.js';
 import { PostgresStore, type PgPoolLike, type PgQueryableLike, type PgResultLike } from './store.js';
-import { classifyFenceFailure, rotateFenceNonceAndCommit, sqlLiteral } from './term-fence.js';
+import { classifyFenceFailure, hasFenceRotate, rotateFenceNonceAndCommit, sqlLiteral } from './term-fence.js';
 import { judge, ownerOf, refusedTermFence, type FenceDialect, type FencePlan, type TermFenceFailure, type TermFenceRequest } from '../term-fence.js';
 import { validateSchemaName } from './schema.js';
 
@@ -88,8 +88,8 @@ export async function createPgFenceTable(db: PgQueryableLike, table = 'leasehold
   await db.query(`ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS lease text`);
 }
 
-/** The lease a `term` option belongs to, and the schema its row lives in. */
-function sameDatabase(term: Term): { lease: Lease; schema: string } {
+/** The lease a `term` option belongs to, the schema its row lives in, and its store. */
+function sameDatabase(term: Term): { lease: Lease; schema: string; store: PostgresStore } {
   const lease = leaseOf(term);
   if (lease === undefined) throw new ConfigError('`term` must be a term this process acquired (from acquire(), onElected or runExclusive)');
   const store = lease.fenceStore;
@@ -99,7 +99,12 @@ function sameDatabase(term: Term): { lease: Lease; schema: string } {
         'For a resource outside the lease store, pass `token` only (and use idempotency keys).',
     );
   }
-  return { lease, schema: store.schema };
+  return { lease, schema: store.schema, store };
+}
+
+/** Whether the store's schema has migration 16's cached lease-row check (./term-fence.ts). */
+function cachedRotate(same: { schema: string; store: PostgresStore }): Promise<boolean> {
+  return hasFenceRotate(same.store, same.schema, (text, values) => same.store.fleetQuery(text, values));
 }
 
 /** idle_in_transaction_session_timeout's FATAL (SQLSTATE 25P03). */
@@ -146,6 +151,8 @@ export async function fencedTransaction<T>(
   const tableOption = options.table ?? (same === undefined ? undefined : `${same.schema}.fences`);
   const table = fenceTableName(tableOption);
   const idleMs = idleBound(options.idleTimeout, term);
+  // Asked of the store before the transaction opens (once per store; then already answered).
+  const cached = same === undefined ? undefined : cachedRotate(same);
   const pooled = isPool(target);
   const client: PgQueryableLike = pooled ? await target.connect().catch((err: unknown) => Promise.reject(mapPgError(err, 'fence'))) : target;
   let broken: Error | undefined;
@@ -188,7 +195,7 @@ export async function fencedTransaction<T>(
     }
     const result = await fn(client);
     if (same !== undefined && term !== undefined) {
-      await commitAsTerm(client, same, term, () => {
+      await commitAsTerm(client, same, term, await cached!, () => {
         open = false;
       });
     } else {
@@ -220,12 +227,12 @@ export async function fencedTransaction<T>(
  * COMMIT, in one round trip (./term-fence.ts). The swap waits for this process's previous fenced write of the term to settle, so
  * this process's nonces reach the row in the order it issued them.
  */
-async function commitAsTerm(client: PgQueryableLike, same: { lease: Lease; schema: string }, term: Term, closed: () => void): Promise<void> {
+async function commitAsTerm(client: PgQueryableLike, same: { lease: Lease; schema: string }, term: Term, cached: boolean, closed: () => void): Promise<void> {
   const w = await same.lease.fenceWrite(term);
   try {
     let committed: boolean;
     try {
-      committed = await rotateFenceNonceAndCommit(client, same.schema, w);
+      committed = await rotateFenceNonceAndCommit(client, same.schema, w, cached);
     } catch (err) {
       // The UPDATE or the COMMIT failed: which one, and so whether anything committed, is unknown.
       // The transaction may still be open (aborted): the caller's ROLLBACK ends it.
@@ -259,8 +266,9 @@ interface PgPlan extends FencePlan {
   /** The quoted table, and the name the user knows it by. */
   table: string;
   tableLabel: string;
-  /** With `term`: the lease store's schema. */
+  /** With `term`: the lease store's schema, and whether it has migration 16's cached lease-row check. */
   schema: string | undefined;
+  cached: Promise<boolean> | undefined;
 }
 
 const UNDEFINED_COLUMN = '42703';
@@ -287,6 +295,8 @@ export const pgFenceDialect: FenceDialect<PgTxFenceOptions, PgPlan> = {
       table: fenceTableName(tableLabel),
       tableLabel,
       schema: same?.schema,
+      // Asked before the library's transaction opens (once per store; then already answered).
+      cached: same === undefined ? undefined : cachedRotate(same),
     };
   },
 
@@ -309,16 +319,20 @@ export const pgFenceDialect: FenceDialect<PgTxFenceOptions, PgPlan> = {
   async rotate(exec, plan, req) {
     const s = `"${validateSchemaName(plan.schema!)}"`;
     const tok = req.token.toString();
-    const rows = await exec(
-      `WITH u AS (
-         UPDATE ${s}.leases SET fence_token = ${tok}, fence_nonce = $1
-          WHERE name = $2 AND holder = $3 AND token = ${tok} AND expires_at > now()
-            AND CASE WHEN fence_token IS NULL OR fence_token < ${tok} THEN ${req.first ? 'true' : 'false'}
-                     ELSE coalesce(fence_nonce IN (SELECT jsonb_array_elements_text(($4::text)::jsonb)), false) END
-         RETURNING 1)
-       SELECT count(*)::int AS n FROM u`,
-      [req.next, req.name, req.holder, JSON.stringify(req.expect)],
-    );
+    const expect = `ARRAY(SELECT jsonb_array_elements_text(($4::text)::jsonb))`;
+    // The same UPDATE either way; the function's plan is kept by the connection (migration 16).
+    const rows = (await plan.cached)
+      ? await exec(`SELECT ${s}.fence_rotate($1, $2, ${tok}, $3, ${expect}, ${req.first ? 'true' : 'false'})::int AS n`, [req.name, req.holder, req.next, JSON.stringify(req.expect)])
+      : await exec(
+          `WITH u AS (
+             UPDATE ${s}.leases SET fence_token = ${tok}, fence_nonce = $1
+              WHERE name = $2 AND holder = $3 AND token = ${tok} AND expires_at > now()
+                AND CASE WHEN fence_token IS NULL OR fence_token < ${tok} THEN ${req.first ? 'true' : 'false'}
+                         ELSE coalesce(fence_nonce IN (SELECT jsonb_array_elements_text(($4::text)::jsonb)), false) END
+             RETURNING 1)
+           SELECT count(*)::int AS n FROM u`,
+          [req.next, req.name, req.holder, JSON.stringify(req.expect)],
+        );
     return Number(rows[0]?.['n']) === 1;
   },
 

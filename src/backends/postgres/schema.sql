@@ -402,6 +402,19 @@ BEGIN
 END
 $function$
 
+CREATE OR REPLACE FUNCTION SCHEMA.fence_rotate(p_name text, p_holder text, p_token bigint, p_next text, p_expect text[], p_first boolean)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  UPDATE SCHEMA.leases AS l SET fence_token = p_token, fence_nonce = p_next
+   WHERE l.name = p_name AND l.holder = p_holder AND l.token = p_token AND l.expires_at > now()
+     AND CASE WHEN l.fence_token IS NULL OR l.fence_token < p_token THEN p_first
+              ELSE coalesce(l.fence_nonce = ANY (p_expect), false) END;
+  RETURN FOUND;
+END
+$function$
+
 CREATE OR REPLACE FUNCTION SCHEMA.notify_freed()
  RETURNS trigger
  LANGUAGE plpgsql

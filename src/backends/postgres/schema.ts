@@ -14,11 +14,16 @@ import { migration012 } from './sql/012-renew.js';
 import { migration013 } from './sql/013-release-many-set.js';
 import { migration014 } from './sql/014-session-tie.js';
 import { migration015 } from './sql/015-session-lock-free.js';
+import { migration016 } from './sql/016-fence-rotate.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 15;
+export const SCHEMA_VERSION = 16;
 
 const CHANNEL_PREFIX = 'leasehold_freed_';
+
+const MAX_SCHEMA = 63 - CHANNEL_PREFIX.length;
+/** Built once: every fenced write with `term` checks its schema name (a RegExp built per call cost more than the check). */
+const SCHEMA_NAME = new RegExp(`^[A-Za-z_][A-Za-z0-9_]{0,${MAX_SCHEMA - 1}}$`);
 
 /**
  * At most 47 characters: the schema's NOTIFY channel (channelFor) is a name too, and PostgreSQL
@@ -28,8 +33,8 @@ const CHANNEL_PREFIX = 'leasehold_freed_';
  * @throws {ConfigError}
  */
 export function validateSchemaName(schema: string): string {
-  const max = 63 - CHANNEL_PREFIX.length;
-  if (!new RegExp(`^[A-Za-z_][A-Za-z0-9_]{0,${max - 1}}$`).test(schema)) {
+  const max = MAX_SCHEMA;
+  if (!SCHEMA_NAME.test(schema)) {
     throw new ConfigError(
       `schema name ${JSON.stringify(schema)} is not a plain identifier leasehold can use: letters, digits and _ (not starting with a digit), ` +
         `at most ${max} characters, so that its NOTIFY channel "${CHANNEL_PREFIX}<schema>" fits PostgreSQL's 63-byte names`,
@@ -51,5 +56,5 @@ export function channelFor(schema: string): string {
 export function migrations(schema: string): string[] {
   const s = `"${validateSchemaName(schema)}"`;
   const channel = channelFor(schema);
-  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration010(s), migration011(s), migration012(s), migration013(s, channel), migration014(s), migration015(s)];
+  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration010(s), migration011(s), migration012(s), migration013(s, channel), migration014(s), migration015(s), migration016(s)];
 }

@@ -156,7 +156,7 @@ export class PostgresStore implements LeaseStore {
     }
   }
 
-  /** @internal the fleet registry (./fleet.ts) runs its statements on this store's pool, with its error mapping. */
+  /** @internal the fleet registry (./fleet.ts) and the term fence's schema check (./term-fence.ts) run their statements on this store's pool, with its error mapping. */
   fleetQuery(text: string, values: unknown[], options?: CallOptions): Promise<PgResultLike> {
     return this.q(text, values, options);
   }

@@ -11,7 +11,7 @@
  */
 import { judge, type TermFenceFailure, type TermFenceRequest } from '../term-fence.js';
 import { validateSchemaName } from './schema.js';
-import type { PgQueryableLike } from './store.js';
+import type { PgQueryableLike, PgResultLike } from './store.js';
 
 const CONFLICT_DETAIL = 'two processes wrote with one term (a restored snapshot or a clone), seen by a fenced write';
 
@@ -23,27 +23,58 @@ const CONFLICT_DETAIL = 'two processes wrote with one term (a restored snapshot 
  * transaction, the server skips the COMMIT, and nothing is committed. True: committed. False:
  * not ours, the transaction is still open and aborted (ROLLBACK it, then classifyFenceFailure).
  * Any other error leaves the outcome of the COMMIT unknown to the caller, as a failed COMMIT does.
+ *
+ * `cached`: the schema has migration 16's `fence_rotate` (hasFenceRotate), the same UPDATE in a
+ * PL/pgSQL function whose plan the connection keeps; a simple query's statement is planned on
+ * every write, which was more than half of its server time.
  */
-export async function rotateFenceNonceAndCommit(tx: PgQueryableLike, schema: string, req: TermFenceRequest & { next: string }): Promise<boolean> {
+export async function rotateFenceNonceAndCommit(tx: PgQueryableLike, schema: string, req: TermFenceRequest & { next: string }, cached = false): Promise<boolean> {
   const s = `"${validateSchemaName(schema)}"`;
   const token = req.token.toString();
   const expect = req.expect.length === 0 ? "'{}'::text[]" : `ARRAY[${req.expect.map(sqlLiteral).join(', ')}]::text[]`;
-  try {
-    await tx.query(
-      `WITH u AS (
+  const check = cached
+    ? `SELECT 1 / ${s}.fence_rotate(${sqlLiteral(req.name)}, ${sqlLiteral(req.holder)}, ${token}, ${sqlLiteral(req.next)}, ${expect}, ${req.first ? 'true' : 'false'})::int AS ours`
+    : `WITH u AS (
          UPDATE ${s}.leases SET fence_token = ${token}, fence_nonce = ${sqlLiteral(req.next)}
           WHERE name = ${sqlLiteral(req.name)} AND holder = ${sqlLiteral(req.holder)} AND token = ${token} AND expires_at > now()
             AND CASE WHEN fence_token IS NULL OR fence_token < ${token} THEN ${req.first ? 'true' : 'false'}
                      ELSE coalesce(fence_nonce = ANY (${expect}), false) END
          RETURNING 1)
-       SELECT 1 / (SELECT count(*)::int FROM u) AS ours;
-       COMMIT`,
-    );
+       SELECT 1 / (SELECT count(*)::int FROM u) AS ours`;
+  try {
+    await tx.query(`${check};\n       COMMIT`);
     return true;
   } catch (err) {
     if ((err as { code?: unknown }).code === DIVISION_BY_ZERO) return false;
     throw err;
   }
+}
+
+/** What a schema was found to have, per store (a store's schema does not lose a function). */
+const rotateFunction = new WeakMap<object, Promise<boolean>>();
+
+/**
+ * Whether the lease store's schema has migration 16's `fence_rotate`, asked once per store (one
+ * round trip, before the store's first fenced write). A statement inside the fenced transaction
+ * cannot fall back when the function is missing: the error would abort the user's writes. So a
+ * schema before version 16 (a process upgraded before `leasehold migrate`) gets the statement
+ * its version's clients send, and so does a store whose answer did not come (asked again next
+ * time). Found by name, not by version number, so it holds whichever number the migration has.
+ */
+export function hasFenceRotate(store: object, schema: string, query: (text: string, values: unknown[]) => Promise<PgResultLike>): Promise<boolean> {
+  let known = rotateFunction.get(store);
+  if (known === undefined) {
+    const s = `"${validateSchemaName(schema)}"`;
+    known = query('SELECT to_regprocedure($1) IS NOT NULL AS found', [`${s}.fence_rotate(text,text,bigint,text,text[],boolean)`]).then(
+      (r) => r.rows[0]?.['found'] === true,
+      () => {
+        rotateFunction.delete(store);
+        return false;
+      },
+    );
+    rotateFunction.set(store, known);
+  }
+  return known;
 }
 
 const DIVISION_BY_ZERO = '22012';
