@@ -155,7 +155,8 @@ export class ContentionMachine {
       sleepMs = Math.min(ttlMs, 100 * 2 ** Math.min(this.errors, 10)) * (0.5 + this.random() / 2);
     } else {
       const remaining = result.expiresAtMs === null ? null : Math.max(0, result.expiresAtMs - result.storeNowMs);
-      busy = { holder: result.holder, remainingMs: remaining };
+      // A released-since refusal finds the lease free (its work done): nobody to report as holding it.
+      if (!(result.outcome === 'busy' && result.releasedSince === true)) busy = { holder: result.holder, remainingMs: remaining };
       sleepMs = channelHeld
         ? followerRecheckMs(ttlMs) + this.random() * Math.min(5000, ttlMs)
         : // Never longer than one TTL: a reported expiry far away (a holder with a much longer

@@ -111,6 +111,9 @@ void test('wait: false refused because a term since the caller\'s time was relea
   m.answered(released);
   const step = m.next(released, false, 0);
   assert.equal(step.kind === 'give-up' && step.error.releasedSince, true);
+  // Nobody holds it: no 'busy' event (leasehold cron said "following: another replica" for it, a
+  // second time, for a lease that was free).
+  assert.equal(step.kind === 'give-up' ? step.busy : 'not a give-up', undefined, 'a released-since refusal is not a busy lease');
   const m2 = machine(0);
   m2.plan('me', 'a', 0);
   const plain = m2.next(busy('other', 2000), false, 0);
