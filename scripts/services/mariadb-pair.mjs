@@ -139,7 +139,8 @@ export async function startMariadbPair({ port = DEFAULT_PORT, log = silent, stop
     // A root with no password on loopback, as the machine's own server has: the tests' URLs name root.
     const r = spawnSync(
       bins.install,
-      ['--no-defaults', `--datadir=${l.primary.data}`, ...userArgs, '--auth-root-authentication-method=normal', '--skip-test-db', '--skip-name-resolve', '--innodb-log-file-size=16M'],
+      // --tmpdir: the bootstrap server clears its tmpdir's #sql* files too (the machine's MariaDB uses /tmp).
+      ['--no-defaults', `--datadir=${l.primary.data}`, `--tmpdir=${l.dir}`, ...userArgs, '--auth-root-authentication-method=normal', '--skip-test-db', '--skip-name-resolve', '--innodb-log-file-size=16M'],
       { encoding: 'utf8' },
     );
     if (r.status !== 0) throw new Error(`${bins.install} failed: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join('\n')}`);
@@ -156,6 +157,9 @@ export async function startMariadbPair({ port = DEFAULT_PORT, log = silent, stop
         `--socket=${s.socket}`,
         `--pid-file=${join(l.dir, `${s.name}.server.pid`)}`,
         `--log-error=${s.log}`,
+        // Its own temporary directory: a starting server removes every #sql* file in its tmpdir,
+        // and the machine's MariaDB keeps its internal temporary tables in /tmp.
+        `--tmpdir=${l.dir}`,
         `--server-id=${s.serverId}`,
         '--skip-name-resolve',
         // Small and unsafe on a crash of the machine: a test server. A kill -9 of the server

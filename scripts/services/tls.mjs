@@ -252,7 +252,8 @@ export async function startMariadbTls({ dir, port, certs, log = silent }) {
     run('chmod', ['o+x', dir]);
     run('chown', ['-R', 'mysql', base]);
   }
-  run(bins.install, ['--no-defaults', `--datadir=${data}`, ...userArgs, '--auth-root-authentication-method=normal', '--skip-test-db', '--skip-name-resolve']);
+  // --tmpdir: the bootstrap server clears its tmpdir's #sql* files too (the machine's MariaDB uses /tmp).
+  run(bins.install, ['--no-defaults', `--datadir=${data}`, `--tmpdir=${base}`, ...userArgs, '--auth-root-authentication-method=normal', '--skip-test-db', '--skip-name-resolve']);
   const args = [
     '--no-defaults',
     `--datadir=${data}`,
@@ -262,6 +263,9 @@ export async function startMariadbTls({ dir, port, certs, log = silent }) {
     `--socket=${socket}`,
     `--pid-file=${pidFile}`,
     `--log-error=${logFile}`,
+    // Its own temporary directory: a starting server removes every #sql* file in its tmpdir,
+    // and the machine's MariaDB keeps its internal temporary tables in /tmp.
+    `--tmpdir=${base}`,
     '--skip-name-resolve',
     '--innodb-buffer-pool-size=16M',
     '--performance-schema=OFF',

@@ -69,7 +69,8 @@ export async function startPrivateMariadb(port: number, options: string[]): Prom
   try {
     const inst = spawnSync(
       bins.install,
-      ['--no-defaults', `--datadir=${data}`, ...userArgs, '--auth-root-authentication-method=normal', '--skip-test-db', '--skip-name-resolve', '--innodb-log-file-size=16M'],
+      // --tmpdir here too: mariadb-install-db's bootstrap server clears its tmpdir's #sql* files as well.
+      ['--no-defaults', `--datadir=${data}`, `--tmpdir=${dir}`, ...userArgs, '--auth-root-authentication-method=normal', '--skip-test-db', '--skip-name-resolve', '--innodb-log-file-size=16M'],
       { encoding: 'utf8' },
     );
     if (inst.status !== 0) throw new Error(`${bins.install} failed: ${(inst.stderr || inst.stdout).trim().split('\n').slice(-5).join('\n')}`);
@@ -85,6 +86,11 @@ export async function startPrivateMariadb(port: number, options: string[]): Prom
         `--socket=${socket}`,
         `--pid-file=${join(dir, 'server.pid')}`,
         `--log-error=${log}`,
+        // Its own temporary directory: a server starting removes every #sql* file in its tmpdir,
+        // and the machine's MariaDB keeps its internal temporary tables in /tmp (CI: the shared
+        // server's releaseMany failed "Error on delete of '/tmp/#sql-temptable-...MAI'" just after
+        // this private server started beside it).
+        `--tmpdir=${dir}`,
         '--skip-name-resolve',
         '--innodb-buffer-pool-size=32M',
         '--innodb-log-file-size=16M',
