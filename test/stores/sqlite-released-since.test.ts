@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import Database from 'better-sqlite3';
+import { loadSqliteDriver } from '../../src/backends/sqlite/driver.js';
 import type { LeasePort } from '../../src/core/port.js';
 import type { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { makeTestStore, type TestStore } from '../helpers/stores.js';
@@ -69,6 +69,9 @@ void describe('sqlite: a contender with unlessReleasedSince', () => {
   void it('a contender the live holder refuses is answered without the write lock (it does not queue behind the winner\'s writes)', async () => {
     await acquire('e', 'winner', 'n1');
     // Another process in the middle of a write (the winner's ledger claim, say).
+    // The driver the store itself loads (node:sqlite on Node 22+, where better-sqlite3's binary,
+    // built for Node 20, does not load: CI's Node 22/24 runs).
+    const Database = loadSqliteDriver();
     const other = new Database((t.store as unknown as SqliteStore).path);
     other.exec('BEGIN IMMEDIATE');
     try {
