@@ -15,8 +15,8 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(`usage: node scripts/test.mjs [compiled test files...]
 
 Runs the compiled tests (dist/test/**/*.test.js, or the files named) with node's test runner:
-files that restart shared servers or load the machine (chaos, serial, topologies) run last, one at
-a time. npm test builds first, then runs this. Starts etcd when it is selected and not running (and
+files that restart the shared servers or load the machine on purpose (MySQL's lease chaos, store
+restarts, the packed package) run last, one at a time. npm test builds first, then runs this. Starts etcd when it is selected and not running (and
 the machine's MariaDB, installing mariadb-server when it is missing), and
 installs Debian's faketime, etcd-client (etcdctl, for the etcd restore tests) and chromium (for the
 dashboard browser test) with apt-get when missing, which needs root. Prints each phase's slowest
@@ -100,12 +100,13 @@ if (needsServices && stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_
   log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);
 }
 
-// Files that restart or stop the shared servers on the standard ports (lease chaos restarts the
-// store it runs on; serial/store-restart restarts all of them; stores/etcd.test.js restarts the
+// Files that restart or stop the shared servers on the standard ports (lease chaos on MySQL
+// restarts the machine's MariaDB; serial/store-restart restarts all of them; stores/etcd.test.js restarts the
 // shared etcd), or that load the machine for a minute on purpose (serial/package: npm installs and
 // a TypeScript build), run last, one at a time: nothing else may be talking to a server they
 // restart. Everything else runs in the parallel phase, the topologies (which start servers of their
-// own on other ports), serial/mysql-failover (a private MariaDB pair) and fleet chaos (which
+// own on other ports), lease chaos on PostgreSQL, Redis and etcd (chaos-private: servers of its
+// own), serial/mysql-failover (a private MariaDB pair) and fleet chaos (which
 // faults only its own agent processes) included.
 //
 // topologies/pg-multi-host stays here too, though its servers are its own: its follower must hear

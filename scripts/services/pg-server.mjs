@@ -79,6 +79,24 @@ export async function startPgServer({ port, listen = ['127.0.0.1'], settings = {
   };
 }
 
+/**
+ * Restarts the server this script started on `port`, down for `downMs` between a fast shutdown and
+ * the start: the chaos harness's nemesis restarts a run's own server this way, from another process
+ * than the one that started it (the layout is found from the port).
+ */
+export async function restartPgServer({ port, downMs = 0 }) {
+  const l = layout(port);
+  if (!existsSync(join(l.data, 'postgresql.conf'))) throw new Error(`no PostgreSQL of scripts/services/pg-server.mjs on ${port} (${l.data})`);
+  if (!pgCtl(l.data, l.log, 'stop', ['-m', 'fast'])) throw new Error(`PostgreSQL on ${port} did not stop; see ${l.log}`);
+  await new Promise((resolve) => setTimeout(resolve, downMs));
+  if (!pgCtl(l.data, l.log, 'start')) throw new Error(`PostgreSQL on ${port} did not start again; see ${l.log}`);
+}
+
+/** Whether this script started a server on `port` that is still there (its data dir exists). */
+export function isPgServer(port) {
+  return existsSync(join(layout(port).data, 'postgresql.conf'));
+}
+
 async function main(cmd, port, listen) {
   if (cmd === 'start' && port !== undefined) {
     const s = await startPgServer({ port: Number(port), ...(listen === undefined ? {} : { listen: listen.split(',') }) });

@@ -82,11 +82,15 @@ interface EtcdService {
   etcdHealthy(timeoutMs?: number): Promise<boolean>;
 }
 
-async function etcdService(): Promise<EtcdService> {
-  // scripts/services/etcd.mjs is plain JavaScript (no types): load it by URL.
+/** A module of scripts/services/ (plain JavaScript, no types): loaded by URL. */
+async function serviceModule<T>(file: string): Promise<T> {
   const here = fileURLToPath(import.meta.url); // dist/test/chaos/services.js
-  const mjs = join(here, '..', '..', '..', '..', 'scripts', 'services', 'etcd.mjs');
-  return (await import(pathToFileURL(mjs).href)) as EtcdService;
+  return (await import(pathToFileURL(join(here, '..', '..', '..', '..', 'scripts', 'services', file)).href)) as T;
+}
+
+interface PgServerService {
+  isPgServer(port: number): boolean;
+  restartPgServer(o: { port: number; downMs: number }): Promise<void>;
 }
 
 /** How to restart the store a run uses, or why it cannot be restarted here. */
@@ -104,6 +108,18 @@ export async function storeRestarter(kind: StoreKind): Promise<Restarter | { uns
     case 'postgres': {
       const { host, port } = hostPort(TEST_PG_URL, 5432);
       if (!isLoopback(host)) return { unsupported: `PostgreSQL at ${host} is not on loopback` };
+      // A run's own server (scripts/services/pg-server.mjs, as chaos-private.test starts): restarted
+      // by its data dir, found from the port.
+      const own = await serviceModule<PgServerService>('pg-server.mjs');
+      if (own.isPgServer(port)) {
+        return {
+          describe: `scripts/services/pg-server.mjs restart ${port}`,
+          async restart(downMs: number) {
+            await own.restartPgServer({ port, downMs });
+            await waitUntil('PostgreSQL', () => pgAnswers(), 30_000);
+          },
+        };
+      }
       const ls = spawnSync('pg_lsclusters', ['--no-header'], { encoding: 'utf8' });
       if (ls.status !== 0) return { unsupported: 'pg_lsclusters is not available (not a Debian-style PostgreSQL)' };
       const line = ls.stdout
@@ -149,8 +165,10 @@ export async function storeRestarter(kind: StoreKind): Promise<Restarter | { uns
     }
     case 'etcd': {
       const { host, port } = hostPort(TEST_ETCD_URL.replace(/^etcds?:/, 'http:'), 2379);
-      if (!isLoopback(host) || port !== 2379) return { unsupported: `etcd at ${host}:${port} is not the one scripts/services/etcd.mjs runs` };
-      const svc = await etcdService();
+      // scripts/services/etcd.mjs runs on 2379, or on LEASEHOLD_ETCD_SERVICE_PORT (a run's own etcd).
+      const servicePort = Number(process.env['LEASEHOLD_ETCD_SERVICE_PORT'] ?? 2379);
+      if (!isLoopback(host) || port !== servicePort) return { unsupported: `etcd at ${host}:${port} is not the one scripts/services/etcd.mjs runs` };
+      const svc = await serviceModule<EtcdService>('etcd.mjs');
       if (!svc.canRestartEtcd()) return { unsupported: 'the running etcd was not started by scripts/services/etcd.mjs, so it cannot be restarted' };
       return {
         describe: 'scripts/services/etcd.mjs restart',

@@ -1,7 +1,8 @@
 /**
  * Running the chaos harness as the CLI a human would run (run.js), for the chaos tests in
- * `npm test`: chaos.test (the stores whose runs restart a shared server) and sqlite-chaos.test
- * (SQLite, whose runs restart nothing, and the negative control).
+ * `npm test`: chaos-private.test (PostgreSQL, Redis and etcd, each on a server of the run's own,
+ * which its nemesis restarts), chaos.test (MySQL, whose run restarts the shared MariaDB) and
+ * sqlite-chaos.test (SQLite, whose runs restart nothing, and the negative control).
  */
 import assert from 'node:assert/strict';
 import type { TestContext } from 'node:test';
@@ -39,11 +40,11 @@ interface Run {
   seconds: number;
 }
 
-function chaos(args: string[], timeoutMs: number): Promise<Run> {
+function chaos(args: string[], timeoutMs: number, env: Record<string, string> = {}): Promise<Run> {
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-chaos-'));
   const started = performance.now();
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [runJs, ...args, '--report', dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [runJs, ...args, '--report', dir], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -87,7 +88,7 @@ function failures(r: Run): string {
 export async function shortProfile(
   kind: StoreKind,
   t: TestContext,
-  extra: { args?: string[]; duration?: string; mayMiss?: FaultKind[] } = {},
+  extra: { args?: string[]; duration?: string; mayMiss?: FaultKind[]; env?: Record<string, string> } = {},
 ): Promise<ReportJson | null> {
   const why = await whyNot(kind);
   if (why !== null) {
@@ -99,7 +100,7 @@ export async function shortProfile(
   // 25s, not the profile's 40s: the nemesis goes on past the duration until every kind has
   // been injected once (about 25-30s), which is what this test asserts; npm test's time is
   // better spent elsewhere than on a second round.
-  const r = await chaos(['--store', kind, '--profile', 'short', '--duration', extra.duration ?? '25s', '--seed', s, ...(extra.args ?? [])], 180_000);
+  const r = await chaos(['--store', kind, '--profile', 'short', '--duration', extra.duration ?? '25s', '--seed', s, ...(extra.args ?? [])], 180_000, extra.env);
   t.diagnostic(`${kind}: seed ${s}, ${r.seconds}s, ${r.report?.verdict ?? 'no report'}`);
   for (const [k, reason] of Object.entries(r.report?.meta.unsupported ?? {})) t.diagnostic(`${kind}: no ${k}: ${reason}`);
   assert.ok(r.report !== null, `the run wrote no report (exit ${r.code})\n${r.out.split('\n').slice(-40).join('\n')}`);
