@@ -29,6 +29,7 @@ environment:
   LEASEHOLD_TEST_CONCURRENCY=3   files at once in the parallel phase
   LEASEHOLD_TEST_NODE=/path/to/node   run the tests with another Node binary
   LEASEHOLD_TEST_TIMES=path   where the per-file wall-time table goes (default: os.tmpdir())
+  LEASEHOLD_TEST_FILE_TIMEOUT_MS=720000   a file still running after this fails (a hang, not load)
 `);
   process.exit(0);
 }
@@ -149,6 +150,9 @@ const phases = [
 
 // Each file's wall time, written by scripts/file-times.mjs as the file ends; the slowest are printed
 // after the last phase and the whole table is kept (LEASEHOLD_TEST_TIMES names where).
+// The slowest file takes about 3 minutes on a 2-core machine (fleet chaos), twice that with the
+// machine loaded by another process; 12 minutes is beyond any file that is making progress.
+const FILE_TIMEOUT_MS = Number(process.env.LEASEHOLD_TEST_FILE_TIMEOUT_MS ?? 12 * 60_000);
 const timesDir = mkdtempSync(join(tmpdir(), 'leasehold-test-times-'));
 const timesFile = (i) => join(timesDir, `phase-${i}.tsv`);
 
@@ -158,7 +162,10 @@ function run(files, concurrency, phase) {
   const reporters = ['--test-reporter=spec', '--test-reporter-destination=stdout'];
   reporters.push(`--test-reporter=${join(root, 'scripts', 'file-times.mjs')}`, `--test-reporter-destination=${timesFile(phase)}`);
   return new Promise((resolve) => {
-    const child = spawn(node, ['--test', `--test-concurrency=${concurrency}`, ...reporters, ...files], {
+    // A file that runs past FILE_TIMEOUT_MS fails (node's --test-timeout bounds each file's
+    // process under --test): a test waiting for an event that never comes fails the run instead of
+    // holding it until CI's own limit (CI1 of 2026-12-06: two files waited for ever on a host at load 20).
+    const child = spawn(node, ['--test', `--test-concurrency=${concurrency}`, `--test-timeout=${FILE_TIMEOUT_MS}`, ...reporters, ...files], {
       stdio: 'inherit',
       env: { ...process.env, LEASEHOLD_TEST_STORES: stores.join(',') },
     });

@@ -21,6 +21,7 @@ import { RedisStore } from '../../src/backends/redis/store.js';
 import { SqliteStore } from '../../src/backends/sqlite/store.js';
 import { PostgresStore } from '../../src/backends/postgres/store.js';
 import { cli, reapAgents, startCliAgent, type AgentProcess } from './helpers.js';
+import { until } from '../cli/helpers.js';
 
 /**
  * Stale-after 3s, heartbeat 500ms: CI once saw a healthy agent on Redis go stale at 1.5s (a
@@ -247,13 +248,21 @@ for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
       const store = await ts.open();
       const leasehold = new Leasehold({ store });
       const own = await openFleet(store);
-      const agent = await Agent.start(leasehold, own, { id: 'rv1', labels: { pool: 'rv' }, heartbeat: 100, staleAfter: 400 });
+      // staleAfter (the liveness lease's TTL) 3 s: the agent must lose its term to the revoke, not to
+      // a stall of the loaded host before it (CI at load 20: with 400 ms it had lost already, the
+      // 'lost' listener attached after that waited for ever).
+      const staleAfter = 3000;
+      const agent = await Agent.start(leasehold, own, { id: 'rv1', labels: { pool: 'rv' }, heartbeat: 500, staleAfter });
+      const losses: unknown[] = [];
+      agent.on('lost', (e: unknown) => losses.push(e));
       try {
         await fleet.place('rv-job', { labels: { pool: 'rv' } });
-        const lost = new Promise((resolve) => agent.once('lost', resolve));
+        assert.deepEqual(losses, [], 'the agent lost its liveness lease before the revoke (the host stalled past its TTL)');
         await ts.store.revoke('agent/rv1', 'test: a fork of this agent was found');
-        const e = await lost;
-        assert.ok(agent.signal.aborted, `lost ${String(e)} but the signal did not abort`);
+        // Its next renewal is refused, or unanswered renewals end the term at its local deadline: either
+        // way within the TTL; twice the TTL bounds the wait so a missed loss fails instead of hanging.
+        await until('the agent stands down after the revoke', () => losses.length > 0, 2 * staleAfter);
+        assert.ok(agent.signal.aborted, `lost ${String(losses[0])} but the signal did not abort`);
         await assert.rejects(fleet.owner('rv-job'), OwnerDeadError);
         await assert.rejects(fleet.place('rv-2', { labels: { pool: 'rv' } }), NoLiveAgentError);
       } finally {

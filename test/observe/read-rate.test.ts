@@ -54,7 +54,26 @@ for (const kind of selectedStores()) {
         await lease.acquire();
         await watcher.start();
         assert.equal(watcher.current.get(name)?.state, 'held');
-        await new Promise<void>((resolve) => lease.once('renewed', () => resolve()));
+        // The release must follow a renewal. Under load the lease can be lost first (a stall past its
+        // TTL; CI at load 20 waited for a 'renewed' that never came): take it again, at most 3 times.
+        // 10 TTLs bounds one wait: a held lease renews every TTL/3.
+        let renewed = false;
+        for (let attempt = 1; attempt <= 3 && !renewed; attempt++) {
+          if (!lease.isLeader) await lease.acquire();
+          renewed = await new Promise<boolean>((resolve, reject) => {
+            const timer = setTimeout(() => reject(new Error(`neither renewed nor lost within ${10 * ttl}ms`)), 10 * ttl);
+            const done = (v: boolean) => () => {
+              clearTimeout(timer);
+              lease.off('renewed', yes).off('lost', no);
+              resolve(v);
+            };
+            const yes = done(true);
+            const no = done(false);
+            lease.once('renewed', yes).once('lost', no);
+          });
+          if (!renewed) t.diagnostic(`${kind}: attempt ${attempt}: the lease was lost before its first renewal (the host stalled past its TTL); taking it again`);
+        }
+        assert.ok(renewed, 'the lease was lost before a renewal three times');
         await lease.release();
         await until('the release is observed', () => changes.some((c) => c.kind === 'freed'));
         const freed = watcher.current.get(name)!;
