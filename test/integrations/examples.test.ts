@@ -82,8 +82,11 @@ void describe('examples/', { concurrency: true, skip }, () => {
   void it('fleet-agent: two agents; place, owner live, the owner SIGKILLed reads dead (exit 5, never "no owner"), reassign raises the generation', async () => {
     const ts = await makeTestStore('postgres');
     stores.push(ts);
-    // Short heartbeats so the dead owner is stale within the test: stale-after 1s (2 x heartbeat).
-    const env = { DATABASE_URL: ts.url, HEARTBEAT: '500ms', STALE_AFTER: '1s' };
+    // Short heartbeats so the dead owner is stale within the test, but a stale-after (the liveness
+    // lease's TTL) the surviving agent keeps on a loaded host: with 1s, CI at load 20 saw it lose its
+    // lease to a stall, and reassign found no live agent.
+    const staleAfterMs = 3000;
+    const env = { DATABASE_URL: ts.url, HEARTBEAT: '1s', STALE_AFTER: `${staleAfterMs}ms` };
     const agents = ['web-1', 'web-2'].map((id) => startReplica(example('fleet-agent/agent.mjs'), [id], undefined, env));
     running.push(...agents);
     await until('both agents live', () => agents.every((a) => /agent web-\d live/.test(a.out)), 20_000);
@@ -100,9 +103,10 @@ void describe('examples/', { concurrency: true, skip }, () => {
     const victim = agents.find((a) => a.out.includes(`agent ${owner!} live`))!;
     victim.proc.kill('SIGKILL');
     await victim.exited;
-    // Dead once the store's clock passes its stale-after (1s) since the last heartbeat; well within 10s.
+    // Dead once the store's clock passes its stale-after since the last heartbeat: 4 stale-afters
+    // bound the wait (each probe is a process of its own).
     let dead = await client('owner', 'billing');
-    for (const end = Date.now() + 10_000; dead.code !== 5 && Date.now() < end; dead = await client('owner', 'billing')) await new Promise((r) => setTimeout(r, 300));
+    for (const end = Date.now() + 4 * staleAfterMs; dead.code !== 5 && Date.now() < end; dead = await client('owner', 'billing')) await new Promise((r) => setTimeout(r, 300));
     assert.equal(dead.code, 5, dead.out);
     assert.match(dead.out, /^billing owner is dead: /m);
     const moved = await client('reassign', 'billing', owner!);

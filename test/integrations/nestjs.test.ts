@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
-import { checkEverySlotOnce, hasFaketime, ledgerRows, readRuns, startReplica, until, type Replica } from './replicas.js';
+import { checkEverySlotOnce, hasFaketime, ledgerRows, readRuns, startReplica, until, whenReady, type Replica } from './replicas.js';
 
 const TTL_MS = 2000;
 const JOB_MS = 400;
@@ -52,6 +52,7 @@ void describe('NestJS @OncePerSlot', { concurrency: true }, () => {
     const a = startReplica(script, args);
     const b = startReplica(script, args, '-0.4');
     replicas.push(a, b);
+    await whenReady([a, b]);
     await until('both replicas ran slots', () => new Set(readRuns(resource).map((r) => r.pid)).size === 2 && readRuns(resource).filter((r) => r.what === 'end').length >= 12, 25_000);
     a.proc.kill('SIGTERM');
     b.proc.kill('SIGTERM');
@@ -74,7 +75,7 @@ void describe('NestJS @OncePerSlot', { concurrency: true }, () => {
     const b = startReplica(script, args);
     replicas.push(b);
     // Both up (b has contended, lost, and follows) for at least 5 fires of each.
-    await until('both replicas up', () => a.out.includes('ready') && b.out.includes('ready'), 25_000);
+    await whenReady([a, b]);
     const from = readRuns(resource).length;
     await until('five fires after both were up', () => readRuns(resource).length >= from + 5, 15_000);
     a.proc.kill('SIGTERM');
@@ -95,12 +96,13 @@ void describe('NestJS @OncePerSlot', { concurrency: true }, () => {
     await new Promise((r) => setTimeout(r, 300));
     const b = startReplica(script, args);
     replicas.push(a, b);
+    await whenReady([a, b]);
     await until('the key ran', () => readRuns(resource).some((r) => r.what === 'end'), 25_000);
     // Both timeouts (500 ms after each boot) have fired well before this: a second more, and a late third replica.
     await new Promise((r) => setTimeout(r, 1000));
     const c = startReplica(script, args);
     replicas.push(c);
-    await until('the third replica is up', () => c.out.includes('ready'), 25_000);
+    await whenReady([c]);
     await new Promise((r) => setTimeout(r, 1500));
     for (const r of [a, b, c]) r.proc.kill('SIGTERM');
     await Promise.all([a.exited, b.exited, c.exited]);
@@ -133,7 +135,7 @@ void describe('NestJS @OncePerSlot, the first fire', () => {
     const a = startReplica(script, args, undefined, env);
     const b = startReplica(script, args, undefined, env);
     replicas.push(a, b);
-    await until('both replicas up', () => a.out.includes('ready') && b.out.includes('ready'), 25_000);
+    await whenReady([a, b]);
     await until('three slots ran', () => readRuns(resource).filter((r) => r.what === 'end').length >= 3, 25_000);
     for (const r of [a, b]) r.proc.kill('SIGTERM');
     assert.deepEqual(await Promise.all([a.exited, b.exited]), [0, 0], `${a.out}\n---\n${b.out}`);
@@ -172,7 +174,8 @@ function replicasCase({ mode, kind, count }: Case): void {
       replicas.push(all[2]!);
     }
     const ended = (): number => readRuns(resource).filter((r) => r.what === 'end').length;
-    // Startup (Nest, a store connection) and 4 one-second slots; generous on a loaded machine.
+    // Every replica booted (whenReady's own bound), then 4 one-second slots; generous on a loaded machine.
+    await whenReady(all);
     await until('four slots ran', () => ended() >= 4, 25_000);
     await until('a job is running', () => readRuns(resource).at(-1)?.what === 'start', 5000);
     const running = readRuns(resource).at(-1)!;

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
-import { checkEverySlotOnce, hasFaketime, justifiedOverlaps, ledgerRows, readRuns, startReplica, until, type Replica } from './replicas.js';
+import { checkEverySlotOnce, hasFaketime, justifiedOverlaps, ledgerRows, readRuns, startReplica, until, whenReady, type Replica } from './replicas.js';
 
 const TTL_MS = 2000;
 const JOB_MS = 400;
@@ -44,7 +44,8 @@ void describe('node-cron with leaseholdCoordinator', { concurrency: true }, () =
       const all = count === 3 ? [a, startReplica(script, args), startReplica(script, args, '-0.4')] : [a, startReplica(script, args, '-0.4')];
       replicas.push(...all.slice(1));
       const ended = (): number => readRuns(resource).filter((r) => r.what === 'end').length;
-      // Startup (a node process, a store connection) and 4 one-second slots; generous on a loaded machine.
+      // Every replica booted (whenReady's own bound), then 4 one-second slots; generous on a loaded machine.
+      await whenReady(all);
       await until('four slots ran', () => ended() >= 4, 20_000);
       // Kill the leader while its job runs: wait for a start without its end.
       await until('a job is running', () => {

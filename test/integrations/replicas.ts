@@ -56,6 +56,24 @@ export function readRuns(resource: string): Run[] {
     });
 }
 
+/**
+ * Waits for each replica's `ready` line. How long a process takes to boot is not what these tests
+ * measure, and a boot (a NestJS app: 1-2 s of CPU) took over 25 s with ten of them starting at
+ * once on a 2-core host at load 20 (CI): the bound is wide (2 minutes), and a replica that exits
+ * before it is ready fails the wait at once with its output. The timing the tests do bound (slots
+ * run, a takeover) starts from here.
+ */
+export async function whenReady(replicas: Replica[], line = 'ready'): Promise<void> {
+  const end = performance.now() + 120_000;
+  for (;;) {
+    const gone = replicas.find((r) => r.proc.exitCode !== null || r.proc.signalCode !== null);
+    if (gone !== undefined && !gone.out.includes(line)) throw new Error(`replica ${gone.pid} exited (${gone.proc.exitCode ?? gone.proc.signalCode}) before it was ${line}:\n${gone.out}`);
+    if (replicas.every((r) => r.out.includes(line))) return;
+    if (performance.now() > end) throw new Error(`replicas not ${line} after 120 s: ${replicas.filter((r) => !r.out.includes(line)).map((r) => r.pid).join(', ')}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 export async function until(what: string, check: () => boolean, ms: number): Promise<void> {
   const end = performance.now() + ms;
   while (!check()) {
