@@ -12,11 +12,12 @@ import { join, relative } from 'node:path';
 
 const root = new URL('..', import.meta.url).pathname;
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
-  process.stdout.write(`usage: node scripts/test.mjs [compiled test files...]
+  process.stdout.write(`usage: node scripts/test.mjs [--phase parallel|serial] [compiled test files...]
 
 Runs the compiled tests (dist/test/**/*.test.js, or the files named) with node's test runner:
 files that restart the shared servers or load the machine on purpose (MySQL's lease chaos, store
-restarts, the packed package) run last, one at a time. npm test builds first, then runs this. Starts etcd when it is selected and not running (and
+restarts, the packed package) run last, one at a time; --phase runs one of the two phases only.
+npm test builds first, then runs this. Starts etcd when it is selected and not running (and
 the machine's MariaDB, installing mariadb-server when it is missing), and
 installs Debian's faketime, etcd-client (etcdctl, for the etcd restore tests) and chromium (for the
 dashboard browser test) with apt-get when missing, which needs root. Prints each phase's slowest
@@ -46,7 +47,16 @@ function find(dir) {
   }
   return out.sort();
 }
-const named = process.argv.slice(2).length > 0 ? process.argv.slice(2) : find(join(root, 'dist', 'test'));
+// --phase parallel|serial runs one phase only (the stressed runs of docs/testing.md run the
+// parallel phase with the machine loaded by stress-ng).
+const phaseAt = process.argv.indexOf('--phase');
+const onlyPhase = phaseAt === -1 ? undefined : process.argv[phaseAt + 1];
+if (onlyPhase !== undefined && onlyPhase !== 'parallel' && onlyPhase !== 'serial') {
+  process.stderr.write(`--phase ${onlyPhase ?? ''}: use parallel or serial\n`);
+  process.exit(2);
+}
+const fileArgs = process.argv.slice(2).filter((a, i, all) => a !== '--phase' && all[i - 1] !== '--phase');
+const named = fileArgs.length > 0 ? fileArgs : find(join(root, 'dist', 'test'));
 // A file about one store is named after it (stores/etcd-sessions, topologies/pg-ssl,
 // serial/mysql-failover): with that store left out of LEASEHOLD_TEST_STORES it is left out too,
 // and said so, rather than failing to connect to a server nobody started.
@@ -144,9 +154,9 @@ function longestFirst(files) {
   return [...files].sort((a, b) => key(b) - key(a) || a.localeCompare(b));
 }
 const phases = [
-  { files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '3' },
-  { files: all.filter(isSerial), concurrency: '1' },
-].filter((p) => p.files.length > 0);
+  { name: 'parallel', files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '3' },
+  { name: 'serial', files: all.filter(isSerial), concurrency: '1' },
+].filter((p) => p.files.length > 0 && (onlyPhase === undefined || p.name === onlyPhase));
 
 // Each file's wall time, written by scripts/file-times.mjs as the file ends; the slowest are printed
 // after the last phase and the whole table is kept (LEASEHOLD_TEST_TIMES names where).
@@ -197,7 +207,7 @@ function printTimes(wallSeconds) {
     }
     for (const line of text.split('\n').filter(Boolean)) {
       const [ms, passed, file] = line.split('\t');
-      rows.push({ ms: Number(ms), passed, file: relative(root, file), phase: phase.concurrency === '1' ? 'serial' : 'parallel' });
+      rows.push({ ms: Number(ms), passed, file: relative(root, file), phase: phase.name });
     }
   }
   rows.sort((a, b) => b.ms - a.ms);
