@@ -41,7 +41,8 @@ import { HTTP_HOST_FLAG, LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseC
 import { cronHistory, cronList } from './cron-admin.js';
 import { Reporter } from './reporter.js';
 import { RUN_SPEC, livenessOption } from './run-args.js';
-import { FORWARDED, Supervisor, checkCommand, childStoreUrl } from './supervisor.js';
+import { Supervisor, checkCommand, childStoreUrl } from './supervisor.js';
+import { StopSignals } from './stop-signals.js';
 
 export const CRON_SPEC = defineCommand({
   name: 'cron',
@@ -219,12 +220,16 @@ export async function cronCommand(argv: string[]): Promise<number> {
   const { store, url } = await openStoreFromFlags(values);
   let probes: { metricsUrl?: string; healthUrl?: string; close(): Promise<void> } | undefined;
   let ledger: SlotLedgerPort | undefined;
+  let onExit = (): void => {};
   const lh = new Leasehold({ store, closeStore: true, logger: report.logger() });
   try {
     await requireCurrentSchema(store);
     ledger = await openSlotLedger(store, url);
     let supervisor: Supervisor | undefined;
-    let stopSignal: NodeJS.Signals | undefined;
+    // Armed before the schedule starts: a signal before the handler below is installed (the probes
+    // start in between) drains the replica like any other instead of killing it silently.
+    const signals = new StopSignals().arm();
+    onExit = () => signals.disarm();
     // The probes need the cron's lease, so they start after it; until they serve, no job starts.
     // A port that cannot be bound stops the replica (exit 2) before any slot's command runs: a
     // slot claimed meanwhile is recorded 'interrupted', and another replica reruns it.
@@ -248,7 +253,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
       async ({ term, lease, slot, idempotencyKey }) => {
         // A stop signal drains the cron (no job starts after it; see onSignal), so this only
         // guards a signal that landed in the same turn: the throw is recorded 'interrupted'.
-        if (stopSignal !== undefined) throw new Error(`not started: ${stopSignal} arrived`);
+        if (signals.received !== undefined) throw new Error(`not started: ${signals.received} arrived`);
         if (!(await probesUp)) throw new Error('not started: the metrics or health port could not be served');
         const sup = new Supervisor(name, term, timing, graceMs, report);
         supervisor = sup;
@@ -326,11 +331,10 @@ export async function cronCommand(argv: string[]): Promise<number> {
     return await new Promise<number>((resolve) => {
       let stopping = false;
       const finish = (code: number): void => {
-        for (const s of FORWARDED) process.off(s, onSignal);
+        signals.disarm();
         void cron.stop().then(() => resolve(code));
       };
       function onSignal(sig: NodeJS.Signals): void {
-        stopSignal ??= sig;
         // From here no slot starts; one claimed but not started, or a job the signal makes fail,
         // is recorded 'interrupted' so that the next leader reruns it.
         cron.drain(sig);
@@ -351,7 +355,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
         const wait = (): void => (supervisor === undefined ? finish(code) : void setTimeout(wait, 50));
         wait();
       }
-      for (const s of FORWARDED) process.on(s, onSignal);
+      signals.handle(onSignal);
       void import('./parent-watch.js').then((m) => m.stopWhenLauncherExits()); // npx's exit stops this as SIGTERM would
       cron.on('error', (e) => {
         report.problem('error', errorLine(e, 'cron').replace(/^leasehold: /, ''), { exit: exitCodeFor(e), ...(e instanceof LeaseholdError ? { error: e.code } : {}) });
@@ -359,6 +363,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
       });
     });
   } finally {
+    onExit();
     await probes?.close();
     await ledger?.close();
     await lh.close();
