@@ -16,6 +16,20 @@ import { createRequire } from 'node:module';
 import pg from 'pg';
 import { makeTestStore, selectedStores, type StoreKind, type TestStore } from '../helpers/stores.js';
 
+/** A logger that keeps the engine's "could not tie this term" warnings: each is an untied term. */
+function untiedLogger(): { untied: string[]; logger: LoggerLike } {
+  const untied: string[] = [];
+  const logger: LoggerLike = {
+    debug() {},
+    info() {},
+    warn(obj: object, msg?: string) {
+      if (/could not tie this term/.test(msg ?? '')) untied.push(JSON.stringify(obj));
+    },
+    error() {},
+  };
+  return { untied, logger };
+}
+
 const ROUNDS = 20;
 const REPLICAS = 3;
 
@@ -57,15 +71,7 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
       // lock, A claims, runs its short job and releases, and only then does B's claim land, on a
       // free lease and a free lock. Before sql/015 (and the free-lock rule of mysql/claim.ts) it
       // was granted a term tied to nothing ("could not tie this term").
-      const untied: string[] = [];
-      const logger: LoggerLike = {
-        debug() {},
-        info() {},
-        warn(obj: object, msg?: string) {
-          if (/could not tie this term/.test(msg ?? '')) untied.push(JSON.stringify(obj));
-        },
-        error() {},
-      };
+      const { untied, logger } = untiedLogger();
       const store = await t.open();
       const client = new Leasehold({ store, logger });
       const name = `late-${randomBytes(4).toString('hex')}`;
@@ -96,15 +102,7 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
     // holder's release is held here at that statement until the claim waits on the row.
     for (const gateAt of kind === 'postgres' ? ['SELECT pg_advisory_unlock_all()', 'COMMIT'] : []) {
       void it(`a claim landing while the holder's release over its session is in flight (held at ${gateAt}) holds a tied term`, async () => {
-        const untied: string[] = [];
-        const logger: LoggerLike = {
-          debug() {},
-          info() {},
-          warn(obj: object, msg?: string) {
-            if (/could not tie this term/.test(msg ?? '')) untied.push(JSON.stringify(obj));
-          },
-          error() {},
-        };
+        const { untied, logger } = untiedLogger();
         const [a, b] = await Promise.all([t.open(), t.open()]);
         const holder = new Leasehold({ store: a, logger });
         const contender = new Leasehold({ store: b, logger });
@@ -156,15 +154,7 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
     }
 
     void it(`${REPLICAS} contenders claiming together, ${ROUNDS} rounds: every round's term is tied to its winner's session`, async () => {
-      const untied: string[] = [];
-      const logger: LoggerLike = {
-        debug() {},
-        info() {},
-        warn(obj: object, msg?: string) {
-          if (/could not tie this term/.test(msg ?? '')) untied.push(JSON.stringify(obj));
-        },
-        error() {},
-      };
+      const { untied, logger } = untiedLogger();
       const clients = await Promise.all(Array.from({ length: REPLICAS }, async () => new Leasehold({ store: await t.open(), logger })));
       const name = `tie-${randomBytes(4).toString('hex')}`;
       const leases = clients.map((c) => c.lease(name, { ttl: 30_000, liveness: 'session' }));
