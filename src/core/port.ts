@@ -99,6 +99,13 @@ export type ClaimResult =
       /** Refused by {@link ClaimRequest.unlessReleasedSince}: the lease is free, but a term granted since then was released. */
       releasedSince?: true;
       /**
+       * Optional: when the term that holds the lease was granted, by the store's clock (absent
+       * when the store does not say). A per-slot cron contender tells an earlier slot's term
+       * still running (granted before its slot: worth waiting for) from its own slot's winner
+       * (granted since: nothing left to do).
+       */
+      grantedAtMs?: number;
+      /**
        * Liveness 'session': not granted only because the lease's session lock is free and the
        * request's session does not hold it (it missed the lock, and whoever held it has let go
        * since): a term granted now would be tied to nothing. The contender's session takes the
