@@ -187,6 +187,14 @@ export interface LeasePort {
   readonly freedCoversExpiry?: true;
 
   /**
+   * Optional: the store honours {@link ClaimRequest.unlessReleasedSince} (refuses, with
+   * `releasedSince`, a contender whose lease a term begun since then has held and released). A
+   * store without it grants as usual; the refusal only saves a per-slot cron contender's term.
+   * The conformance suite checks the refusal on every store that sets this.
+   */
+  readonly honoursReleasedSince?: true;
+
+  /**
    * Optional: one-write handover. A waiting contender's 'busy' claim registers it as the lease's
    * waiter ({@link ClaimRequest.handoff}); a release then hands the term straight to a waiter
    * registered recently enough (new token, the waiter's nonce and TTL) and notifies, and the

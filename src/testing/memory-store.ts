@@ -44,6 +44,8 @@ export interface MemoryStoreOptions {
 
 export class MemoryStore implements LeaseStore {
   readonly kind = 'memory';
+  /** ClaimRequest.unlessReleasedSince is refused from the row the claim reads (port.ts). */
+  readonly honoursReleasedSince = true as const;
   readonly description = 'memory (this process only)';
   readonly state: MemoryState;
   private readonly clock: () => number;
