@@ -48,7 +48,8 @@ export async function trySlotTerm(lease: Lease, slotAtMs: number | undefined, op
     return await lease.acquire({ wait: false, signal, ...(session === undefined ? {} : { session }), ...since });
   } catch (e) {
     if (slotAtMs === undefined || session !== undefined || !heldByEarlierTerm(e, slotAtMs)) throw e;
-    const waitMs = options.waitMs();
+    // Whole milliseconds: store times (PostgreSQL's) carry fractions, and a wait is a Duration.
+    const waitMs = Math.floor(options.waitMs());
     if (waitMs <= 0) throw e;
     return await lease.acquire({ wait: waitMs, signal, unlessReleasedSince: slotAtMs });
   }
