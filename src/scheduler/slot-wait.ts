@@ -25,7 +25,7 @@ import { NotAcquiredError } from '../core/errors.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { LeaseSession } from '../core/port.js';
 
-export interface SlotTryOptions {
+interface SlotTryOptions {
   signal: AbortSignal;
   /** Liveness 'session': the caller's session for the claim; it waits on the session lock instead (./session-watch.ts). */
   session?: LeaseSession | undefined;
@@ -56,6 +56,6 @@ export async function trySlotTerm(lease: Lease, slotAtMs: number | undefined, op
 }
 
 /** A busy answer from a live term granted before the slot's time: an earlier slot's, still running. */
-export function heldByEarlierTerm(e: unknown, slotAtMs: number): e is NotAcquiredError {
+function heldByEarlierTerm(e: unknown, slotAtMs: number): e is NotAcquiredError {
   return e instanceof NotAcquiredError && !e.releasedSince && e.holder !== null && e.grantedAtMs !== null && e.grantedAtMs < slotAtMs;
 }
