@@ -185,10 +185,10 @@ const slotMs = (s: string): number => (/^\d+$/.test(s) ? Number(s) : Date.parse(
 const inSpan = (s: string, from: number, to: number): boolean => slotMs(s) >= from && slotMs(s) <= to;
 
 /** `steady`: slots run before the first kill (0 in the smoke run, which only proves the figure runs). */
-export async function oneMode(kind: StoreKind, mode: CronMode, kills: number, ttl: number, replicas: number, steady = 3): Promise<Outcome> {
+export async function oneMode(kind: StoreKind, mode: CronMode, kills: number, ttl: number, replicas: number, steady = 3, extra: Partial<CronReplicaConfig> = {}): Promise<Outcome> {
   const ts = await makeTestStore(kind);
   const name = uniq('cron-bench');
-  const config: CronReplicaConfig = { url: ts.url, name, mode, ttl, periodMs: PERIOD_MS };
+  const config: CronReplicaConfig = { url: ts.url, name, mode, ttl, periodMs: PERIOD_MS, ...extra };
   const live: Replica[] = [];
   try {
     const d = await drive(() => startReplica(config), live, replicas, kills, ttl, steady);

@@ -15,6 +15,8 @@ export interface CronReplicaConfig {
   mode: CronMode;
   ttl: number;
   periodMs: number;
+  /** Strip ClaimRequest.unlessReleasedSince from every claim: a store that does not honour it (the "before" of bench/cron-released-since.ts). */
+  ignoreReleasedSince?: boolean;
 }
 
 const config = JSON.parse(process.argv[2]!) as CronReplicaConfig;
@@ -29,6 +31,7 @@ function counted<T extends object>(target: T, tag: string): T {
       const v: unknown = Reflect.get(t, prop, t);
       if (typeof v !== 'function' || prop === 'constructor') return v;
       return (...args: unknown[]) => {
+        if (config.ignoreReleasedSince === true && tag === 'store' && prop === 'claim') args[0] = (args[0] as Array<Record<string, unknown>>).map(({ unlessReleasedSince: _u, ...q }) => q);
         const r: unknown = (v as (...a: unknown[]) => unknown).apply(t, args);
         // A contender's claim (no nonce expected): this replica's fire for a slot, by this
         // host's clock, for how long after the first replica's fire the winner's job starts.

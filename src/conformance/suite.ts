@@ -11,6 +11,7 @@ import { Leasehold } from '../core/leasehold.js';
 import { ClosedError, ConfigError, LeaseholdError, LeaseLostError, NotAcquiredError } from '../core/errors.js';
 import type { ClaimRequest, ClaimResult } from '../core/port.js';
 import type { LeaseStore } from '../backends/store.js';
+import { releasedSinceCases } from './released-since.js';
 import { compare, expected, expectedListing, REQUESTS, ROW_STATES, type Prepared, type RequestCase, type RowStateCase } from './claim-table.js';
 
 /** One isolated namespace (a schema, a file, a key prefix) of the store under test. */
@@ -94,6 +95,8 @@ export function runConformance(label: string, factory: ConformanceFactory, optio
     after(async () => {
       await t?.cleanup();
     });
+
+    void describe('unlessReleasedSince and a busy answer\'s grantedAtMs (./released-since.ts)', () => releasedSinceCases(() => t.store, shortTtl, slack, slack));
 
     void describe('the claim rule, row state x request, against core/claim-rule.ts', () => {
       const runs: CaseRun[] = [];

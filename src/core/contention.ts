@@ -43,6 +43,8 @@ interface ContentionInit {
   handsOver: boolean;
   /** In [0, 1): Math.random unless a test fixes it. */
   random?: () => number;
+  /** AcquireOptions.unlessReleasedSince: a term granted since it, held or released, ends the wait. */
+  unlessReleasedSince?: number;
 }
 
 /** What to send. */
@@ -165,7 +167,7 @@ export class ContentionMachine {
           Math.min(remaining ?? renewMs, ttlMs) + this.random() * Math.min(250, ttlMs / 10) + 1;
     }
     const left = waitUntil - now;
-    if (left > 0) return { kind: 'sleep', ms: Math.min(sleepMs, left), busy };
+    if (left > 0 && !this.servedSince(result)) return { kind: 'sleep', ms: Math.min(sleepMs, left), busy };
     const last = result !== undefined ? result : this.lastErrorRanOut ? this.lastBusy : undefined;
     const error = new NotAcquiredError(
       this.init.name,
@@ -175,7 +177,18 @@ export class ContentionMachine {
     );
     if (result === undefined && last === undefined) (error as { cause?: unknown }).cause = this.lastError;
     if (last?.outcome === 'busy' && last.releasedSince === true) error.releasedSince = true;
+    if (last?.outcome === 'busy' && last.grantedAtMs !== undefined) error.grantedAtMs = last.grantedAtMs;
     return { kind: 'give-up', error, busy };
+  }
+
+  /**
+   * With unlessReleasedSince: the answer shows a term granted since then (released, or holding
+   * the lease now). That term is the one this contender waited to follow: nothing to wait for.
+   */
+  private servedSince(result: ClaimResult | undefined): boolean {
+    const since = this.init.unlessReleasedSince;
+    if (since === undefined || result?.outcome !== 'busy') return false;
+    return result.releasedSince === true || (result.grantedAtMs !== undefined && result.grantedAtMs >= since);
   }
 
   /** A term from this contention began. */

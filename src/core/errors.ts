@@ -144,6 +144,8 @@ export class NotAcquiredError extends LeaseholdError {
   readonly expiresInMs: number | null;
   /** Refused by `unlessReleasedSince`: a term granted since then was released by its holder. */
   releasedSince = false;
+  /** When the term that holds it was granted, by the store's clock; null when the store did not say. */
+  grantedAtMs: number | null = null;
   constructor(leaseName: string, holder: string | null, expiresInMs: number | null, detail: string) {
     super(
       'NOT_ACQUIRED',

@@ -66,8 +66,10 @@ export interface AcquireOptions {
    * A store time (ms since the epoch): do not take a term when one granted at or after it has
    * already been released (its holder did the work this contender came for). Refused with a
    * NotAcquiredError whose `releasedSince` is true; stores that cannot tell grant as usual.
-   * Meant for `wait: false` (one attempt); a waiting acquire is refused again at each look
-   * until another term is granted. Per-slot cron passes the slot's time.
+   * A waiting acquire gives up as soon as it is refused so, or finds the lease held by a term
+   * granted at or after it (on stores that say when the holding term was granted): it waits
+   * only for a term granted before it. Per-slot cron passes the slot's time, and waits so for
+   * an earlier slot's term that ran past its slot (src/scheduler/slot-wait.ts).
    */
   unlessReleasedSince?: number;
   /**

@@ -226,7 +226,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const signal = options.signal === undefined ? internal : AbortSignal.any([internal, options.signal]);
     const wait = options.wait ?? true;
     const waitUntil = wait === true ? Infinity : wait === false ? 0 : this.clock.monoNow() + parseDuration(wait, 'wait');
-    const m = new ContentionMachine({ name: this.name, ttlMs: this.timing.ttlMs, renewMs: this.timing.renewMs, waitUntil, handsOver: this.handsOver });
+    const m = new ContentionMachine({ name: this.name, ttlMs: this.timing.ttlMs, renewMs: this.timing.renewMs, waitUntil, handsOver: this.handsOver, unlessReleasedSince: options.unlessReleasedSince });
     this._state = 'contending';
     let freed: { promise: Promise<void>; cancel(): void } | undefined;
     const session = this.liveness === 'session' ? new ContenderSession(this.host.store, this.name, this.timing.ttlMs, options.session) : undefined;

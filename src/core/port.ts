@@ -99,6 +99,13 @@ export type ClaimResult =
       /** Refused by {@link ClaimRequest.unlessReleasedSince}: the lease is free, but a term granted since then was released. */
       releasedSince?: true;
       /**
+       * Optional: when the term that holds the lease was granted, by the store's clock (absent
+       * when the store does not say). A per-slot cron contender tells an earlier slot's term
+       * still running (granted before its slot: worth waiting for) from its own slot's winner
+       * (granted since: nothing left to do).
+       */
+      grantedAtMs?: number;
+      /**
        * Liveness 'session': not granted only because the lease's session lock is free and the
        * request's session does not hold it (it missed the lock, and whoever held it has let go
        * since): a term granted now would be tied to nothing. The contender's session takes the
@@ -178,6 +185,14 @@ export interface LeasePort {
    * within one TTL.
    */
   readonly freedCoversExpiry?: true;
+
+  /**
+   * Optional: the store honours {@link ClaimRequest.unlessReleasedSince} (refuses, with
+   * `releasedSince`, a contender whose lease a term begun since then has held and released). A
+   * store without it grants as usual; the refusal only saves a per-slot cron contender's term.
+   * The conformance suite checks the refusal on every store that sets this.
+   */
+  readonly honoursReleasedSince?: true;
 
   /**
    * Optional: one-write handover. A waiting contender's 'busy' claim registers it as the lease's

@@ -49,6 +49,7 @@ import { CronHandle, type CronOptions, type CronRetention, type SlotEvent, type 
 import { DEFAULT_RETENTION, parseHorizon, pruneLedger } from './retention.js';
 import { scheduleNoter } from './schedule-record.js';
 import { SessionWatch } from './session-watch.js';
+import { trySlotTerm } from './slot-wait.js';
 import { ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
@@ -268,11 +269,10 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       }
       let term: Term | undefined;
       try {
-        // An on-time slot's contender takes no term if this slot's winner has already run and
-        // released it (a claim queued behind SQLite's write lock that long would only read it done).
+        // One try; for an on-time slot held by an earlier slot's term, a wait for it (./slot-wait.ts).
         const session = await watch?.forClaim(signal);
-        const since = typeof pending === 'number' ? { unlessReleasedSince: pending } : {};
-        term = await lease.acquire({ wait: false, signal, ...(session === undefined ? {} : { session }), ...since });
+        const slot = typeof pending === 'number' ? pending : undefined;
+        term = await trySlotTerm(lease, slot, { signal, session, waitMs: () => (slot === undefined ? 0 : (schedule.next(slot) ?? slot) - storeNow()) });
         watch?.won();
       } catch (e) {
         if (signal.aborted) return;

@@ -44,6 +44,8 @@ export interface MemoryStoreOptions {
 
 export class MemoryStore implements LeaseStore {
   readonly kind = 'memory';
+  /** ClaimRequest.unlessReleasedSince is refused from the row the claim reads (port.ts). */
+  readonly honoursReleasedSince = true as const;
   readonly description = 'memory (this process only)';
   readonly state: MemoryState;
   private readonly clock: () => number;
@@ -97,6 +99,10 @@ export class MemoryStore implements LeaseStore {
       checkClaimBatch(requests);
       return requests.map((req): ClaimResult => {
         const row = this.state.rows.get(req.name);
+        // ClaimRequest.unlessReleasedSince: a term granted since then and released by its holder did the work.
+        if (req.expect === null && req.unlessReleasedSince !== undefined && row !== undefined && row.holder === null && row.endedBy === 'released' && row.termStartedAtMs !== null && row.termStartedAtMs >= req.unlessReleasedSince) {
+          return { name: req.name, storeNowMs: now, outcome: 'busy', holder: null, token: row.token, expiresAtMs: null, releasedSince: true };
+        }
         const d = decideClaim(row, req, now, this.state.floor);
         const after = rowAfterClaim(row, req, d, now);
         if (after !== undefined) {
@@ -114,7 +120,7 @@ export class MemoryStore implements LeaseStore {
           case 'renewed':
             return { ...base, outcome: 'renewed', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs };
           case 'busy':
-            return { ...base, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs };
+            return { ...base, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, ...(row?.termStartedAtMs == null ? {} : { grantedAtMs: row.termStartedAtMs }) };
           case 'lost':
             if (d.endTerm) {
               this.state.record({ name: req.name, event: 'conflict', holder: null, previousHolder: req.holder, token: d.token!, atMs: now, detail: CONFLICT_DETAIL });

@@ -12,7 +12,7 @@ import { startCron, type SlotEvent } from '../../src/scheduler/cron.js';
 import { everySchedule } from '../../src/scheduler/schedule.js';
 import { slotKey, type SlotClaimRequest } from '../../src/scheduler/ledger.js';
 import { Leasehold } from '../../src/core/leasehold.js';
-import type { LeasePort } from '../../src/core/port.js';
+import type { ClaimRequest, LeasePort } from '../../src/core/port.js';
 import { useCronWorld } from './cron-world.js';
 import { MemoryLedger } from './memory-ledger.js';
 
@@ -44,7 +44,10 @@ void describe('per-slot: a try answered after the winner released', () => {
         if (typeof v !== 'function') return v;
         const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
         if (prop !== 'claim') return f;
-        return (...args: unknown[]) => (new Promise((resolve) => cw.clock.setTimeout(() => resolve(f(...args)), 300)));
+        // A store that ignores unlessReleasedSince (the reference store honours it, and would
+        // refuse the late try outright): the late term and its read are what is under test.
+        const ignoring = (reqs: ClaimRequest[]): unknown => f(reqs.map(({ unlessReleasedSince: _u, ...r }) => r));
+        return (reqs: ClaimRequest[]) => new Promise((resolve) => cw.clock.setTimeout(() => resolve(ignoring(reqs)), 300));
       },
     }) as LeasePort;
     const claims: string[] = [];

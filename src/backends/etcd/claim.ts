@@ -485,7 +485,9 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
     }
     const lookup = { lease: l.term.lease, renew, nonce: term.nonce };
     if (req.expect === null) {
-      const result: ClaimResult = { name: req.name, outcome: 'busy', holder: term.holder, token, expiresAtMs: null, storeNowMs };
+      // When the term began: its state key's start, as its claimant's clock bound said (time.ts).
+      const granted = stateVal?.holder === term.holder && stateVal.endedBy === undefined && stateVal.startedAtMs !== undefined ? { grantedAtMs: stateVal.startedAtMs } : {};
+      const result: ClaimResult = { name: req.name, outcome: 'busy', holder: term.holder, token, expiresAtMs: null, storeNowMs, ...granted };
       // Quiet: its follower waits on the watch; the expiry stays unknown rather than cost a lookup.
       return p.grant === undefined ? { result } : { result, ttlLookup: lookup };
     }

@@ -47,6 +47,8 @@ export interface LeaseRow {
   expires_at_us: string | null;
   ended_by: LeaseRowState['endedBy'];
   now_us: string;
+  /** When the term on the row began (read back by a batch with contenders). */
+  term_started_at_us?: string | null;
   /** The connection the current term is tied to (liveness 'session', ./session.ts), or null. */
   session_conn?: string | null;
   /** Liveness 'session': the claim was not granted because the session lock was free (1). */
@@ -111,7 +113,7 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean, ser
     contenders.forEach((r, i) => {
       add(`SET @p${i} = NULL, @e${i} = NULL, @t${i} = NULL, @k${i} = NULL`);
       if (r.session === undefined) {
-        add(`SELECT holder, expires_at_us, token INTO @p${i}, @e${i}, @t${i} FROM ${T.leases} WHERE name = ? FOR UPDATE`, r.name);
+        add(`SELECT holder, expires_at_us, token, ended_by, term_started_at_us INTO @p${i}, @e${i}, @t${i}, @b${i}, @s${i} FROM ${T.leases} WHERE name = ? FOR UPDATE`, r.name);
       } else {
         endOrphan(add, i, r.name, sessionLockName(database, r.name));
         rivalLock(add, i, r, sessionLockName(database, r.name), server.mariadb);
@@ -119,6 +121,9 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean, ser
       // The clock is read after the lock: a wait for it must not make a live term look expired
       // or an expired one live for longer.
       add(`SET @n${i} = ${NOW_US}, @a${i} = (@p${i} IS NULL OR @e${i} <= ${NOW_US})`);
+      // ClaimRequest.unlessReleasedSince: a term begun since then and released by its holder did
+      // what this contender came for; nothing granted (readAnswers says so from the row).
+      if (r.session === undefined && r.unlessReleasedSince !== undefined) add(`SET @a${i} = (@a${i} AND NOT (@p${i} IS NULL AND @b${i} <=> 'released' AND @s${i} >= ?))`, sinceUs(r.unlessReleasedSince));
       if (r.session !== undefined) {
         // A free lease with the session lock free too: a term granted now would be tied to
         // nothing (the claimant's session missed the lock, and whoever held it has let go
@@ -173,7 +178,7 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean, ser
   // A row that does not exist is not read back: a renewal of a name never claimed.
   const lockFree = contenders.flatMap((r, i) => (r.session === undefined ? [] : [{ name: r.name, i }]));
   parts.push(
-    `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us, IF(session_token <=> token, session_conn, NULL) AS session_conn` +
+    `SELECT name, holder, nonce, token, expires_at_us, ended_by, term_started_at_us, ${NOW_US} AS now_us, IF(session_token <=> token, session_conn, NULL) AS session_conn` +
       (lockFree.length === 0 ? '' : `, CASE name ${lockFree.map((f) => `WHEN ? THEN @f${f.i}`).join(' ')} ELSE 0 END AS session_lock_free`) +
       ` FROM ${T.leases} WHERE name IN (?)`,
   );
@@ -261,11 +266,12 @@ export function readAnswers(requests: readonly ClaimRequest[], rows: readonly Le
     }
     const handed = row === undefined ? undefined : handedTerm(req, row);
     if (handed !== undefined) return { ...handed, ...tied(req, row!) };
+    if (releasedSince(req, row)) return { name: req.name, outcome: 'busy', holder: null, token: BigInt(row!.token), expiresAtMs: null, storeNowMs, releasedSince: true };
     const state = row === undefined || row.expires_at_us === null && row.holder === null && row.token === '0' ? undefined : rowState(row);
     const d = decideClaim(state, req, storeNowMs);
     switch (d.outcome) {
       case 'busy':
-        return { name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs };
+        return { name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs, ...grantedAt(row) };
       case 'lost':
         if (d.endTerm) conflicts.push(req);
         return { name: req.name, outcome: 'lost', reason: d.reason, holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs };
@@ -278,6 +284,22 @@ export function readAnswers(requests: readonly ClaimRequest[], rows: readonly Le
     }
   });
   return { results, conflicts };
+}
+
+/** unlessReleasedSince in the row's microseconds. */
+function sinceUs(ms: number): string {
+  return String(Math.ceil(ms * 1000));
+}
+
+/** The row shows a term begun since the contender's unlessReleasedSince and released by its holder (the batch refused it). */
+function releasedSince(req: ClaimRequest, row: LeaseRow | undefined): boolean {
+  if (req.expect !== null || req.session !== undefined || req.unlessReleasedSince === undefined || row === undefined) return false;
+  return row.holder === null && row.ended_by === 'released' && row.term_started_at_us != null && BigInt(row.term_started_at_us) >= BigInt(sinceUs(req.unlessReleasedSince));
+}
+
+/** ClaimResult's grantedAtMs for a busy answer: when the holding term began. */
+function grantedAt(row: LeaseRow | undefined): { grantedAtMs?: number } {
+  return row?.term_started_at_us == null ? {} : { grantedAtMs: Number(row.term_started_at_us) / 1000 };
 }
 
 /** Liveness 'session': the claim was refused because the session lock was free (take it and claim again). */

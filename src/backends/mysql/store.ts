@@ -50,6 +50,8 @@ const IDLE_TRANSACTION_S = 5;
  */
 export class MysqlStore implements LeaseStore {
   readonly kind = 'mysql';
+  /** ClaimRequest.unlessReleasedSince is refused from the row the claim reads (port.ts). */
+  readonly honoursReleasedSince = true as const;
   /** A batch travels as one JSON document; 2,000 leases is about 300 KB, far below max_allowed_packet. */
   readonly maxClaimBatch = 2000;
   /** A release hands the term to the registered waiter in its own transaction (sql/006-handover.ts). */

@@ -20,9 +20,17 @@ export function claimStatement(s: string, requests: readonly ClaimRequest[]): { 
     requests.map((q) => (q.expect === null && q.handoff !== undefined ? q.handoff.join(',') : null)),
   ];
   const args = '$1::text[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::boolean[], $7::text[]';
-  if (!requests.some((q) => q.session !== undefined)) return { text: `SELECT * FROM ${s}.claim(${args})`, values };
-  values.push(requests.map((q) => (q.session === undefined ? null : Number(q.session))));
-  return { text: `SELECT * FROM ${s}.claim_session(${args}, $8::int[])`, values };
+  let call = `${s}.claim(${args})`;
+  if (requests.some((q) => q.session !== undefined)) {
+    values.push(requests.map((q) => (q.session === undefined ? null : Number(q.session))));
+    call = `${s}.claim_session(${args}, $8::int[])`;
+  }
+  if (!requests.some((q) => q.expect === null)) return { text: `SELECT * FROM ${call}`, values };
+  // A busy answer says when the holding term began (ClaimResult.grantedAtMs), from the row as this
+  // statement's snapshot saw it; a term granted by another transaction after that snapshot shows
+  // another token, and then nothing is said (never a wrong time).
+  const granted = `CASE WHEN c.outcome = 'busy' AND l.token = c.token THEN extract(epoch FROM l.term_started_at) * 1000 END AS granted_at_ms`;
+  return { text: `SELECT c.*, ${granted} FROM ${call} WITH ORDINALITY c LEFT JOIN ${s}.leases l ON l.name = c.name ORDER BY c.ordinality`, values };
 }
 
 /**
@@ -53,5 +61,6 @@ export function toClaimResult(row: Record<string, unknown>): ClaimResult {
   }
   // Liveness 'session' (sql/015-session-lock-free.ts): take the free lock and claim again.
   const lockFree = row['reason'] === SESSION_LOCK_FREE ? { sessionLockFree: true as const } : {};
-  return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs, ...lockFree };
+  const granted = row['granted_at_ms'] == null ? {} : { grantedAtMs: Number(row['granted_at_ms']) };
+  return { name, outcome: 'busy', holder, token, expiresAtMs, storeNowMs, ...lockFree, ...granted };
 }

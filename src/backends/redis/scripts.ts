@@ -107,10 +107,17 @@ end
  *   request i: [2+2i] the lease hash, [3+2i] the lease's history stream; then the token floor
  *   and the floor's time (`floor-at`).
  * ARGV: [1] retain ms, [2] global history cap, [3] per-lease history cap, [4] layout version,
- *   [5] the freed channel, then per request 6 values: name, holder, expected nonces
- *   (comma-joined; nonces are base64url), next nonce, ttl ms, contend (1/0).
- * Reply: [now ms, then per request: outcome, reason, token, holder, expires at ms, and last
- *   the microseconds the script ran by Redis's own clock (store.ts sizes the next batch by it)].
+ *   [5] the freed channel, then per request 7 values: name, holder, expected nonces
+ *   (comma-joined; nonces are base64url), next nonce, ttl ms, contend (1/0), and the
+ *   contender's unlessReleasedSince in ms ('' for none).
+ * Reply: [now ms, then per request: outcome, reason, token, holder, expires at ms, the holding
+ *   term's start in ms (busy answers; else ''), and last the microseconds the script ran by
+ *   Redis's own clock (store.ts sizes the next batch by it)].
+ *
+ * unlessReleasedSince (ClaimRequest): a contender whose lease was released by a term that began
+ * at or after it is answered busy with reason 'released-since', from the HMGET alone: nothing
+ * written, no token spent (a per-slot cron contender that arrives after its slot's winner has
+ * run and released the slot's term).
  *
  * Clones (store.ts, expectation 4b): a renewal with our holder id but a nonce the hash does not
  * hold, on a live term, means two processes share one term. The script ends the term there and
@@ -132,7 +139,7 @@ if version and tonumber(version) and tonumber(version) > tonumber(ARGV[4]) then
     ', newer than this leasehold understands (' .. ARGV[4] .. '); upgrade leasehold')
 end
 local retain = tonumber(ARGV[1])
-local n = (#ARGV - 5) / 6
+local n = (#ARGV - 5) / 7
 -- The operator's floor matters only to a new token: read on the first acquisition, so a busy
 -- follower's claim and a renewal are one HMGET (and a renewal's HSET) after the layout check.
 local floor
@@ -140,18 +147,22 @@ local plan = {}
 -- Pass 1 reads and decides; nothing is written until every decision is known to be writable,
 -- because a Lua error halfway through would leave half a batch applied.
 for i = 1, n do
-  local a = 5 + (i - 1) * 6
+  local a = 5 + (i - 1) * 7
   local p = { name = ARGV[a + 1], holder = ARGV[a + 2], expect = ARGV[a + 3], nxt = ARGV[a + 4],
-              ttl = tonumber(ARGV[a + 5]), contend = ARGV[a + 6] == '1',
+              ttl = tonumber(ARGV[a + 5]), contend = ARGV[a + 6] == '1', since = tonumber(ARGV[a + 7]),
               key = KEYS[2 + 2 * i], hkey = KEYS[3 + 2 * i] }
-  local cur = redis.call('HMGET', p.key, 'holder', 'nonce', 'token', 'exp', 'ended', 'gc')
-  p.ch, p.cn, p.ct, p.ce, p.ended, p.gc = cur[1], cur[2], cur[3], cur[4], cur[5], cur[6]
+  local cur = redis.call('HMGET', p.key, 'holder', 'nonce', 'token', 'exp', 'ended', 'gc', 'start')
+  p.ch, p.cn, p.ct, p.ce, p.ended, p.gc, p.start = cur[1], cur[2], cur[3], cur[4], cur[5], cur[6], cur[7]
   local cexp = p.ce and tonumber(p.ce)
+  local cstart = p.start and tonumber(p.start)
   -- Is the stored nonce one of the expected ones? A plain (not pattern) find in ',a,b,c,'.
   local nonce_ok = p.cn and p.cn ~= '' and p.expect ~= '' and
     string.find(',' .. p.expect .. ',', ',' .. p.cn .. ',', 1, true) ~= nil
   if not p.contend then
     if p.ch == p.holder and nonce_ok and cexp and cexp > now then p.outcome = 'renewed' else p.outcome = 'lost' end
+  elseif p.since and (not p.ch) and p.ended == 'released' and cstart and cstart >= p.since then
+    p.outcome = 'busy'
+    p.reason = 'released-since'
   elseif (not p.ch) or (not cexp) or cexp <= now then
     p.outcome = 'acquired'
   else
@@ -220,6 +231,7 @@ for i = 1, n do
     out[#out + 1] = tokstr
     out[#out + 1] = p.holder
     out[#out + 1] = fmt(exp)
+    out[#out + 1] = ''
   elseif p.conflict then
     -- As a release does: the token stays (the next one is larger), the record is kept for
     -- \`retain\`, and followers are woken.
@@ -237,12 +249,21 @@ for i = 1, n do
     out[#out + 1] = p.ct
     out[#out + 1] = ''
     out[#out + 1] = fmt(now)
+    out[#out + 1] = ''
+  elseif p.reason == 'released-since' then
+    out[#out + 1] = 'busy'
+    out[#out + 1] = p.reason
+    out[#out + 1] = p.ct or ''
+    out[#out + 1] = ''
+    out[#out + 1] = ''
+    out[#out + 1] = ''
   else
     out[#out + 1] = p.outcome
     out[#out + 1] = p.reason or ''
     out[#out + 1] = p.ct or ''
     out[#out + 1] = p.ch or ''
     out[#out + 1] = p.ce or ''
+    if p.outcome == 'busy' then out[#out + 1] = p.start or '' else out[#out + 1] = '' end
   end
 end
 -- How long this script held Redis's single thread, by Redis's clock (the store sizes its next

@@ -108,6 +108,7 @@ const DAY_MS = 86_400_000;
  */
 export class RedisStore implements LeaseStore, AsyncDisposable {
   readonly kind = 'redis';
+  readonly honoursReleasedSince = true as const; // port.ts: refused in the claim script (scripts.ts)
   readonly description: string;
   readonly prefix: string;
   /** Runs leasehold's scripts on this store's connection (also used by `fence/redis`). */
@@ -281,12 +282,13 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
     for (const r of requests) {
       const ttlMs = Math.ceil(r.ttlMs);
       keys.push(this.keys.lease(r.name), this.keys.leaseHistory(r.name));
-      args.push(r.name, r.holder, r.expect === null ? '' : r.expect.join(','), r.nextNonce, String(ttlMs), r.expect === null ? '1' : '0');
+      const since = r.expect === null && r.unlessReleasedSince !== undefined ? String(Math.floor(r.unlessReleasedSince)) : '';
+      args.push(r.name, r.holder, r.expect === null ? '' : r.expect.join(','), r.nextNonce, String(ttlMs), r.expect === null ? '1' : '0', since);
     }
     keys.push(this.keys.floor, this.keys.floorAt);
     const out = await this.run(CLAIM, keys, args, options);
     const storeNowMs = Number(out[0]);
-    const ranUs = Number(out[1 + requests.length * 5]);
+    const ranUs = Number(out[1 + requests.length * 6]);
     // A few leases say little per lease (the script's fixed work dominates): learn from batches.
     const renewals = requests.every((r) => r.expect !== null);
     // A full slice teaches too: learning only from LEARN_FROM leases up, an estimate once above
@@ -303,7 +305,7 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
     const results: ClaimResult[] = [];
     for (let i = 0; i < requests.length; i++) {
       const name = requests[i]!.name;
-      const [outcome, reason, token, holder, exp] = out.slice(1 + i * 5, 6 + i * 5);
+      const [outcome, reason, token, holder, exp, start] = out.slice(1 + i * 6, 7 + i * 6);
       if (outcome === 'acquired' || outcome === 'renewed') {
         results.push({ name, outcome, token: BigInt(token!), holder: holder!, expiresAtMs: Number(exp), storeNowMs });
       } else if (outcome === 'lost') {
@@ -316,8 +318,11 @@ export class RedisStore implements LeaseStore, AsyncDisposable {
           expiresAtMs: numOrNull(exp),
           storeNowMs,
         });
+      } else if (outcome === 'busy' && reason === 'released-since') {
+        results.push({ name, outcome, holder: null, token: bigOrNull(token), expiresAtMs: null, storeNowMs, releasedSince: true });
       } else if (outcome === 'busy') {
-        results.push({ name, outcome, holder: orNull(holder), token: bigOrNull(token), expiresAtMs: numOrNull(exp), storeNowMs });
+        const grantedAtMs = numOrNull(start);
+        results.push({ name, outcome, holder: orNull(holder), token: bigOrNull(token), expiresAtMs: numOrNull(exp), storeNowMs, ...(grantedAtMs === null ? {} : { grantedAtMs }) });
       } else {
         throw new SchemaError(`the claim script answered ${JSON.stringify(outcome)} for lease "${name}"; reinstall leasehold`);
       }

@@ -75,7 +75,7 @@ export function claimBatch(db: SqliteDatabaseLike, stmt: Prepare, requests: read
         renew.run(req.nextNonce, d.expiresAtMs, now, req.name);
         return { name: req.name, outcome: 'renewed', token: d.token, holder: req.holder, expiresAtMs: d.expiresAtMs, storeNowMs: now };
       case 'busy':
-        return { name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now };
+        return { name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now, ...grantedAt(raw) };
       case 'lost':
         if (d.endTerm) {
           conflict.run(now, req.name);
@@ -94,6 +94,11 @@ function releasedSince(raw: LeaseRow | undefined, req: ClaimRequest, now: number
   if (req.expect !== null || req.unlessReleasedSince === undefined || raw === undefined) return undefined;
   if (raw.holder !== null || raw.ended_by !== 'released' || raw.term_started_at === null || Number(raw.term_started_at) < req.unlessReleasedSince) return undefined;
   return { name: req.name, outcome: 'busy', holder: null, token: raw.token, expiresAtMs: null, storeNowMs: now, releasedSince: true };
+}
+
+/** ClaimResult's grantedAtMs for a busy answer: when the holding term began. */
+function grantedAt(raw: LeaseRow | undefined): { grantedAtMs?: number } {
+  return raw?.term_started_at == null ? {} : { grantedAtMs: Number(raw.term_started_at) };
 }
 
 /**
@@ -119,7 +124,7 @@ export function refusedFromSnapshot(stmt: Prepare, requests: readonly ClaimReque
     if (raw === undefined) return undefined;
     const d = decideClaim(rowState(raw), req, now);
     if (d.outcome !== 'busy') return undefined;
-    out.push({ name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now });
+    out.push({ name: req.name, outcome: 'busy', holder: d.holder, token: d.token, expiresAtMs: d.expiresAtMs, storeNowMs: now, ...grantedAt(raw) });
   }
   return out;
 }

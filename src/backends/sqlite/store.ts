@@ -98,6 +98,8 @@ const FOLLOW_UP_MS = [20, 100, 400, 1500];
  */
 export class SqliteStore implements LeaseStore {
   readonly kind = 'sqlite';
+  /** ClaimRequest.unlessReleasedSince is refused from the row the claim reads (port.ts). */
+  readonly honoursReleasedSince = true as const;
   readonly description: string;
   readonly path: string;
   /** The SQLite driver under this store. */
