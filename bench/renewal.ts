@@ -51,9 +51,18 @@ export async function renewal(rec: Recorder, kind: StoreKind, counts: number[], 
       const slow = kind === 'redis' ? await slowlogOn() : undefined;
       // Big batches are slow enough that fewer samples say as much.
       const reps = n >= 10_000 ? Math.max(3, Math.ceil(samples / 5)) : n >= 1000 ? Math.max(3, Math.ceil(samples / 2)) : samples;
+      // The client's CPU per tick beside its wall time: on a loaded host the wall time (and the
+      // keepalive it is divided by) swings with the neighbours, the CPU the client spent much less.
+      const cpu: number[] = [];
       const [a, b] = await interleave(
         reps,
-        () => timed(async () => (calls = await tick())),
+        () =>
+          timed(async () => {
+            const c0 = process.cpuUsage();
+            calls = await tick();
+            const c = process.cpuUsage(c0);
+            cpu.push((c.user + c.system) / 1000);
+          }),
         () => timed(() => raw!.renew()),
       );
       rec.add({
@@ -66,6 +75,8 @@ export async function renewal(rec: Recorder, kind: StoreKind, counts: number[], 
         baseline: stat(b),
         extra: {
           'store calls/tick': calls,
+          // The first sample is interleave's unrecorded warm-up.
+          'client CPU ms/tick': stat(cpu.slice(1)).median,
           'baseline calls/tick': 1,
           ...(slow === undefined ? {} : await slow.longest()),
           ...(kind === 'etcd' && n >= 1000 ? portFloor(n, reps, stat(a).median, stat(b).median) : {}),

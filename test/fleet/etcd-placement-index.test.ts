@@ -38,6 +38,7 @@ if (!selectedStores().includes('etcd')) {
     let store: EtcdStore;
     let fleet: Fleet;
     let keysRead = 0;
+    let keysCounted = 0;
     before(async () => {
       const { Etcd3 } = (await import('etcd3')) as unknown as { Etcd3: new (o: Record<string, unknown>) => Etcd3Like & { close(): void } };
       client = new Etcd3({ hosts: parseEtcdUrl(TEST_ETCD_URL).hosts });
@@ -45,6 +46,8 @@ if (!selectedStores().includes('etcd')) {
       (client.kv as { txn: (req: EtcdTxnRequest, o?: unknown) => Promise<EtcdTxnResponse> }).txn = async (req, o) => {
         const r = await txn(req, o as never);
         for (const op of r.responses) keysRead += op.response_range?.kvs.length ?? 0;
+        // What etcd counted for each range's `count`: every key of the range, whatever its limit.
+        for (const op of r.responses) keysCounted += Number(op.response_range?.count ?? 0);
         return r;
       };
       store = await EtcdStore.create({ client, prefix });
@@ -87,6 +90,20 @@ if (!selectedStores().includes('etcd')) {
       assert.equal((await fleet.owner('walk-b')).agent.match(/\d+$/)![0].length, 4);
       const moved = await counted(async () => fleet.reassign('walk-0', { from: (await fleet.owner('walk-0')).agent }));
       assert.ok(moved.keys <= BOUND + 8, `reassign read ${moved.keys} keys`);
+    });
+
+    void it('has etcd count about one step of keys per placement, not the whole index (a window, refilled now and then)', async () => {
+      const placements = 24;
+      let whole = 0;
+      for (let i = 0; i < placements; i++) {
+        keysCounted = 0;
+        await fleet.place(`count-${i}`);
+        // A placement that counted past its step's bound read the index to its end: a refill.
+        if (keysCounted > BOUND) whole++;
+      }
+      // The window starts at WALK keys and loses one a placement; it is refilled below WALK / 4:
+      // at most one refill per (WALK - WALK / 4) placements, and one more for where it started.
+      assert.ok(whole <= Math.ceil(placements / (WALK - WALK / 4)) + 1, `${whole} of ${placements} placements counted the whole index (${AGENTS} load keys)`);
     });
 
     void it('still places on the least loaded', async () => {

@@ -9,6 +9,7 @@ import { createEtcdStore, type EtcdStore, type Etcd3Like } from '../../src/backe
 import type { SessionBook } from '../../src/backends/etcd/session-book.js';
 import type { EtcdKeys } from '../../src/backends/etcd/keys.js';
 import type { ClaimRequest, ClaimResult } from '../../src/backends/store.js';
+import { realClock, type Clock } from '../../src/core/clock.js';
 import { deleteEtcdKeys, etcdAdmin, freshEtcdPrefix, TEST_ETCD_URL } from '../helpers/etcd-store.js';
 
 type Counts = Record<'grant' | 'txn' | 'ttl' | 'range' | 'keepalive', number>;
@@ -228,6 +229,34 @@ void describe('etcd sessions: safety', () => {
     assert.equal(outcome(await one(f.store, renew('dropped', 'h1', [nonces.get('dropped')!], 'late', TTL))), 'lost:expired');
     const [info] = await f.store.list({ name: 'kept' });
     assert.equal(info?.state, 'held');
+  });
+
+  void it('a term unrenewed for a TTL, renewed by a batch that joins another batch\'s tick, is renewed and not swept by that tick', async () => {
+    await using f = await fixture();
+    const TTL = 10_000;
+    // The monotonic clock is the sweep's: stepped past the TTL, every term is a sweep candidate
+    // while the session's etcd lease, on etcd's own clock, is nowhere near its end.
+    let monoStep = 0;
+    const stepped: Clock = { ...realClock, monoNow: () => realClock.monoNow() + monoStep };
+    const store = await createEtcdStore({ url: TEST_ETCD_URL, prefix: f.prefix, clock: stepped });
+    try {
+      const nonces = await onSession(store, ['first', 'joined'], 'h1', TTL);
+      monoStep = TTL + 1;
+      // Two batches sent together share one tick, as the scheduler sends them: 'joined' is in
+      // the batch that joins the tick the first one opened; the tick's sweep must count it.
+      const [a, b] = await Promise.all([
+        store.claim([renew('first', 'h1', [nonces.get('first')!], 'first-x', TTL)]),
+        store.claim([renew('joined', 'h1', [nonces.get('joined')!], 'joined-x', TTL)]),
+      ]);
+      assert.deepEqual([...a, ...b].map(outcome), ['renewed', 'renewed']);
+      for (const name of ['first', 'joined']) {
+        const [info] = await store.list({ name });
+        assert.equal(info?.state, 'held', `${name}, answered renewed, is still held`);
+      }
+      assert.equal(outcome(await one(store, renew('joined', 'h1', ['joined-x'], 'joined-y', TTL))), 'renewed');
+    } finally {
+      await store.close();
+    }
   });
 
   void it('a holder paused past its TTL finds its session gone (lost: expired), and a new session serves its next term', async () => {

@@ -144,6 +144,18 @@ void test('orphans: a term neither renewed nor moving for a whole TTL is swept, 
   assert.deepEqual(keepalive(planTick(plan.state, v(), now(c))).orphans.map(([n]) => n), ['idle']);
 });
 
+void test('the sweep asks whether a name is renewed only of a term unrenewed for a whole TTL (the renewed names need not be hashed each tick)', async () => {
+  const c = new FakeClock();
+  const t0 = c.monoNow();
+  const terms = new Map(Array.from({ length: 50 }, (_, i): [string, SessionTerm] => [`t${i}`, term(String(100 + i), i < 2 ? t0 : t0 + 2500)]));
+  const asked: string[] = [];
+  const renewing = { has: (name: string): boolean => (asked.push(name), name === 't0') };
+  await c.advance(TTL_SEC * 1000 + 1);
+  const plan = keepalive(planTick(opened(c), view(c, { terms, renewing }), now(c)));
+  assert.deepEqual(plan.orphans.map(([n]) => n), ['t1'], 't0 is renewed by this tick; t1 is not');
+  assert.deepEqual(asked, ['t0', 't1']);
+});
+
 void test('one Txn holds what fits etcd\'s --max-txn-ops: at most half the room for markers, the rest for orphans', async () => {
   const c = new FakeClock();
   const terms = new Map(Array.from({ length: 20 }, (_, i): [string, SessionTerm] => [`t${i}`, term(String(100 + i), c.monoNow())]));

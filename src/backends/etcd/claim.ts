@@ -159,7 +159,6 @@ interface Pending {
 
 export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequest[], deadline: number): Promise<ClaimResult[]> {
   checkClaimBatch(requests);
-  const results: (ClaimResult | undefined)[] = new Array<ClaimResult | undefined>(requests.length);
   const lookups: { index: number; lease: string; renew: RenewValue | null; nonce: string }[] = [];
 
   const grants = new Map<number, Grant>();
@@ -168,7 +167,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
     ctx.sessions === undefined ? undefined : { client: ctx.client, keys: ctx.keys, call: ctx.call, maxOpsPerTxn: ctx.maxOpsPerTxn, book: ctx.sessions };
   // Renewals of terms a session holds are answered by its tick; the rest go through the rounds.
   const pass = sessionCtx === undefined ? undefined : await renewOnSessions(sessionCtx, requests, deadline);
-  for (const [i, r] of pass?.answered ?? []) results[i] = r;
+  const results: (ClaimResult | undefined)[] = pass?.answered ?? new Array<ClaimResult | undefined>(requests.length);
   const sessionGrant = (req: ClaimRequest): Grant | undefined =>
     req.expect === null || req.expect.length === 0 ? undefined : pass?.grants.get(sessionKeyOf(req.holder, ttlSecOf(req.ttlMs)));
   const grantOf = (req: ClaimRequest): Grant | undefined => sessionGrant(req) ?? grants.get(req.ttlMs);

@@ -15,7 +15,7 @@ import {
   type ResourcePage,
   type ResourcePageRequest,
 } from '../../fleet/port.js';
-import { type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
+import { type EtcdKeyValue, type EtcdRequestOp, type EtcdResponseOp, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { newNonce } from '../../core/identity.js';
 import { json, prefixEnd, type EtcdKeys } from './keys.js';
 import { mapLedgerError, pages } from './pages.js';
@@ -23,7 +23,7 @@ import type { EtcdStore } from './store.js';
 import { agentRows, generationOf, isLive, parseAgent, parseOwn, type AgentValue, type Candidate, type Ctx, type OwnValue } from './fleet-rows.js';
 import { listAgents, listResources, type FleetKeys } from './fleet-list.js';
 import { all, first, guarded, rangeOf, schemaOk } from './txn.js';
-import { buildLoad, idOfLoadKey, labelsOfLoad, loadKeysOf, loadOps, type LoadKeys } from './fleet-load.js';
+import { buildLoad, idOfLoadKey, labelsOfLoad, loadKeysOf, loadOps, LoadWindow, type LoadKeys, type LoadPage } from './fleet-load.js';
 
 /*
  * The fleet registry in etcd, beside the etcd lease store's keys (same prefix {p}):
@@ -68,6 +68,8 @@ const WALK = 32;
  * gets on in bigger steps, so even a fleet with no live agent is read in few round trips.
  */
 const WALK_ON = 256;
+/** Fewer load keys than this left in a placement's window (fleet-load.ts LoadWindow) and it reads on, and places the window again. */
+const REFILL = WALK / 4;
 const AGENTS_PER_READ = 50;
 /** Ownership records deleted per Txn by prune: well under etcd's default --max-txn-ops (128). */
 const PRUNE_CHUNK = 50;
@@ -86,6 +88,8 @@ export class EtcdFleet implements FleetPort {
   private readonly store: EtcdStore;
   /** Which agent owned a resource when last looked up: lets owner() read all it needs in one Txn. */
   private readonly guesses = new Map<string, string>();
+  /** The first read of the load index, by load prefix. */
+  private readonly windows = new Map<string, LoadWindow>();
 
   constructor(store: EtcdStore) {
     this.store = store;
@@ -281,10 +285,26 @@ export class EtcdFleet implements FleetPort {
    * sort_order: etcd answers a range in key order already, and a range with one (even Ascend by
    * Key, on etcd 3.4) is read whole, sorted and then cut to the limit: 30 ms for 32 of 10,000
    * keys, against 5 without. (The rest is etcd counting the range for the answer's `count`,
-   * about 0.25 µs a key on this machine, which no option of a range avoids.)
+   * about 0.25 µs a key on this machine, which no option of a range avoids: so a placement's
+   * first read is a window, LoadWindow in fleet-load.ts, and only a walk past it reads to the end.)
    */
   private loadPage(k: EtcdKeys, from: Buffer, limit = WALK): EtcdRequestOp {
     return { request_range: { key: from, range_end: prefixEnd(Buffer.from(this.load(k).loadPrefix)), limit } };
+  }
+
+  private window(k: EtcdKeys): LoadWindow {
+    const l = this.load(k);
+    let w = this.windows.get(l.loadPrefix);
+    if (w === undefined) this.windows.set(l.loadPrefix, (w = new LoadWindow(l, WALK, REFILL)));
+    return w;
+  }
+
+  /** The first step's page from the window's answer `r` (LoadWindow.page). */
+  private firstPage(c: Ctx, w: LoadWindow, r: EtcdResponseOp | undefined, bound: Buffer | undefined, where: string): Promise<LoadPage> {
+    return w.page(all(r), r?.response_range?.more === true, bound, async (from, limit) => {
+      const on = await this.txn(c, { compare: [], success: [this.loadPage(c.keys, from, limit)], failure: [] }, where);
+      return { kvs: all(on.responses[0]), more: on.responses[0]?.response_range?.more === true };
+    });
   }
 
   /**
@@ -346,10 +366,12 @@ export class EtcdFleet implements FleetPort {
     const k = c.keys;
     const key = this.ownKey(k, resource);
     const l = this.load(k);
+    const win = this.window(k);
     const sent = new Set<string>();
     let attempt = 0;
     for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
-      const r = await this.read(c, [rangeOf(key), rangeOf(l.built), this.loadPage(k, Buffer.from(l.loadPrefix))], 'fleet place');
+      const head = win.first();
+      const r = await this.read(c, [rangeOf(key), rangeOf(l.built), head.op], 'fleet place');
       const own = first(r.responses[0]);
       const cur = parseOwn(own);
       if (own !== undefined && cur !== null) {
@@ -360,7 +382,8 @@ export class EtcdFleet implements FleetPort {
         await this.ensureLoad(c, 'fleet place', attempt);
         continue;
       }
-      const a = await this.walk(c, all(r.responses[2]), r.responses[2]?.response_range?.more === true, labels, null, 'fleet place');
+      const page = await this.firstPage(c, win, r.responses[2], head.bound, 'fleet place');
+      const a = await this.walk(c, page.kvs, page.more, labels, null, 'fleet place');
       if (a === undefined) return { outcome: 'no-agent' };
       const writeId = newNonce();
       sent.add(writeId);
@@ -386,12 +409,14 @@ export class EtcdFleet implements FleetPort {
     const sent = new Set<string>();
     let attempt = 0;
     const l = this.load(k);
+    const win = this.window(k);
     for (; attempt === 0 || Date.now() < c.deadline; attempt++) {
+      const head = win.first();
       // The resource's record, the current owner's record, and either the named agent's keys or the load index's first step.
       const toName = to === null ? null : `${AGENT_LEASE_PREFIX}${to}`;
       const r = await this.read(
         c,
-        [rangeOf(key), rangeOf(this.agentKey(k, from)), ...(to === null ? [rangeOf(l.built), this.loadPage(k, Buffer.from(l.loadPrefix))] : [rangeOf(this.agentKey(k, to)), rangeOf(k.term(toName!))])],
+        [rangeOf(key), rangeOf(this.agentKey(k, from)), ...(to === null ? [rangeOf(l.built), head.op] : [rangeOf(this.agentKey(k, to)), rangeOf(k.term(toName!))])],
         'fleet reassign',
       );
       const ownKv = first(r.responses[0]);
@@ -404,7 +429,8 @@ export class EtcdFleet implements FleetPort {
           await this.ensureLoad(c, 'fleet reassign', attempt);
           continue;
         }
-        a = await this.walk(c, all(r.responses[3]), r.responses[3]?.response_range?.more === true, v.labels, from, 'fleet reassign');
+        const page = await this.firstPage(c, win, r.responses[3], head.bound, 'fleet reassign');
+        a = await this.walk(c, page.kvs, page.more, v.labels, from, 'fleet reassign');
       } else {
         const toKv = first(r.responses[2]);
         const value = parseAgent(toKv);

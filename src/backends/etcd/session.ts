@@ -93,7 +93,7 @@ export class Session {
   /** Bumped by each tick: a tick given up at its deadline must not write the session's state when it ends. */
   private gen = 0;
   /** The tick not yet sent, which concurrent renewals join; and the last one sent. */
-  private upcoming: { names: Set<string>; result: Promise<TickResult> } | undefined;
+  private upcoming: { names: Renewing; result: Promise<TickResult> } | undefined;
   private last: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -122,12 +122,12 @@ export class Session {
    * Ticks of one session never overlap: two at once would each find the other's swap and take
    * it for a clone's. The scheduler sends a tick's batches concurrently; they share one tick.
    */
-  renew(ctx: SessionContext, names: Iterable<string>, deadline: number): Promise<TickResult> {
+  renew(ctx: SessionContext, names: readonly string[], deadline: number): Promise<TickResult> {
     if (this.upcoming !== undefined) {
-      for (const n of names) this.upcoming.names.add(n);
+      this.upcoming.names.join(names);
       return this.upcoming.result;
     }
-    const joined = new Set(names);
+    const joined = new Renewing(names);
     // Shared by every caller that joins: no one caller's abandonment may fail the others'.
     const shared: SessionContext = { ...ctx, call: { signal: undefined, attemptMs: ctx.call.attemptMs } };
     const result = this.last
@@ -161,6 +161,34 @@ export class Session {
   /** The lease as a grant, for claim.ts's renewal that moves a term onto it. */
   grant(): Grant {
     return { id: this.leaseId, ttlSec: this.ttlSec, sentAtMs: this.state.expiresAtMs - this.ttlSec * 1000, session: true };
+  }
+}
+
+/**
+ * The names a tick renews, as the batches that joined it sent them. Only the sweep asks about
+ * a name, and only of a term unrenewed for a whole TTL, so the set is built on the first such
+ * question: hashing 10,000 names on every tick, to answer none, was a fifth of its client time.
+ */
+class Renewing {
+  private parts: (readonly string[])[];
+  private set: Set<string> | undefined;
+
+  constructor(names: readonly string[]) {
+    this.parts = [names];
+  }
+
+  join(names: readonly string[]): void {
+    if (this.set === undefined) this.parts.push(names);
+    else for (const n of names) this.set.add(n);
+  }
+
+  has(name: string): boolean {
+    if (this.set === undefined) {
+      this.set = new Set();
+      for (const part of this.parts) for (const n of part) this.set.add(n);
+      this.parts = [];
+    }
+    return this.set.has(name);
   }
 }
 
@@ -234,7 +262,7 @@ function nowOf(clock: Clock): TickNow {
  * left to Session.renew. `renewing`: the names renewed now; a term not among them and not
  * renewed for a TTL is deleted as an orphan.
  */
-async function tick(ctx: SessionContext, s: Session, renewing: ReadonlySet<string>, deadline: number, current: () => boolean): Promise<TickResult> {
+async function tick(ctx: SessionContext, s: Session, renewing: { has(name: string): boolean }, deadline: number, current: () => boolean): Promise<TickResult> {
   const k = ctx.keys;
   const clock = ctx.client.clock;
   const given = (): StoreUnavailableError => new StoreUnavailableError(`etcd: a session renewal answered after it was given up; this is retryable`);
@@ -349,8 +377,8 @@ async function endAsCloned(ctx: SessionContext, s: Session, deadline: number): P
 
 /** How claim.ts hands a batch to the sessions, and what it gets back. */
 interface SessionPass {
-  /** Answers given here, by request index. */
-  answered: Map<number, ClaimResult>;
+  /** Answers given here, by request index (an array as long as the batch: claim.ts fills in the rest). */
+  answered: (ClaimResult | undefined)[];
   /** Request indexes left for claim.ts's rounds. */
   rest: number[];
   /** The session lease a renewal left for the rounds moves its term onto, by SessionBook.keyOf. */
@@ -366,7 +394,7 @@ interface SessionPass {
  * batch, and leaves everything else to claim.ts.
  */
 export async function renewOnSessions(ctx: SessionContext, requests: readonly ClaimRequest[], deadline: number): Promise<SessionPass> {
-  const answered = new Map<number, ClaimResult>();
+  const answered = new Array<ClaimResult | undefined>(requests.length);
   const rest: number[] = [];
   const fromSession = new Set<number>();
   const fast = new Map<Session, { index: number; term: SessionTerm; seq: number }[]>();
@@ -375,10 +403,12 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
   let lastHolder: string | undefined;
   let lastTtlMs: number | undefined;
   let s: Session | undefined;
-  requests.forEach((req, i) => {
+  let list: { index: number; term: SessionTerm; seq: number }[] | undefined;
+  for (let i = 0; i < requests.length; i++) {
+    const req = requests[i]!;
     if (req.expect === null || req.expect.length === 0) {
       rest.push(i);
-      return;
+      continue;
     }
     if (req.holder !== lastHolder || req.ttlMs !== lastTtlMs) {
       lastHolder = req.holder;
@@ -386,18 +416,18 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
       const ttlSec = ttlSecOf(req.ttlMs);
       needed.set(sessionKeyOf(req.holder, ttlSec), { holder: req.holder, ttlSec });
       s = ctx.book.get(req.holder, ttlSec);
+      list = s === undefined ? undefined : fast.get(s);
+      if (s !== undefined && list === undefined) fast.set(s, (list = []));
     }
     const t = s?.terms.get(req.name);
     if (s !== undefined && t?.rev !== undefined && req.expect.includes(t.nonce)) {
-      const list = fast.get(s) ?? [];
-      list.push({ index: i, term: t, seq: ++s.seq });
-      fast.set(s, list);
-      return;
+      list!.push({ index: i, term: t, seq: ++s.seq });
+      continue;
     }
     // Not the session's to answer: a first renewal (the rounds move it onto the session), or a
     // nonce the session never gave out (the rounds read the store and call it a clone).
     rest.push(i);
-  });
+  }
   if (needed.size === 0) return { answered, rest, grants: new Map(), fromSession, seqs: new Map() };
 
   const grants = new Map<string, Grant>();
@@ -408,6 +438,10 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
         const mine = fast.get(s) ?? [];
         const r = await s.renew(ctx, mine.map((m) => requests[m.index]!.name), deadline);
         if (r.kind === 'alive') {
+          // Read once, after the keepalive's answer: later than when etcd restarted the TTL, so
+          // the sweep (renewedAt + TTL) still comes after the engine's own deadline for the term.
+          const renewedAt = ctx.client.clock.monoNow();
+          const moving = s.moving.size > 0;
           for (const { index, term, seq } of mine) {
             const req = requests[index]!;
             // Ended by a marker (or replaced meanwhile): the rounds read the store.
@@ -417,10 +451,10 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
               continue;
             }
             term.nonce = req.nextNonce;
-            term.renewedAt = ctx.client.clock.monoNow();
-            term.seq = Math.max(term.seq, seq);
-            if (s.moving.has(req.name)) s.settled.set(req.name, Math.max(s.settled.get(req.name) ?? 0, seq));
-            answered.set(index, { name: req.name, outcome: 'renewed', token: ctx.keys.token(term.rev!), holder: req.holder, expiresAtMs: r.expiresAtMs, storeNowMs: r.storeNowMs });
+            term.renewedAt = renewedAt;
+            if (seq > term.seq) term.seq = seq;
+            if (moving && s.moving.has(req.name)) s.settled.set(req.name, Math.max(s.settled.get(req.name) ?? 0, seq));
+            answered[index] = { name: req.name, outcome: 'renewed', token: (term.token ??= ctx.keys.token(term.rev!)), holder: req.holder, expiresAtMs: r.expiresAtMs, storeNowMs: r.storeNowMs };
           }
           grants.set(key, s.grant());
           return;
@@ -430,7 +464,7 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
         for (const { index, term } of mine) {
           const req = requests[index]!;
           if (r.kind === 'cloned' && term.rev !== undefined) {
-            answered.set(index, { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(term.rev), expiresAtMs: storeNowMs, storeNowMs });
+            answered[index] = { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(term.rev), expiresAtMs: storeNowMs, storeNowMs };
           } else {
             // Gone: every term on it ended; the rounds read how.
             rest.push(index);
@@ -486,6 +520,7 @@ export function settleInSession(ctx: SessionContext, req: ClaimRequest, result: 
   const prev = s.terms.get(req.name);
   s.terms.set(req.name, {
     rev: (result.token - ctx.keys.floor).toString(),
+    token: result.token,
     moved: prev?.moved ?? sessionTermValue(req.holder, req.nextNonce),
     moveNonce: prev?.moveNonce ?? req.nextNonce,
     nonce: req.nextNonce,

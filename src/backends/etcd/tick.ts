@@ -22,6 +22,12 @@ export interface SessionTerm {
    * that moves it here has not been answered (it may have landed: then `moved` is its value).
    */
   rev: string | undefined;
+  /**
+   * The token (`rev` plus the token floor), kept once known: answering 10,000 renewals a tick
+   * must not parse as many decimal strings into bigints. The floor cannot move under a live
+   * session (raising it ends every session: TickView.floorMoved).
+   */
+  token?: bigint;
   /** The term key's value as the move wrote it: [holder, move nonce, 's']. */
   moved: Buffer;
   /** The nonce the move wrote: what the renew record names (claim.ts tells 'expired' by it). */
@@ -90,8 +96,11 @@ export interface TickView {
   /** The call's deadline, wall ms. */
   deadline: number;
   terms: ReadonlyMap<string, SessionTerm>;
-  /** The names renewed by this tick: never orphans. */
-  renewing: ReadonlySet<string>;
+  /**
+   * The names renewed by this tick: never orphans. Asked only of a term already unrenewed for a
+   * TTL (rare), so a caller may build it lazily rather than hash every name on every tick.
+   */
+  renewing: { has(name: string): boolean };
   /** Names whose move onto the session is in flight: the call that moves it decides, then it is swept. */
   moving: ReadonlyMap<string, number>;
   /** etcd's --max-txn-ops. */
@@ -130,7 +139,7 @@ export function planTick(state: SessionState, view: TickView, now: TickNow): Tic
   const sweep = now.mono - state.sweptAt >= ttlMs / 4;
   for (const [name, t] of sweep ? view.terms : []) {
     if (orphans.length >= room - markers.length) break;
-    if (!view.renewing.has(name) && !view.moving.has(name) && t.renewedAt + ttlMs < now.mono) orphans.push([name, t]);
+    if (t.renewedAt + ttlMs < now.mono && !view.moving.has(name) && !view.renewing.has(name)) orphans.push([name, t]);
   }
   return { kind: 'keepalive', state: { ...state, usedAt: now.mono, sweptAt: sweep ? now.mono : state.sweptAt }, markers, orphans, valueAtMs: now.wall };
 }
