@@ -15,9 +15,11 @@ import { TABLE_END, TABLE_START } from '../../bench/table.js';
 const runJs = fileURLToPath(new URL('../../bench/run.js', import.meta.url));
 const benchDocs = fileURLToPath(new URL('../../../scripts/bench-docs.mjs', import.meta.url));
 
-// MySQL's clean handover waits out the lease's 30 s TTL (three times: a warm-up and two samples)
-// until its follower wake-up lands; the other stores finish in seconds.
-const SMOKE_MS = selectedStores().includes('mysql') ? 240_000 : 110_000;
+// A bound against a hang, not a timing: the smoke runs every figure on every selected store, about
+// 2 minutes on a 2-core host running the suite, and over 4 with stress-ng --cpu 2 beside it (the
+// stressed run st1 killed it at the old 240 s, mid-way through its cron figure). Under the test
+// runner's 12-minute bound on a file.
+const SMOKE_MS = 9 * 60_000;
 
 void test('bench --smoke runs every figure on the selected stores and writes JSON and SVG', { timeout: SMOKE_MS + 10_000 }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'lh-bench-smoke-'));
