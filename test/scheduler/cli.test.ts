@@ -274,16 +274,27 @@ for (const kind of (['sqlite', 'postgres'] as const).filter((k) => selectedStore
       const store = storeFor(kind);
       if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', store])).code, 0);
       const job = sb.script(`long-${kind}.sh`, 'sleep 30');
-      const cron = sb.start(['cron', '--name', 'long', '--every', '1s', '--ttl', '3s', '--store', store, '--', job]);
-      await until('a slot started', () => /slot \S+: started/.test(cron.stderr), 15_000);
-      cron.proc.kill('SIGTERM');
-      const d = await cron.done;
-      assert.equal(d.code, 143, d.stderr);
-      const h = await sb.run(['cron', 'history', 'long', '--json', '--store', store]);
-      const rows = JSON.parse(h.stdout) as { status: string; reason: string | null }[];
-      assert.equal(rows.length, 1, h.stdout);
-      assert.equal(rows[0]!.status, 'interrupted', h.stdout);
-      assert.match(rows[0]!.reason ?? '', /SIGTERM while the job ran/);
+      // The fault must land on a running term: on a loaded host the term can end first (CI2: the
+      // replica's event loop stalled past its deadline and it stood down 'suspended', correctly),
+      // and then the SIGTERM tests nothing. Such an attempt is made again, at most 3 times.
+      for (let attempt = 1; ; attempt++) {
+        const name = `long-${attempt}`;
+        const cron = sb.start(['cron', '--name', name, '--every', '1s', '--ttl', '3s', '--store', store, '--', job]);
+        await until('a slot started', () => /slot \S+: started/.test(cron.stderr), 15_000);
+        cron.proc.kill('SIGTERM');
+        const d = await cron.done;
+        assert.equal(d.code, 143, d.stderr);
+        const h = await sb.run(['cron', 'history', name, '--json', '--store', store]);
+        const rows = JSON.parse(h.stdout) as { status: string; reason: string | null }[];
+        assert.equal(rows.length, 1, h.stdout);
+        assert.equal(rows[0]!.status, 'interrupted', h.stdout);
+        if (attempt < 3 && /the term ended while the job ran/.test(rows[0]!.reason ?? '')) {
+          process.stdout.write(`# attempt ${attempt}: the term ended before the SIGTERM (${rows[0]!.reason}); again\n`);
+          continue;
+        }
+        assert.match(rows[0]!.reason ?? '', /SIGTERM while the job ran/);
+        break;
+      }
     });
 
     void it('a slow job does not overlap: slots that come due while it runs are recorded skipped (overlap)', async () => {

@@ -79,9 +79,15 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
           // The property: the death is seen when the dead holder's session ends (its connection
           // closes, or its process is gone), and the rerun follows in a few round trips; before,
           // it waited for the next slot's claim (or, for a term tied to no session, the TTL).
-          // The kill lands within a few hundred ms of the slot, so "before the next slot is
-          // due" leaves over a second for those round trips on a loaded host.
-          assert.ok(rerunAt < hungAt + PERIOD_MS, `slot ${hung} was rerun ${rerunAt - hungAt}ms after it was due, at or after the next slot (killed at +${killedAt - hungAt}ms)`);
+          // The kill usually lands within a few hundred ms of the slot, so "before the next slot
+          // is due" leaves over a second for those round trips on a loaded host. A kill that lands
+          // past half the period (CI2: the job itself started 2.9 s late, the kill at +2431 ms) has
+          // no room left for that comparison; the bound on the rerun after the kill still holds.
+          if (killedAt - hungAt < PERIOD_MS / 2) {
+            assert.ok(rerunAt < hungAt + PERIOD_MS, `slot ${hung} was rerun ${rerunAt - hungAt}ms after it was due, at or after the next slot (killed at +${killedAt - hungAt}ms)`);
+          } else {
+            process.stdout.write(`# ${kind}: the kill landed at +${killedAt - hungAt}ms of slot ${hung} (a late job on a loaded host): rerun ${rerunAt - killedAt}ms after it\n`);
+          }
           assert.ok(rerunAt - killedAt < TTL_MS / 4, `rerun ${rerunAt - killedAt}ms after the kill`);
           assert.ok(BigInt(starts[1]![2]!) > BigInt(starts[0]![2]!), 'the rerun has a larger token');
           replicas.push(sb.start(args));
