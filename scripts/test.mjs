@@ -27,7 +27,7 @@ environment:
   LEASEHOLD_TEST_STORES=postgres,sqlite,redis,etcd,mysql   the stores to cover (default: all five);
                                  a file named after a store left out (stores/etcd-*, topologies/pg-*) is left out too
   LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL, LEASEHOLD_TEST_MYSQL_URL   where the stores are
-  LEASEHOLD_TEST_CONCURRENCY=4   files at once in the parallel phase
+  LEASEHOLD_TEST_CONCURRENCY=3   files at once in the parallel phase
   LEASEHOLD_TEST_NODE=/path/to/node   run the tests with another Node binary
   LEASEHOLD_TEST_TIMES=path   where the per-file wall-time table goes (default: os.tmpdir())
   LEASEHOLD_TEST_FILE_TIMEOUT_MS=720000   a file still running after this fails (a hang, not load)
@@ -154,7 +154,7 @@ function longestFirst(files) {
   return [...files].sort((a, b) => key(b) - key(a) || a.localeCompare(b));
 }
 const phases = [
-  { name: 'parallel', files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '4' },
+  { name: 'parallel', files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '3' },
   { name: 'serial', files: all.filter(isSerial), concurrency: '1' },
 ].filter((p) => p.files.length > 0 && (onlyPhase === undefined || p.name === onlyPhase));
 
