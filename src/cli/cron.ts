@@ -276,7 +276,7 @@ export async function cronCommand(argv: string[]): Promise<number> {
         }
       },
     );
-    const roles = new RoleLines(report, parsed.mode, parsed.schedule.description);
+    const roles = new RoleLines(report, parsed.mode, parsed.schedule.description, () => lh.holder);
     cron.lease.on('busy', (holder, expiresInMs) => roles.busy(holder, expiresInMs));
     /** A slot event in the current term: a per-slot term that had none (a startup's check) says nothing on release. */
     let slotInTerm = false;
@@ -384,9 +384,14 @@ class RoleLines {
     private readonly report: Reporter,
     private readonly mode: CronMode,
     private readonly schedule: string,
+    /** This replica's holder id now (it changes on a fork or restore). */
+    private readonly self: () => string,
   ) {}
 
   busy(holder: string | null, expiresInMs: number | null): void {
+    // Its own earlier slot's term, its release still in flight: not another replica to follow
+    // (CI4 printed "following: <its own id>", then "taking over ... after following" itself).
+    if (holder !== null && holder === this.self()) return;
     const who = holder ?? 'another replica';
     if (this.followed.has(who)) return;
     this.followed.add(who);
