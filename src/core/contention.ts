@@ -45,6 +45,18 @@ interface ContentionInit {
   random?: () => number;
   /** AcquireOptions.unlessReleasedSince: a term granted since it, held or released, ends the wait. */
   unlessReleasedSince?: number;
+  /**
+   * An earlier contention's registration this one takes over (AcquireOptions.stayRegistered):
+   * its nonces are this contender's as if it had sent them, so a term a release handed to them
+   * is recognised as ours, and a withdrawal withdraws them too.
+   */
+  carried?: Registration | undefined;
+}
+
+/** A waiter registration: the holder id and the nonces it registered under. */
+export interface Registration {
+  holder: string;
+  expect: string[];
 }
 
 /** What to send. */
@@ -99,6 +111,7 @@ export class ContentionMachine {
   constructor(init: ContentionInit) {
     this.init = init;
     this.random = init.random ?? Math.random;
+    if (init.carried !== undefined && init.handsOver) [this.handoff, this.handoffHolder, this.registered] = [[...init.carried.expect], init.carried.holder, true];
   }
 
   /** Before a claim with `nonce` is sent by `holder` at `now`. */
@@ -107,7 +120,10 @@ export class ContentionMachine {
     // (its first 'busy' claim replaces the old identity's registration).
     if (holder !== this.handoffHolder) [this.handoff, this.handoffHolder, this.registered] = [[], holder, false];
     // Only a contender that will wait registers: one that gives up at once never needs withdrawing.
-    const waits = this.init.handsOver && this.init.waitUntil > now;
+    // One already registered (a claim answered 'busy', or a registration carried over) sends its
+    // nonces whatever is left of the wait: a term a release handed it is then recognised as
+    // ours, where a claim without them would find it 'busy', held by our own holder id.
+    const waits = this.init.handsOver && (this.init.waitUntil > now || this.registered);
     this.attempt = { waits, nonce };
     return {
       waits,
@@ -189,6 +205,16 @@ export class ContentionMachine {
     const since = this.init.unlessReleasedSince;
     if (since === undefined || result?.outcome !== 'busy') return false;
     return result.releasedSince === true || (result.grantedAtMs !== undefined && result.grantedAtMs >= since);
+  }
+
+  /**
+   * Stopped without a term, with the last answer a term granted before unlessReleasedSince (or
+   * none answered at all): the registration is still worth keeping for a contention that
+   * follows at once (AcquireOptions.stayRegistered). Not when the last answer was a term granted
+   * since (its holder is the one to follow; a registration kept would be handed its term).
+   */
+  staysRegistered(): boolean {
+    return !this.won && this.registered && !this.servedSince(this.lastBusy);
   }
 
   /** A term from this contention began. */

@@ -73,6 +73,18 @@ export interface AcquireOptions {
    */
   unlessReleasedSince?: number;
   /**
+   * On stores with one-write handover (PostgreSQL, MySQL): when the wait runs out without a term
+   * (the last answer a term granted before `unlessReleasedSince`, or any term without it), stay
+   * registered as the waiter a release hands the term to, and let the next `acquire()` of this
+   * Lease take the registration over: a term handed to it in between is that acquire's. A claim
+   * in flight as the wait ends is waited for, not given up on. `release()` and `close()`
+   * withdraw a registration kept so. For a contender that gives up only to contend again at
+   * once: per-slot cron's wait for an earlier slot's term ends at the next slot, whose try
+   * follows; a withdrawal still in flight when that term's release handed it the term left a
+   * term nobody ran, granted after the next slot, and the next slot was lost.
+   */
+  stayRegistered?: boolean;
+  /**
    * Liveness 'session' only: claim with this session (opened with the store's `openSession`, kept
    * by the caller between attempts, for example one waiting on the session lock) instead of
    * opening one. A won term takes it over (released over it, closed when the term ends); after

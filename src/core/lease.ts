@@ -13,6 +13,7 @@ import {
   type LeaseLostReason,
 } from './errors.js';
 import { ContentionMachine } from './contention.js';
+import { KeptRegistration } from './kept-registration.js';
 import { InFlight, claimWithinWait, ranOutOfWait, sleepOrFreed, withSignal } from './waits.js';
 import type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseState } from './lease-types.js';
 import { snapshotOfTerm, termFromSnapshot } from './snapshot.js';
@@ -71,6 +72,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
   private session: LeaseSession | undefined;
   private readonly releasing = new InFlight<boolean>();
   private readonly handover: boolean;
+  /** A contention's registration kept for the next one (AcquireOptions.stayRegistered). */
+  private readonly kept = new KeptRegistration((r) => this.host.release({ name: this.name, ...r }).catch(() => false));
   /** This lease's contentions register as the waiter a release hands the term to (LeaseOptions.handover). */
   private get handsOver(): boolean {
     return this.handover && this.host.store.handover === true;
@@ -226,7 +229,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
     const signal = options.signal === undefined ? internal : AbortSignal.any([internal, options.signal]);
     const wait = options.wait ?? true;
     const waitUntil = wait === true ? Infinity : wait === false ? 0 : this.clock.monoNow() + parseDuration(wait, 'wait');
-    const m = new ContentionMachine({ name: this.name, ttlMs: this.timing.ttlMs, renewMs: this.timing.renewMs, waitUntil, handsOver: this.handsOver, unlessReleasedSince: options.unlessReleasedSince });
+    const carried = this.kept.take(this.host.currentHolder());
+    const m = new ContentionMachine({ name: this.name, ttlMs: this.timing.ttlMs, renewMs: this.timing.renewMs, waitUntil, handsOver: this.handsOver, unlessReleasedSince: options.unlessReleasedSince, carried });
+    let gaveUp = false;
     this._state = 'contending';
     let freed: { promise: Promise<void>; cancel(): void } | undefined;
     const session = this.liveness === 'session' ? new ContenderSession(this.host.store, this.name, this.timing.ttlMs, options.session) : undefined;
@@ -248,7 +253,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
         try {
           const sessionId = await session?.id({ signal });
           const claim = this.host.claim({ name: this.name, holder, ttlMs: this.timing.ttlMs, expect: null, nextNonce, ...(plan.waits ? { handoff: plan.handoff! } : {}), ...(sessionId === undefined ? {} : { session: sessionId }), ...(options.unlessReleasedSince === undefined ? {} : { unlessReleasedSince: options.unlessReleasedSince }) });
-          result = plan.lastLook ? await claim : await claimWithinWait(this.clock, claim, waitUntil, `the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`, (r) => {
+          // Staying registered, a claim in flight as the wait ends is waited for: given up on, a
+          // term it was granted would be handed straight back, after the next contention began.
+          result = plan.lastLook || options.stayRegistered === true ? await claim : await claimWithinWait(this.clock, claim, waitUntil, `the store did not answer the claim of lease "${this.name}" before the wait ran out; this is retryable`, (r) => {
                   // Given up on, yet it landed: hand the term straight back, as one aborted in flight is.
                   if (r.outcome === 'acquired') void this.host.release({ name: this.name, holder, expect: [r.nonce ?? nextNonce] }).catch(() => false);
                 });
@@ -289,6 +296,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
           continue;
         }
         if (step.busy !== undefined) this.emit('busy', step.busy.holder, step.busy.remainingMs);
+        gaveUp = step.kind === 'give-up';
         if (step.kind === 'give-up') throw step.error;
         const wake = freed ?? this.host.waitForFreed(this.name, signal);
         await sleepOrFreed(this.clock, step.ms, session === undefined ? wake : session.wake(wake, step.ms));
@@ -298,7 +306,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
       if (session !== undefined) await session.close();
       // Best effort: if the withdrawal fails, that costs at most one TTL, as a crash would.
       const w = m.withdrawal();
-      if (w !== undefined) await this.host.release({ name: this.name, ...w }).catch(() => false);
+      if (w !== undefined && options.stayRegistered === true && gaveUp && !signal.aborted && (this._state as LeaseState) !== 'closed' && m.staysRegistered()) this.kept.keep(w);
+      else if (w !== undefined) await this.host.release({ name: this.name, ...w }).catch(() => false);
       this.host.retainWhileContending(-1);
       if (this._state === 'contending') this._state = 'idle';
     }
@@ -483,6 +492,8 @@ export class Lease extends EventEmitter<LeaseEvents> {
     // (contend's finally), so a release that follows it (a shutdown, a test) cannot hand it a
     // term. That waits for a claim in flight, one round trip.
     if (contention !== undefined && this.handsOver) await contention.then(noop, noop);
+    // A registration kept for an acquire that will not come, with any term handed to it meanwhile.
+    await this.kept.withdrawNow();
     return this.endAndRelease('released', 'released by this process');
   }
 
@@ -521,22 +532,13 @@ export class Lease extends EventEmitter<LeaseEvents> {
     let t = this.fenceTerm(term);
     const { previous, release } = queueFenceWrite(t);
     if (previous === undefined) return issueFenceWrite(t, release, newNonce());
-    let onAbort: (() => void) | undefined;
     try {
-      await Promise.race([
-        previous,
-        new Promise<never>((_, reject) => {
-          onAbort = () => reject(term.signal.reason as Error);
-          if (term.signal.aborted) onAbort();
-          else term.signal.addEventListener('abort', onAbort, { once: true });
-        }),
-      ]);
+      // The term's end ends the wait with its loss.
+      await withSignal(previous, term.signal, (s) => s.reason);
       t = this.fenceTerm(term);
     } catch (err) {
       release();
       throw err;
-    } finally {
-      if (onAbort !== undefined) term.signal.removeEventListener('abort', onAbort);
     }
     return issueFenceWrite(t, release, newNonce());
   }

@@ -65,7 +65,7 @@ export async function sleepOrFreed(clock: Clock, ms: number, freed: { promise: P
 }
 
 /** Races a promise against a caller's signal without leaving listeners behind. */
-export async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+export async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefined, abortError: (signal: AbortSignal) => unknown = (s) => new AbortedError('aborted by the caller', { cause: s.reason })): Promise<T> {
   if (signal === undefined) return p;
   signal.throwIfAborted();
   let onAbort: (() => void) | undefined;
@@ -73,7 +73,7 @@ export async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefin
     return await Promise.race([
       p,
       new Promise<never>((_, reject) => {
-        onAbort = () => reject(new AbortedError('aborted by the caller', { cause: signal.reason }));
+        onAbort = () => reject(abortError(signal));
         signal.addEventListener('abort', onAbort, { once: true });
       }),
     ]);

@@ -272,10 +272,11 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         // One try; for an on-time slot held by an earlier slot's term, a wait for it (./slot-wait.ts).
         const session = await watch?.forClaim(signal);
         const slot = typeof pending === 'number' ? pending : undefined;
-        term = await trySlotTerm(lease, slot, { signal, session, waitMs: () => (slot === undefined ? 0 : (schedule.next(slot) ?? slot) - storeNow()) });
+        // A drain ends the wait too: no job starts after it, so a term won then would only be handed back.
+        term = await trySlotTerm(lease, slot, { signal: AbortSignal.any([signal, handle.draining.signal]), session, waitMs: () => (slot === undefined ? 0 : (schedule.next(slot) ?? slot) - storeNow()) });
         watch?.won();
       } catch (e) {
-        if (signal.aborted) return;
+        if (signal.aborted || handle.draining.signal.aborted) return;
         // Busy: another replica's term (this slot's winner, an earlier slot's job still running,
         // or a dead replica's term running out). Unavailable: this replica sits the slot out.
         if (!(e instanceof NotAcquiredError || isRetryableError(e))) throw e;

@@ -43,7 +43,10 @@ export async function trySlotTerm(lease: Lease, slotAtMs: number | undefined, op
   const { signal, session } = options;
   // An on-time slot's contender takes no term if this slot's winner has already run and
   // released it (a claim queued behind SQLite's write lock that long would only read it done).
-  const since = slotAtMs === undefined ? {} : { unlessReleasedSince: slotAtMs };
+  // Staying registered as the waiter between tries (AcquireOptions.stayRegistered): the next
+  // try of this slot, or the next slot's, takes the registration over, so a term a release
+  // hands it in between is run, not withdrawn unseen after that slot came due.
+  const since = slotAtMs === undefined ? {} : { unlessReleasedSince: slotAtMs, stayRegistered: session === undefined };
   try {
     return await lease.acquire({ wait: false, signal, ...(session === undefined ? {} : { session }), ...since });
   } catch (e) {
@@ -51,7 +54,7 @@ export async function trySlotTerm(lease: Lease, slotAtMs: number | undefined, op
     // Whole milliseconds: store times (PostgreSQL's) carry fractions, and a wait is a Duration.
     const waitMs = Math.floor(options.waitMs());
     if (waitMs <= 0) throw e;
-    return await lease.acquire({ wait: waitMs, signal, unlessReleasedSince: slotAtMs });
+    return await lease.acquire({ wait: waitMs, signal, unlessReleasedSince: slotAtMs, stayRegistered: true });
   }
 }
 

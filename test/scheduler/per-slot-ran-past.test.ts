@@ -14,33 +14,18 @@ import { startCron, type SlotContext } from '../../src/scheduler/cron.js';
 import { everySchedule } from '../../src/scheduler/schedule.js';
 import { slotKey } from '../../src/scheduler/ledger.js';
 import { Leasehold } from '../../src/core/leasehold.js';
-import { StoreUnavailableError } from '../../src/core/errors.js';
 import type { LeasePort } from '../../src/core/port.js';
 import type { World } from '../unit/harness.js';
 import { useCronWorld } from './cron-world.js';
 import { MemoryLedger } from './memory-ledger.js';
+import { lateReleases } from '../helpers/late-releases.js';
 
 const SEC = 1000;
 const { world, crons } = useCronWorld();
 
-/**
- * The world's store, where every release times out on the client at once and reaches the store
- * `delay.ms` later (a loaded store: the holder's own loop, its release failed, cannot tell its term
- * from a live one either). 0 releases at once (the test's clean-up).
- */
+/** The world's store with every release landing `delay.ms` late, by the world's clock (../helpers/late-releases.ts). */
 function slowReleases(cw: World, delay: { ms: number }): LeasePort {
-  return new Proxy(cw.store, {
-    get(target, prop) {
-      const v: unknown = Reflect.get(target, prop, target);
-      if (typeof v !== 'function') return v;
-      const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
-      if ((prop !== 'release' && prop !== 'releaseMany') || delay.ms === 0) return f;
-      return (...args: unknown[]) => {
-        cw.clock.setTimeout(() => void Promise.resolve(f(...args)).catch(() => undefined), delay.ms);
-        return Promise.reject(new StoreUnavailableError('the release timed out (it lands later)'));
-      };
-    },
-  }) as LeasePort;
+  return lateReleases(cw.store as LeasePort, delay, (f, ms) => cw.clock.setTimeout(f, ms));
 }
 
 /** Two replicas on every-second slots, each job `jobMs` long, each release landing `releaseMs` late; runs `slots` slots. */
@@ -103,5 +88,35 @@ void describe('per-slot: an earlier slot\'s term still holds the lease at a slot
       assert.ok(!ran.includes(r.slotAtMs!), `${r.key}, skipped as an overlap, never ran`);
     }
     assert.equal(maxRunning, 1, 'no two jobs ran at once');
+  });
+});
+
+void describe('per-slot: a drain while waiting for an earlier slot\'s term', () => {
+  void it('ends the wait at once, not at the next slot, and takes no term', async () => {
+    const cw = world();
+    const now = (): number => cw.clock.outsideNow();
+    const period = 10 * SEC;
+    // Just after a slot: the holder below takes its term before the next slot.
+    cw.clock.suspend(period - (now() % period) + 100);
+    const ledger = new MemoryLedger(cw.store, now);
+    // Another process holds the schedule's lease from before the next slot, and keeps it.
+    const holder = new Leasehold({ store: cw.store, clock: cw.clock, suspension: false });
+    const cron = startCron(new Leasehold({ store: cw.store, clock: cw.clock, suspension: false }), ledger, 'tick', { schedule: everySchedule(period), ttl: 3 * SEC }, () => assert.fail('no job runs'));
+    try {
+      const held = await holder.lease('tick', { ttl: 3 * SEC }).acquire();
+      // Past the next slot: this replica found the lease held by a term granted before it, and waits.
+      await cw.clock.advance(period);
+      assert.equal(cron.lease.state, 'contending', 'waiting for the earlier term');
+      cron.drain();
+      // A drain ends the wait within a few store calls, far short of the next slot (10 s away).
+      await cw.clock.until(() => cron.lease.state !== 'contending', SEC);
+      assert.equal(cron.lease.state, 'idle', 'the wait ended without a term');
+      assert.equal(held.signal.aborted, false, 'the holder keeps its term');
+    } finally {
+      // Stopped on a moving clock, as in run() above.
+      let stopped = false;
+      void Promise.all([cron.stop(), holder.close()]).then(() => (stopped = true));
+      await cw.clock.until(() => stopped, 10 * SEC);
+    }
   });
 });
