@@ -255,6 +255,8 @@ export async function cronCommand(argv: string[]): Promise<number> {
         // guards a signal that landed in the same turn: the throw is recorded 'interrupted'.
         if (signals.received !== undefined) throw new Error(`not started: ${signals.received} arrived`);
         if (!(await probesUp)) throw new Error('not started: the metrics or health port could not be served');
+        // And again: a signal can arrive while the probes come up.
+        if (signals.received !== undefined) throw new Error(`not started: ${signals.received} arrived`);
         const sup = new Supervisor(name, term, timing, graceMs, report);
         supervisor = sup;
         lease.on('renewed', sup.noteRenewed);
