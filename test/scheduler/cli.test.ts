@@ -192,7 +192,10 @@ for (const kind of (['sqlite', 'postgres'] as const).filter((k) => selectedStore
         const rows = JSON.parse(h.stdout) as Array<{ slot: string; slotAt: string; status: string }>;
         const newest = rows.reduce((x, y) => (Date.parse(y.slotAt) > Date.parse(x.slotAt) ? y : x));
         assert.deepEqual([s.last.status, Date.parse(s.last.slotAt)], [newest.status, Date.parse(newest.slotAt)], `${s.name}: ls's last slot is the ledger's newest row`);
-        assert.ok(['succeeded', 'failed', 'interrupted'].includes(s.last.status), `${s.name}: last ${s.last.status}`);
+        // Any final status: on a loaded host (CI: SQLite, the test 6x its quiet time) a job that ran
+        // past the next slot has that slot recorded 'skipped' (overlap) by its own term, and that is
+        // then the newest row. Never 'claimed': a stopped replica records its claimed slot interrupted.
+        assert.ok(['succeeded', 'failed', 'interrupted', 'skipped'].includes(s.last.status), `${s.name}: last ${s.last.status}`);
       }
       const lastGood = (JSON.parse((await sb.run(['cron', 'history', 'good', '--json', '--limit', '1000', '--store', store])).stdout) as Array<{ slot: string; slotAt: string; status: string }>)
         .filter((r) => r.status === 'succeeded')

@@ -44,10 +44,13 @@ setInterval(() => {
 void describe('per-slot: releases that land after the next slot', { concurrency: true }, () => {
   for (const kind of selectedStores()) {
     void describe(`per-slot on ${kind}: releases that land after the next slot`, () => {
-      // etcd: the late-release fault this test injects makes etcd runs miss a slot in 2 of 3 runs on
-      // this host (a 400 ms job's slot then reads 'overlap' after it: something of the etcd path
-      // takes over 2 s after a release its client gave up on; not yet explained). Left out, saying
-      // so, until it is: see issue 33's note of 2026-12-06.
+      // etcd: the late-release fault this test injects made etcd runs miss a slot in 2 of 3 runs on
+      // 2026-12-06 (a 400 ms job's slot then read 'overlap'), and in 1 of 23 runs the day after the
+      // stayRegistered change (which does not touch etcd: it has no handover). The one history seen:
+      // a replica woken by the earlier term's release took this slot's term 18 ms after that
+      // release landed and let it go about 20 ms later without a ledger row or a slot event.
+      // Not yet explained; left out, saying so, until it is (issue 33). The failure message now
+      // carries each replica's events, for the next run that misses one.
       const why = kind === 'etcd' ? "etcd: a release its client gave up on stalls the next slot's term past the period (unexplained; issue 33)" : false;
       if (why !== false) process.stdout.write(`# skipped on etcd: ${why}\n`);
       void it('each next slot runs late, once, after the earlier term is released; none is recorded missed', { skip: why }, async () => {
@@ -60,6 +63,7 @@ void describe('per-slot: releases that land after the next slot', { concurrency:
           try {
             await ts.store.migrate();
             const ran: number[] = [];
+            const trail: string[] = [];
             let running = 0;
             let maxRunning = 0;
             for (let i = 0; i < 2; i++) {
@@ -67,14 +71,19 @@ void describe('per-slot: releases that land after the next slot', { concurrency:
               opened.push(s);
               const lh = new Leasehold({ store: lateReleases(s.leasehold.store, delay), suspension: false });
               leaseholds.push(lh);
-              crons.push(
-                startCron(lh, s.ledger, 'tick', { schedule: everySchedule(SEC), ttl: '6s', retention: false }, async (ctx) => {
-                  ran.push(ctx.slotAtMs);
-                  maxRunning = Math.max(maxRunning, ++running);
-                  await sleep(JOB_MS);
-                  running--;
-                }),
-              );
+              const cron = startCron(lh, s.ledger, 'tick', { schedule: everySchedule(SEC), ttl: '6s', retention: false }, async (ctx) => {
+                ran.push(ctx.slotAtMs);
+                maxRunning = Math.max(maxRunning, ++running);
+                await sleep(JOB_MS);
+                running--;
+              });
+              crons.push(cron);
+              // What each replica did, for a failure's message.
+              const at = (): string => new Date().toISOString().slice(17, 23);
+              cron.on('slot', (e) => trail.push(`${at()} replica ${i}: ${e.slot.slice(17)} ${e.event} token ${e.token}${e.reason === undefined ? '' : ` (${e.reason})`}`));
+              cron.lease.on('acquired', (t) => trail.push(`${at()} replica ${i}: acquired token ${t.token}`));
+              cron.lease.on('lost', (t, err) => trail.push(`${at()} replica ${i}: term ${t.token} ended: ${err.reason}: ${err.message}`));
+              cron.lease.on('busy', (h, ms) => trail.push(`${at()} replica ${i}: busy (${h === lh.holder ? 'itself' : h}, ${ms} ms left)`));
             }
             // The first slots include each replica's startup term; the window is the slots after.
             await sleep(2 * SEC);
@@ -102,7 +111,7 @@ void describe('per-slot: releases that land after the next slot', { concurrency:
               const t0 = first - 2 * SEC;
               const terms = hist.filter((h) => h.atMs >= t0).map((h) => `${new Date(h.atMs).toISOString()} ${h.event} ${h.holder ?? '-'} (was ${h.previousHolder ?? '-'}) token ${h.token}${h.detail === null ? '' : ` ${h.detail}`}`).join('\n');
               const who = leaseholds.map((l, i) => `replica ${i}: ${l.holder}`).join('\n');
-              assert.fail(`every slot ran (or was an overlap); the ledger:\n${said}\nthe lease's history:\n${terms}\n${who}`);
+              assert.fail(`every slot ran (or was an overlap); the ledger:\n${said}\nthe lease's history:\n${terms}\n${who}\nwhat the replicas did:\n${trail.join('\n')}`);
             }
             assert.equal(rows.length, (last - first) / SEC + 1, `a row for every slot; the ledger:\n${said}`);
             for (const r of rows.filter((x) => x.status === 'succeeded')) assert.equal(ran.filter((t) => t === r.slotAtMs).length, 1, `${r.key} ran once`);
