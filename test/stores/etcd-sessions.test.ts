@@ -10,6 +10,7 @@ import type { SessionBook } from '../../src/backends/etcd/session-book.js';
 import type { EtcdKeys } from '../../src/backends/etcd/keys.js';
 import type { ClaimRequest, ClaimResult } from '../../src/backends/store.js';
 import { realClock, type Clock } from '../../src/core/clock.js';
+import { StoreUnavailableError } from '../../src/core/errors.js';
 import { deleteEtcdKeys, etcdAdmin, freshEtcdPrefix, TEST_ETCD_URL } from '../helpers/etcd-store.js';
 
 type Counts = Record<'grant' | 'txn' | 'ttl' | 'range' | 'keepalive', number>;
@@ -269,6 +270,52 @@ void describe('etcd sessions: safety', () => {
     assert.equal(outcome(await one(f.store, renew('job', 'h1', ['job-t'], 'late', TTL))), 'lost:expired', 'expired, not a clone');
     const again = await onSession(f.store, ['job'], 'h1', TTL);
     assert.equal(outcome(await one(f.store, renew('job', 'h1', [again.get('job')!], 'job-c', TTL))), 'renewed');
+  });
+
+  void it('a keepalive answered "lease gone" by a member behind the cluster, while the lease lives: nothing renewed, nothing ended; the next tick renews', async () => {
+    // A thawed ex-leader answers a keepalive from its own stale lessor (topologies/etcd-cluster,
+    // SIGSTOP of the leader). Here the keepalives reach etcd and renew the lease, but while
+    // `stale` is set their answers read TTL 0, as that member's did.
+    await using f = await fixture();
+    const admin = await etcdAdmin();
+    try {
+      let stale = false;
+      const client: Etcd3Like = {
+        kv: {
+          txn: (r, o) => admin.kv.txn(r, o),
+          range: (r, o) => admin.kv.range(r, o),
+          deleteRange: (r, o) => admin.kv.deleteRange(r, o),
+        },
+        leaseClient: {
+          leaseGrant: (r, o) => admin.leaseClient.leaseGrant(r, o),
+          leaseTimeToLive: (r, o) => admin.leaseClient.leaseTimeToLive(r, o),
+          leaseKeepAlive: async (o) => {
+            const real = await admin.leaseClient.leaseKeepAlive!(o);
+            return {
+              write: (r: { ID: string }) => real.write(r),
+              on: ((event: 'data' | 'error', handler: (x: never) => void) =>
+                event === 'data' ? real.on('data', (res) => (handler as (r: { ID: string; TTL: string }) => void)(stale ? { ...res, TTL: '0' } : res)) : real.on('error', handler as (e: Error) => void)) as never,
+              end: () => real.end(),
+              ...(real.cancel === undefined ? {} : { cancel: () => real.cancel!() }),
+            };
+          },
+        },
+        watch: () => admin.watch(),
+        close: () => undefined,
+      };
+      const store = await f.open(client);
+      const nonces = await onSession(store, ['job'], 'h1');
+      stale = true;
+      const r = await store.claim([renew('job', 'h1', [nonces.get('job')!], 'job-s')]).then(
+        (x) => outcome(x[0]!),
+        (e: unknown) => (e instanceof StoreUnavailableError ? 'unavailable' : `threw ${String(e)}`),
+      );
+      assert.equal(r, 'unavailable', 'unknown is not yes: the renewal is not reported, and the term is not ended either');
+      stale = false;
+      assert.equal(outcome(await one(store, renew('job', 'h1', [nonces.get('job')!, 'job-s'], 'job-t'))), 'renewed', 'the next tick renews the same term');
+    } finally {
+      admin.close();
+    }
   });
 
   void it('a token floor raised by another process ends every session term; no renewal after it says renewed', async () => {

@@ -7,7 +7,7 @@ import { mapEtcdError } from './client.js';
 import type { Grant } from './claim.js';
 import type { MemberPool } from './members.js';
 import { json, parseSession, sessionTermValue, type EtcdKeys, type HistoryValue, type SessionValue, type StateValue } from './keys.js';
-import { all, first, guarded, rangePrefix, schemaOk } from './txn.js';
+import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
 import type { SessionBook } from './session-book.js';
 import { afterKeepalive, afterSwap, openedState, planTick, swapSent, type KeepaliveAnswer, type SessionOver, type SessionState, type SessionTerm, type TickNow, type TickResult } from './tick.js';
 import type { Clock } from './time.js';
@@ -333,11 +333,34 @@ async function tick(ctx: SessionContext, s: Session, renewing: { has(name: strin
     answer = { kind: 'unseen', error: mapEtcdError(err, 'session keepalive') };
   }
   if (!current() && answer.kind === 'answered') throw given();
+  if (answer.kind === 'answered' && !(answer.ttlSec > 0)) answer = await confirmGone(ctx, s, deadline, answer);
   const kept = afterKeepalive(s.state, s.ttlSec, sentAtMs, answer, nowOf(clock));
   if (kept.kind === 'over') return kept.result;
   s.state = kept.state;
   if (kept.kind === 'lost') throw kept.error;
   return { kind: 'alive', expiresAtMs: kept.expiresAtMs, storeNowMs: kept.storeNowMs, ended: swapped.ended };
+}
+
+/**
+ * A keepalive answered "no such lease" (TTL 0), checked before it ends every term of the session.
+ * A keepalive is not a linearizable read: a member that was frozen while a new etcd leader was
+ * elected can answer it from its own stale lessor once it thaws, before it hears of the new
+ * term, and call a live lease expired (test/topologies/etcd-cluster, SIGSTOP of the leader: the
+ * term ended about 100 ms after SIGCONT, in 2 of 5 CI runs). A Txn is linearizable: if the
+ * session key, which lives on the lease, is still there, the lease is, and this tick counts
+ * as unanswered (nothing renewed; "unknown is not yes"), so the local deadline still bounds the
+ * term if no keepalive succeeds. If the key is gone, so is the lease.
+ */
+async function confirmGone(ctx: SessionContext, s: Session, deadline: number, answer: KeepaliveAnswer): Promise<KeepaliveAnswer> {
+  let r: EtcdTxnResponse;
+  try {
+    r = await txn(ctx, { compare: [], success: [rangeOf(s.key)], failure: [] }, deadline, 'session keepalive check');
+  } catch (err) {
+    return { kind: 'unseen', error: err };
+  }
+  const kv = first(r.responses[0]);
+  if (kv === undefined || String(kv.lease) !== String(s.leaseId)) return answer;
+  return { kind: 'unseen', error: new StoreUnavailableError(`etcd: a member answered the session keepalive with lease ${s.leaseId} gone, but a linearizable read still finds it (a member behind the cluster); this is retryable`) };
 }
 
 /**
