@@ -144,6 +144,9 @@ export class ContentionMachine {
   failed(err: unknown, now: number, ranOut: boolean): ErrorVerdict {
     this.lastError = err;
     this.lastErrorRanOut = ranOut;
+    // First, whatever the verdict: a registering claim whose answer was not seen may have
+    // registered, and the withdrawal (or the next contention that carries it) must name it.
+    this.noteRegistration(undefined);
     if (this.init.waitUntil === 0 || !isRetryableError(err)) return { kind: 'throw' };
     let warn: { unreachableForMs: number } | undefined;
     // An outage retried for minutes is one line every few seconds, not one per attempt; a claim
@@ -154,7 +157,6 @@ export class ContentionMachine {
       warn = { unreachableForMs: Math.round(now - this.outageSinceMs) };
     }
     this.errors++;
-    this.noteRegistration(undefined);
     return { kind: 'retry', warn };
   }
 

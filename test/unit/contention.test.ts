@@ -198,3 +198,16 @@ void test('a store without handover never registers, and an acquired answer is h
   m.plan('me', 'n2', 200);
   assert.deepEqual(m.next(acquired(), false, 200), { kind: 'acquired', nonce: 'n2' });
 });
+
+void test('a carried registration: a one-attempt claim that re-registers and gets no answer is named in the withdrawal', () => {
+  // Per-slot cron: the wait for an earlier slot kept its registration (AcquireOptions.stayRegistered),
+  // and the next slot's wait:false try carries it, so it registers again under a new nonce. Its
+  // answer is lost (a client-side timeout; the server committed): the withdrawal must name that
+  // nonce too, or a release hands the term to it and nobody runs it.
+  const m = new ContentionMachine({ name: 'job', ttlMs: TTL, renewMs: RENEW, waitUntil: 0, handsOver: true, carried: { holder: 'h', expect: ['old'] } });
+  const plan = m.plan('h', 'new', 0);
+  assert.equal(plan.waits, true, 'a registered contender sends its nonces');
+  assert.deepEqual(plan.handoff, ['old']);
+  assert.equal(m.failed(new StoreUnavailableError('timed out'), 0, false).kind, 'throw');
+  assert.deepEqual(m.withdrawal(), { holder: 'h', expect: ['old', 'new'] });
+});
