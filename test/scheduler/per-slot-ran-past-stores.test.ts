@@ -45,7 +45,7 @@ void describe('per-slot: releases that land after the next slot', { concurrency:
   for (const kind of selectedStores()) {
     void describe(`per-slot on ${kind}: releases that land after the next slot`, () => {
       // etcd: the late-release fault this test injects made etcd runs miss a slot in 2 of 3 runs on
-      // 2026-12-06 (a 400 ms job's slot then read 'overlap'), and in 1 of 23 runs the day after the
+      // 2026-12-06 (a 400 ms job's slot then read 'overlap'), and in 1 of 25 runs after the
       // stayRegistered change (which does not touch etcd: it has no handover). The one history seen:
       // a replica woken by the earlier term's release took this slot's term 18 ms after that
       // release landed and let it go about 20 ms later without a ledger row or a slot event.
