@@ -46,6 +46,15 @@ function reapersOf(pgid: number): Array<{ pid: number; ppid: number; pgid: numbe
   });
 }
 
+/** The process's command name (after an exec, the new program's), or undefined once it is gone. */
+function commOf(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
 function groupMembers(pgid: number): number[] {
   return procs()
     .filter((p) => p.pgid === pgid)
@@ -115,6 +124,10 @@ wait`,
     await until('the reaper watches the group', () => reapersOf(pid).length > 0);
     const watching = reapersOf(pid);
     pids.push(...watching.map((p) => p.pid));
+    // The script forks `mv` twice (its pid file, then its token file) before `exec sleep 30`; the
+    // pid file shows after the first, so wait for the exec itself before asking about children
+    // (CI saw the second `mv` still running: a child the command did start).
+    await until('the command has exec\'d its sleep', () => commOf(pid) === 'sleep');
     assert.equal(watching.length, 1, 'one reaper watches the group');
     assert.equal(watching[0]!.ppid, r.pid);
     assert.notEqual(watching[0]!.pgid, pid, 'it is not in the group it kills');
