@@ -262,6 +262,7 @@ function views(kind: StoreKind): void {
       await until('the agent is live', () => stdoutEvent(live, 'live'));
       const measure = async (n: number): Promise<{ n: number; list: number; history: number; ledger: number; records: number; fleet: number; resources: number; total: number }> => {
         const contexts: BrowserContext[] = [];
+        const shownAfter: number[] = [];
         if (n > 0) {
           // One page after another: what is measured is the store's reads with n pages connected, not
           // how fast ten Chromium renderers start at once on a loaded two-core host (CI once saw ten
@@ -273,12 +274,19 @@ function views(kind: StoreKind): void {
             const page: Page = await context.newPage();
             const errors: string[] = [];
             page.on('pageerror', (e) => errors.push(errorText(e)));
+            const opened = performance.now();
             await page.goto(url);
-            await page.waitForSelector('[data-schedule="billing"]', { timeout: 30_000 }).catch((e: unknown) => {
-              throw new Error(`browser ${i + 1} of ${n}: the schedule did not show; page errors: ${errors.join(' | ') || 'none'}`, { cause: e });
+            await page.waitForSelector('[data-schedule="billing"]', { timeout: 30_000 }).catch(async (e: unknown) => {
+              // What the page shows instead: its connection, the schedules section and the server's counts.
+              const shown = await page
+                .evaluate(() => ['connText', 'schedList', 'schedErr', 'stats'].map((id) => `${id}: ${(document.querySelector('#' + id)?.textContent ?? '(none)').slice(0, 300)}`).join(' | '))
+                .catch((x: unknown) => `(page unreadable: ${errorText(x)})`);
+              throw new Error(`browser ${i + 1} of ${n}: the schedule did not show; page errors: ${errors.join(' | ') || 'none'}; it shows ${shown}`, { cause: e });
             });
+            shownAfter.push(Math.round(performance.now() - opened));
             assert.deepEqual(errors, [], `browser ${i + 1} of ${n}: no script errors`);
           }
+          t.diagnostic(`${n} browser(s): each page showed the schedule after ${shownAfter.join(', ')}ms`);
           await until(`the server counts ${n} browsers`, async () => (await boardState()).clients === n, 30_000);
         } else {
           await until('no browser connected', async () => (await boardState()).clients === 0);
