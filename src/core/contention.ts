@@ -92,7 +92,7 @@ interface BusyInfo {
 }
 
 export class ContentionMachine {
-  private readonly init: ContentionInit;
+  private init: ContentionInit;
   private readonly random: () => number;
   private errors = 0;
   private lastError: unknown;
@@ -131,6 +131,14 @@ export class ContentionMachine {
       listen: this.init.waitUntil > now,
       lastLook: this.lastBusy !== undefined && this.init.waitUntil <= now,
     };
+  }
+
+  /**
+   * The caller stopped the wait (AcquireOptions.stopWaiting) at `now`: from here on it is a wait
+   * that has run out, so the next answer that is not a term ends it (a claim in flight still counts).
+   */
+  endWait(now: number): void {
+    if (this.init.waitUntil > now) this.init = { ...this.init, waitUntil: now };
   }
 
   /** The claim answered. */

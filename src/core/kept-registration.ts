@@ -16,8 +16,15 @@ export class KeptRegistration {
   /** `withdraw` sends the release that withdraws a registration (and a term handed to it); it never throws. */
   constructor(private readonly withdraw: (r: Registration) => Promise<unknown>) {}
 
-  keep(r: Registration): void {
-    this.kept = r;
+  /**
+   * A contention ended with registration `r` (undefined: none): kept for the next one when
+   * `keep`, else withdrawn now. Best effort: a withdrawal that fails costs at most one TTL, as a
+   * crash would.
+   */
+  async settle(r: Registration | undefined, keep: boolean): Promise<void> {
+    if (r === undefined) return;
+    if (keep) this.kept = r;
+    else await this.withdraw(r);
   }
 
   /**

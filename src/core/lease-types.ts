@@ -61,7 +61,16 @@ export interface LeaseSnapshot {
 export interface AcquireOptions {
   /** true (default): wait for ever; false: one attempt; a duration: give up after it. */
   wait?: boolean | Duration;
+  /** Aborts the acquire: a term a claim in flight wins is handed straight back, and it rejects with AbortedError. */
   signal?: AbortSignal;
+  /**
+   * Ends the wait, not the acquire: once it aborts, the acquire gives up as if its wait had run
+   * out (NotAcquiredError), but a claim already sent is still answered, and a term it wins is
+   * returned. For a caller whose own state the term must reach: per-slot cron's drain, where a
+   * term handed back unused would read to every other replica as "the slot's winner released"
+   * and the slot would be recorded by nobody (it records it 'interrupted' instead).
+   */
+  stopWaiting?: AbortSignal;
   /**
    * A store time (ms since the epoch): do not take a term when one granted at or after it has
    * already been released (its holder did the work this contender came for). Refused with a

@@ -14,7 +14,7 @@ import {
 } from './errors.js';
 import { ContentionMachine } from './contention.js';
 import { KeptRegistration } from './kept-registration.js';
-import { InFlight, claimWithinWait, ranOutOfWait, sleepOrFreed, withSignal } from './waits.js';
+import { InFlight, claimWithinWait, ranOutOfWait, sleepOrFreed, wakeOnAbort, withSignal } from './waits.js';
 import type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseState } from './lease-types.js';
 import { snapshotOfTerm, termFromSnapshot } from './snapshot.js';
 import { newNonce } from './identity.js';
@@ -239,6 +239,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     try {
       for (;;) {
         if (signal.aborted) throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
+        if (options.stopWaiting?.aborted === true) m.endWait(this.clock.monoNow());
         this.host.checkSuspension();
         const holder = this.host.currentHolder();
         const nextNonce = newNonce();
@@ -299,15 +300,13 @@ export class Lease extends EventEmitter<LeaseEvents> {
         gaveUp = step.kind === 'give-up';
         if (step.kind === 'give-up') throw step.error;
         const wake = freed ?? this.host.waitForFreed(this.name, signal);
-        await sleepOrFreed(this.clock, step.ms, session === undefined ? wake : session.wake(wake, step.ms));
+        await sleepOrFreed(this.clock, step.ms, wakeOnAbort(session === undefined ? wake : session.wake(wake, step.ms), options.stopWaiting));
       }
     } finally {
       freed?.cancel();
       if (session !== undefined) await session.close();
-      // Best effort: if the withdrawal fails, that costs at most one TTL, as a crash would.
-      const w = m.withdrawal();
-      if (w !== undefined && options.stayRegistered === true && gaveUp && !signal.aborted && (this._state as LeaseState) !== 'closed' && m.staysRegistered()) this.kept.keep(w);
-      else if (w !== undefined) await this.host.release({ name: this.name, ...w }).catch(() => false);
+      // Kept only for a contention that follows: not after an abort, a close or a stopped wait (a drain).
+      await this.kept.settle(m.withdrawal(), options.stayRegistered === true && gaveUp && !signal.aborted && options.stopWaiting?.aborted !== true && (this._state as LeaseState) !== 'closed' && m.staysRegistered());
       this.host.retainWhileContending(-1);
       if (this._state === 'contending') this._state = 'idle';
     }

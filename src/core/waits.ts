@@ -64,6 +64,24 @@ export async function sleepOrFreed(clock: Clock, ms: number, freed: { promise: P
   }
 }
 
+/** A freed wake-up that also fires when `signal` aborts (undefined: the wake-up as it is). */
+export function wakeOnAbort(freed: { promise: Promise<void>; cancel(): void }, signal: AbortSignal | undefined): { promise: Promise<void>; cancel(): void } {
+  if (signal === undefined) return freed;
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<void>((resolve) => {
+    onAbort = resolve;
+    if (signal.aborted) resolve();
+    else signal.addEventListener('abort', onAbort, { once: true });
+  });
+  return {
+    promise: Promise.race([freed.promise, aborted]),
+    cancel() {
+      freed.cancel();
+      if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+    },
+  };
+}
+
 /** Races a promise against a caller's signal without leaving listeners behind. */
 export async function withSignal<T>(p: Promise<T>, signal: AbortSignal | undefined, abortError: (signal: AbortSignal) => unknown = (s) => new AbortedError('aborted by the caller', { cause: s.reason })): Promise<T> {
   if (signal === undefined) return p;

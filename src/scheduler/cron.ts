@@ -45,8 +45,8 @@ import { ConfigError, LeaseLostError, NotAcquiredError, errorMessage, isRetryabl
 import type { Lease, Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
 import { slotsBetween } from './schedule.js';
-import { CronHandle, type CronOptions, type CronRetention, type SlotEvent, type SlotJob } from './cron-handle.js';
-import { DEFAULT_RETENTION, parseHorizon, pruneLedger } from './retention.js';
+import { CronHandle, type CronOptions, type SlotEvent, type SlotJob } from './cron-handle.js';
+import { cronRetention, pruneLedger } from './retention.js';
 import { scheduleNoter } from './schedule-record.js';
 import { SessionWatch } from './session-watch.js';
 import { trySlotTerm } from './slot-wait.js';
@@ -88,7 +88,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const onInterrupted = options.onInterrupted ?? 'rerun';
   if (onInterrupted !== 'rerun' && onInterrupted !== 'skip') throw new ConfigError(`onInterrupted ${JSON.stringify(onInterrupted)} is not rerun or skip`);
   const windowMs = parseDuration(options.catchUpWindow ?? '1h', 'catchUpWindow');
-  const retention = retentionOf(options.retention, windowMs, ledger);
+  const retention = cronRetention(options.retention, windowMs, ledger);
   const mode = options.mode ?? 'per-slot';
   if (mode !== 'per-slot' && mode !== 'leader') throw new ConfigError(`mode ${JSON.stringify(mode)} is not per-slot or leader`);
   const stop = new AbortController();
@@ -272,8 +272,10 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         // One try; for an on-time slot held by an earlier slot's term, a wait for it (./slot-wait.ts).
         const session = await watch?.forClaim(signal);
         const slot = typeof pending === 'number' ? pending : undefined;
-        // A drain ends the wait too: no job starts after it, so a term won then would only be handed back.
-        term = await trySlotTerm(lease, slot, { signal: AbortSignal.any([signal, handle.draining.signal]), session, waitMs: () => (slot === undefined ? 0 : (schedule.next(slot) ?? slot) - storeNow()) });
+        // A drain ends the wait, but not a claim in flight: a term won then records the slot
+        // interrupted (runSlot), where one handed back unused would read, to every other replica,
+        // as this slot's winner having released, and nobody would run or record the slot.
+        term = await trySlotTerm(lease, slot, { signal, stopWaiting: handle.draining.signal, session, waitMs: () => (slot === undefined ? 0 : (schedule.next(slot) ?? slot) - storeNow()) });
         watch?.won();
       } catch (e) {
         if (signal.aborted || handle.draining.signal.aborted) return;
@@ -327,6 +329,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
         await lease.release().catch(() => false);
       }
     }
+    // Drained (or stopped): a waiter registration kept for a next try that will not come
+    // (./slot-wait.ts) is withdrawn now, not left to stop(), which may be much later.
+    await lease.release().catch(() => false);
   }
 
   /** Whether the ledger has `slotAtMs` finished (succeeded, failed or skipped); false when unsure. */
@@ -426,7 +431,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     const catchingUp = owed.filter((t) => t !== what);
     await note(term, catchingUp, storeNow());
     if (typeof what === 'number' && !owed.includes(what)) owed.push(what);
-    const cursor = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower));
+    const cursor = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower), typeof what === 'number' ? what : undefined);
     if (cursor !== undefined && catchingUp.length > 0) await note(term, [], storeNow());
     return cursor;
   }
@@ -436,12 +441,16 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
    * overlap. Resolves with the new cursor (everything up to it is handled), or undefined when
    * the term is over.
    */
-  async function runAll(term: Term, lease: Lease, slots: number[], cursor: number): Promise<number | undefined> {
+  async function runAll(term: Term, lease: Lease, slots: number[], cursor: number, own?: number): Promise<number | undefined> {
     const last = Math.max(cursor, ...slots);
     let ended = last;
     for (const t of slots) {
-      const e = await runSlot(term, lease, t);
-      if (e === undefined) return undefined;
+      const e = await runSlot(term, lease, t, t === own);
+      if (e === undefined) {
+        // Drained before reaching the slot this term was won for: it still gets its row.
+        if (own !== undefined && t !== own && slots.includes(own) && handle.draining.signal.aborted && !term.signal.aborted) await runSlot(term, lease, own, true);
+        return undefined;
+      }
       ended = Math.max(ended, e);
     }
     if (!(await skip(term, slotsBetween(schedule, last, ended), `overlap: the job of an earlier slot was still running`))) return undefined;
@@ -462,12 +471,15 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
    * Claims, runs and completes one slot. Resolves with the store's time at completion (the slot's
    * own time when there was nothing to run), or undefined when the term is over.
    */
-  async function runSlot(term: Term, lease: Lease, slotAtMs: number): Promise<number | undefined> {
+  async function runSlot(term: Term, lease: Lease, slotAtMs: number, own = false): Promise<number | undefined> {
     const key = slotKey(slotAtMs);
     const base = { name, slot: key, slotAtMs, token: term.token };
     for (;;) {
-      // Draining: claim nothing more (a claimed slot would only be recorded interrupted).
-      if (handle.draining.signal.aborted) return undefined;
+      // Draining: claim nothing more (a claimed slot would only be recorded interrupted), except
+      // the on-time slot a per-slot term was won for. Every other replica read that term as the
+      // slot's winner and left the slot to it: unrecorded, nobody would run it; 'interrupted',
+      // the next term reruns it (per onInterrupted).
+      if (handle.draining.signal.aborted && !own) return undefined;
       const claim = await call(term, () =>
         ledger.claim({ name, holder: term.holder, token: term.token, key, slotAtMs, onInterrupted, rerunFailed: false }),
       );
@@ -578,21 +590,6 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     );
   }
   return handle;
-}
-
-/** The retention to apply, or undefined for none; a bad one is a ConfigError at start, not at the first prune. */
-function retentionOf(r: CronRetention | false | undefined, windowMs: number, ledger: SlotLedgerPort): { olderThanMs: number; keep: number; everyMs: number } | undefined {
-  if (r === false) return undefined;
-  if (ledger.prune === undefined) {
-    // Every built-in ledger prunes; a caller's own may not: by default that is no retention.
-    if (r === undefined) return undefined;
-    throw new ConfigError(`retention was asked for, but this ${ledger.kind} slot ledger has no prune method; pass retention: false`);
-  }
-  const olderThanMs = parseHorizon(r?.olderThan ?? DEFAULT_RETENTION.olderThan, 'retention.olderThan');
-  if (olderThanMs < windowMs) throw new ConfigError(`retention.olderThan (${olderThanMs}ms) is shorter than the catch-up window (${windowMs}ms): a new leader reads the window to tell a missed slot from one that ran`);
-  const keep = r?.keep ?? DEFAULT_RETENTION.keep;
-  if (!Number.isInteger(keep) || keep < 1) throw new ConfigError(`retention.keep must be a whole number of rows, at least 1; got ${keep}`);
-  return { olderThanMs, keep, everyMs: parseHorizon(r?.every ?? '1h', 'retention.every') };
 }
 
 function stopReason(signal: AbortSignal): string {

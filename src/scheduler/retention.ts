@@ -19,6 +19,7 @@
  */
 import { parseDuration, type Duration } from '../core/config.js';
 import { ConfigError } from '../core/errors.js';
+import type { CronRetention } from './cron-handle.js';
 import type { SlotLedgerPort } from './ledger.js';
 
 export interface PruneLedgerOptions {
@@ -112,4 +113,19 @@ export async function pruneLedger(ledger: SlotLedgerPort, options: PruneLedgerOp
     }
   }
   return result;
+}
+
+/** The retention to apply, or undefined for none; a bad one is a ConfigError at start, not at the first prune. */
+export function cronRetention(r: CronRetention | false | undefined, windowMs: number, ledger: SlotLedgerPort): { olderThanMs: number; keep: number; everyMs: number } | undefined {
+  if (r === false) return undefined;
+  if (ledger.prune === undefined) {
+    // Every built-in ledger prunes; a caller's own may not: by default that is no retention.
+    if (r === undefined) return undefined;
+    throw new ConfigError(`retention was asked for, but this ${ledger.kind} slot ledger has no prune method; pass retention: false`);
+  }
+  const olderThanMs = parseHorizon(r?.olderThan ?? DEFAULT_RETENTION.olderThan, 'retention.olderThan');
+  if (olderThanMs < windowMs) throw new ConfigError(`retention.olderThan (${olderThanMs}ms) is shorter than the catch-up window (${windowMs}ms): a new leader reads the window to tell a missed slot from one that ran`);
+  const keep = r?.keep ?? DEFAULT_RETENTION.keep;
+  if (!Number.isInteger(keep) || keep < 1) throw new ConfigError(`retention.keep must be a whole number of rows, at least 1; got ${keep}`);
+  return { olderThanMs, keep, everyMs: parseHorizon(r?.every ?? '1h', 'retention.every') };
 }

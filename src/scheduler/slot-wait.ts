@@ -27,6 +27,12 @@ import type { LeaseSession } from '../core/port.js';
 
 interface SlotTryOptions {
   signal: AbortSignal;
+  /**
+   * Ends the wait for an earlier slot's term (a drain), never a claim already sent: a term it
+   * wins is returned, so the caller records the slot (interrupted, not run) instead of handing
+   * back a term every other replica reads as this slot's winner having released.
+   */
+  stopWaiting?: AbortSignal;
   /** Liveness 'session': the caller's session for the claim; it waits on the session lock instead (./session-watch.ts). */
   session?: LeaseSession | undefined;
   /** How long, from now, an earlier slot's term may be waited for: until the next slot is due. */
@@ -53,8 +59,8 @@ export async function trySlotTerm(lease: Lease, slotAtMs: number | undefined, op
     if (slotAtMs === undefined || session !== undefined || !heldByEarlierTerm(e, slotAtMs)) throw e;
     // Whole milliseconds: store times (PostgreSQL's) carry fractions, and a wait is a Duration.
     const waitMs = Math.floor(options.waitMs());
-    if (waitMs <= 0) throw e;
-    return await lease.acquire({ wait: waitMs, signal, unlessReleasedSince: slotAtMs, stayRegistered: true });
+    if (waitMs <= 0 || options.stopWaiting?.aborted === true) throw e;
+    return await lease.acquire({ wait: waitMs, signal, unlessReleasedSince: slotAtMs, stayRegistered: true, ...(options.stopWaiting === undefined ? {} : { stopWaiting: options.stopWaiting }) });
   }
 }
 

@@ -106,5 +106,31 @@ for (const kind of selectedStores()) {
       const history = await t.store.history({ name, limit: 10 });
       assert.ok(!history.some((h) => h.event === 'acquired' && h.holder === bh.holder), `the release handed nothing to it: ${history.map((h) => `${h.event} ${h.holder ?? '-'}`).join(', ')}`);
     });
+
+    void it('stopWaiting ends a wait at once as a give-up (NotAcquiredError), and a registration is withdrawn, not kept, even with stayRegistered', async () => {
+      const name = uniq('stop');
+      const a = (await processOn(false)).lease(name, { ttl: '6s' });
+      const bh = await processOn(false);
+      const b = bh.lease(name, { ttl: '6s' });
+      await a.acquire();
+      const stop = new AbortController();
+      const started = performance.now();
+      const waiting = b.acquire({ wait: '30s', stayRegistered: true, stopWaiting: stop.signal }).then(
+        () => assert.fail('acquired a held lease'),
+        (err: unknown) => err,
+      );
+      // Registered as the waiter by its first claim (one round trip), then stopped mid-sleep.
+      await sleep(300);
+      stop.abort();
+      const e = await waiting;
+      const tookMs = performance.now() - started;
+      assert.ok(e instanceof NotAcquiredError, `a give-up, not an abort: ${String(e)}`);
+      // Far short of the 30 s wait and of the holder's 6 s TTL: the stop woke it, nothing else would.
+      assert.ok(tookMs < 5000, `the wait ended at the stop, ${Math.round(tookMs)}ms after it began`);
+      assert.equal(b.state, 'idle');
+      await a.release();
+      const history = await t.store.history({ name, limit: 10 });
+      assert.ok(!history.some((h) => h.event === 'acquired' && h.holder === bh.holder), `nothing was handed to the stopped contender: ${history.map((h) => `${h.event} ${h.holder ?? '-'}`).join(', ')}`);
+    });
   });
 }

@@ -120,3 +120,61 @@ void describe('per-slot: a drain while waiting for an earlier slot\'s term', () 
     }
   });
 });
+
+/** The world's store with every claim answered `delay.ms` late (by the world's clock): the store applies it at once. */
+function lateClaimAnswers(cw: World, delay: { ms: number }): LeasePort {
+  const store = cw.store as LeasePort;
+  return new Proxy(store, {
+    get(target, prop) {
+      const v: unknown = Reflect.get(target, prop, target);
+      if (typeof v !== 'function') return v;
+      const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
+      if (prop !== 'claim' || delay.ms === 0) return f;
+      return async (...args: unknown[]) => {
+        const answer = await f(...args);
+        await new Promise<void>((resolve) => cw.clock.setTimeout(resolve, delay.ms));
+        return answer;
+      };
+    },
+  });
+}
+
+void describe('per-slot: a drain while this replica\'s claim of a slot is in flight', () => {
+  void it('the term the claim wins records the slot interrupted (rerun later), not handed back unrecorded', async () => {
+    const cw = world();
+    const now = (): number => cw.clock.outsideNow();
+    const period = 10 * SEC;
+    cw.clock.suspend(period - (now() % period) + 100);
+    const ledger = new MemoryLedger(cw.store, now);
+    const delay = { ms: 400 };
+    let ran = 0;
+    const cron = startCron(new Leasehold({ store: lateClaimAnswers(cw, delay), clock: cw.clock, suspension: false }), ledger, 'tick', { schedule: everySchedule(period), ttl: 3 * SEC }, () => {
+      ran++;
+    });
+    const events: string[] = [];
+    cron.on('slot', (e) => events.push(`${e.event} ${e.slot} ${e.reason ?? ''}`));
+    try {
+      const slot = Math.ceil(now() / period) * period;
+      // To 100 ms past the slot: this replica's claim went out at the slot and is answered at +400 ms.
+      await cw.clock.advance(slot - now() + 100);
+      assert.equal(cron.lease.state, 'contending', 'the slot\'s claim is in flight');
+      cron.drain();
+      const rowOf = (): { key: string; status: string; reason: string | null } | undefined => [...ledger.rows.values()].find((r) => r.slotAtMs === slot);
+      await cw.clock.until(() => rowOf() !== undefined, 5 * SEC).catch((e: unknown) => {
+        throw new Error(`no row for the slot; the cron's events: ${events.join('; ')}; rows: ${[...ledger.rows.keys()].join(', ')}`, { cause: e });
+      });
+      const row = rowOf()!;
+      // Handed back unused, the term would read, to every other replica, as this slot's winner
+      // having released it, and the slot would have no row (recorded missed by the next winner,
+      // not rerun): 'interrupted' is owed and rerun.
+      assert.equal(row.status, 'interrupted', `${row.key} ${row.status} (${String(row.reason)})`);
+      assert.match(row.reason ?? '', /^not started: .* between the claim and the job's start/);
+      assert.equal(ran, 0, 'no job starts after a drain');
+    } finally {
+      delay.ms = 0;
+      let stopped = false;
+      void cron.stop().then(() => (stopped = true));
+      await cw.clock.until(() => stopped, 10 * SEC);
+    }
+  });
+});
