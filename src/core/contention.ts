@@ -92,7 +92,9 @@ interface BusyInfo {
 }
 
 export class ContentionMachine {
-  private init: ContentionInit;
+  private readonly init: ContentionInit;
+  /** The caller stopped the wait (endWait). */
+  private stopped = false;
   private readonly random: () => number;
   private errors = 0;
   private lastError: unknown;
@@ -123,13 +125,13 @@ export class ContentionMachine {
     // One already registered (a claim answered 'busy', or a registration carried over) sends its
     // nonces whatever is left of the wait: a term a release handed it is then recognised as
     // ours, where a claim without them would find it 'busy', held by our own holder id.
-    const waits = this.init.handsOver && (this.init.waitUntil > now || this.registered);
+    const waits = this.init.handsOver && ((this.init.waitUntil > now && !this.stopped) || this.registered);
     this.attempt = { waits, nonce };
     return {
       waits,
       handoff: waits ? [...this.handoff] : undefined,
-      listen: this.init.waitUntil > now,
-      lastLook: this.lastBusy !== undefined && this.init.waitUntil <= now,
+      listen: this.init.waitUntil > now && !this.stopped,
+      lastLook: this.lastBusy !== undefined && (this.init.waitUntil <= now || this.stopped),
     };
   }
 
@@ -137,8 +139,8 @@ export class ContentionMachine {
    * The caller stopped the wait (AcquireOptions.stopWaiting) at `now`: from here on it is a wait
    * that has run out, so the next answer that is not a term ends it (a claim in flight still counts).
    */
-  endWait(now: number): void {
-    if (this.init.waitUntil > now) this.init = { ...this.init, waitUntil: now };
+  endWait(): void {
+    this.stopped = true;
   }
 
   /** The claim answered. */
@@ -192,14 +194,14 @@ export class ContentionMachine {
           // missed. Never a negative answer cached for longer than it can be true.
           Math.min(remaining ?? renewMs, ttlMs) + this.random() * Math.min(250, ttlMs / 10) + 1;
     }
-    const left = waitUntil - now;
+    const left = this.stopped ? 0 : waitUntil - now;
     if (left > 0 && !this.servedSince(result)) return { kind: 'sleep', ms: Math.min(sleepMs, left), busy };
     const last = result !== undefined ? result : this.lastErrorRanOut ? this.lastBusy : undefined;
     const error = new NotAcquiredError(
       this.init.name,
       last?.holder ?? null,
       last?.expiresAtMs == null ? null : Math.max(0, Math.round(last.expiresAtMs - last.storeNowMs)),
-      waitUntil === 0 ? 'another process holds it' : 'the wait ran out',
+      waitUntil === 0 ? 'another process holds it' : this.stopped ? 'the wait was stopped' : 'the wait ran out',
     );
     if (result === undefined && last === undefined) (error as { cause?: unknown }).cause = this.lastError;
     if (last?.outcome === 'busy' && last.releasedSince === true) error.releasedSince = true;

@@ -239,7 +239,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
     try {
       for (;;) {
         if (signal.aborted) throw new AbortedError(`acquire of lease "${this.name}" was aborted`, { cause: signal.reason });
-        if (options.stopWaiting?.aborted === true) m.endWait(this.clock.monoNow());
+        if (options.stopWaiting?.aborted === true) m.endWait();
         this.host.checkSuspension();
         const holder = this.host.currentHolder();
         const nextNonce = newNonce();
@@ -273,6 +273,7 @@ export class Lease extends EventEmitter<LeaseEvents> {
           }
         }
         if (session !== undefined && (await session.claimAgain(result, this.clock, signal))) continue; // refused as the session lock was free: taken, claim now (./liveness.ts)
+        if (options.stopWaiting?.aborted === true) m.endWait();
         const step = m.next(result, epoch !== undefined && this.host.freedEpoch() === epoch, this.clock.monoNow());
         if (step.kind === 'acquired') {
           if (signal.aborted || (this._state as LeaseState) === 'closed') {

@@ -49,7 +49,7 @@ import { CronHandle, type CronOptions, type SlotEvent, type SlotJob } from './cr
 import { cronRetention, pruneLedger } from './retention.js';
 import { scheduleNoter } from './schedule-record.js';
 import { SessionWatch } from './session-watch.js';
-import { trySlotTerm } from './slot-wait.js';
+import { slotStatus, trySlotTerm } from './slot-wait.js';
 import { ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
@@ -236,6 +236,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
      * slot, and one ledger read says so.
      */
     let recheck: { what: 'startup' | 'late' | number; atMs: number } | undefined;
+    /** The slot about to be tried is recorded interrupted: owed, whatever term was released since. */
+    let owed = false;
     while (!signal.aborted && !handle.draining.signal.aborted) {
       if (pending !== 'startup') {
         const next = schedule.next(cursor);
@@ -245,10 +247,14 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
           if (wait > 0 && !(await nap(Math.min(wait, MAX_TIMER_MS)))) continue;
           const again = recheck;
           recheck = undefined;
-          if (typeof again.what === 'number' && (await recorded(again.what))) {
+          const found = typeof again.what === 'number' ? await slotStatus(ledger, name, again.what) : 'unknown';
+          if (found === 'finished') {
             await watch?.letGo();
             continue;
           }
+          // Recorded interrupted by the term that held it (a drained or stopped winner that
+          // released): owed, though a term since the slot was released (see trySlotTerm's owed).
+          owed = found === 'interrupted';
           pending = again.what;
         } else {
           const wait = next - storeNow();
@@ -271,14 +277,17 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       try {
         // One try; for an on-time slot held by an earlier slot's term, a wait for it (./slot-wait.ts).
         const session = await watch?.forClaim(signal);
+        // A drain during the reads and naps above: no claim goes out after it.
+        if (handle.draining.signal.aborted) break;
         const slot = typeof pending === 'number' ? pending : undefined;
         // A drain ends the wait, but not a claim in flight: a term won then records the slot
         // interrupted (runSlot), where one handed back unused would read, to every other replica,
         // as this slot's winner having released, and nobody would run or record the slot.
-        term = await trySlotTerm(lease, slot, { signal, stopWaiting: handle.draining.signal, session, waitMs: () => (slot === undefined ? 0 : (schedule.next(slot) ?? slot) - storeNow()) });
+        term = await trySlotTerm(lease, slot, { signal, stopWaiting: handle.draining.signal, session, owed, waitMs: () => (slot === undefined ? 0 : (schedule.next(slot) ?? slot) - storeNow()) });
         watch?.won();
       } catch (e) {
-        if (signal.aborted || handle.draining.signal.aborted) return;
+        // Out of the loop, not the function: a kept registration is withdrawn below.
+        if (signal.aborted || handle.draining.signal.aborted) break;
         // Busy: another replica's term (this slot's winner, an earlier slot's job still running,
         // or a dead replica's term running out). Unavailable: this replica sits the slot out.
         if (!(e instanceof NotAcquiredError || isRetryableError(e))) throw e;
@@ -297,6 +306,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       }
       const what = pending;
       pending = 0;
+      owed = false;
       if (term === undefined) continue;
       try {
         for (let slot: typeof what = what; ; ) {
@@ -321,7 +331,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
           const next = schedule.next(cursor);
           if (next === null || next - storeNow() > HOLD_FOR_NEXT_MS || term.signal.aborted || handle.draining.signal.aborted) break;
           if (next > storeNow()) await sleepOn(clock, next - storeNow(), term.signal);
-          if (term.signal.aborted) break;
+          // Drained while holding over: the next slot is left to the others, as if never held.
+          if (term.signal.aborted || handle.draining.signal.aborted) break;
           slot = next;
         }
       } finally {
@@ -332,18 +343,6 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     // Drained (or stopped): a waiter registration kept for a next try that will not come
     // (./slot-wait.ts) is withdrawn now, not left to stop(), which may be much later.
     await lease.release().catch(() => false);
-  }
-
-  /** Whether the ledger has `slotAtMs` finished (succeeded, failed or skipped); false when unsure. */
-  async function recorded(slotAtMs: number): Promise<boolean> {
-    try {
-      const rows = await ledger.records(name, { sinceMs: slotAtMs - 1, untilMs: slotAtMs, limit: 1 });
-      const row = rows.find((r) => r.slotAtMs === slotAtMs);
-      return row !== undefined && (row.status === 'succeeded' || row.status === 'failed' || row.status === 'skipped');
-    } catch {
-      // Unknown is not "finished": the lease is tried, and its term reads the ledger again.
-      return false;
-    }
   }
 
   /**

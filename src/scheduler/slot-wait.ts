@@ -24,6 +24,7 @@
 import { NotAcquiredError } from '../core/errors.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { LeaseSession } from '../core/port.js';
+import type { SlotLedgerPort } from './ledger.js';
 
 interface SlotTryOptions {
   signal: AbortSignal;
@@ -33,6 +34,12 @@ interface SlotTryOptions {
    * back a term every other replica reads as this slot's winner having released.
    */
   stopWaiting?: AbortSignal;
+  /**
+   * The ledger has this slot interrupted (a winner drained or stopped before or while its job
+   * ran, then released): claimed without unlessReleasedSince, which that release would refuse,
+   * and with one attempt. The ledger's claim decides whether it is rerun (onInterrupted).
+   */
+  owed?: boolean;
   /** Liveness 'session': the caller's session for the claim; it waits on the session lock instead (./session-watch.ts). */
   session?: LeaseSession | undefined;
   /** How long, from now, an earlier slot's term may be waited for: until the next slot is due. */
@@ -52,6 +59,7 @@ export async function trySlotTerm(lease: Lease, slotAtMs: number | undefined, op
   // Staying registered as the waiter between tries (AcquireOptions.stayRegistered): the next
   // try of this slot, or the next slot's, takes the registration over, so a term a release
   // hands it in between is run, not withdrawn unseen after that slot came due.
+  if (options.owed === true) return await lease.acquire({ wait: false, signal, ...(session === undefined ? {} : { session }) });
   const since = slotAtMs === undefined ? {} : { unlessReleasedSince: slotAtMs, stayRegistered: session === undefined };
   try {
     return await lease.acquire({ wait: false, signal, ...(session === undefined ? {} : { session }), ...since });
@@ -67,4 +75,20 @@ export async function trySlotTerm(lease: Lease, slotAtMs: number | undefined, op
 /** A busy answer from a live term granted before the slot's time: an earlier slot's, still running. */
 function heldByEarlierTerm(e: unknown, slotAtMs: number): e is NotAcquiredError {
   return e instanceof NotAcquiredError && !e.releasedSince && e.holder !== null && e.grantedAtMs !== null && e.grantedAtMs < slotAtMs;
+}
+
+/**
+ * What the ledger says of one slot, for a replica looking again after another's term ended:
+ * 'finished' (succeeded, failed or skipped: nothing to do), 'interrupted' (owed: see
+ * SlotTryOptions.owed), or 'unknown' (no row, a claimed row, or the read failed: unknown is not
+ * "finished", so the lease is tried and its term reads the ledger again).
+ */
+export async function slotStatus(ledger: SlotLedgerPort, name: string, slotAtMs: number): Promise<'finished' | 'interrupted' | 'unknown'> {
+  try {
+    const rows = await ledger.records(name, { sinceMs: slotAtMs - 1, untilMs: slotAtMs, limit: 1 });
+    const status = rows.find((r) => r.slotAtMs === slotAtMs)?.status;
+    return status === 'succeeded' || status === 'failed' || status === 'skipped' ? 'finished' : status === 'interrupted' ? 'interrupted' : 'unknown';
+  } catch {
+    return 'unknown';
+  }
 }

@@ -15,6 +15,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { after, before, describe, it } from 'node:test';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { NotAcquiredError } from '../../src/core/errors.js';
@@ -119,8 +120,8 @@ for (const kind of selectedStores()) {
         () => assert.fail('acquired a held lease'),
         (err: unknown) => err,
       );
-      // Registered as the waiter by its first claim (one round trip), then stopped mid-sleep.
-      await sleep(300);
+      // Registered as the waiter by its first claim ('busy'), then stopped mid-sleep.
+      await once(b, 'busy');
       stop.abort();
       const e = await waiting;
       const tookMs = performance.now() - started;

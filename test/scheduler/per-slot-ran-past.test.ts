@@ -121,18 +121,23 @@ void describe('per-slot: a drain while waiting for an earlier slot\'s term', () 
   });
 });
 
-/** The world's store with every claim answered `delay.ms` late (by the world's clock): the store applies it at once. */
-function lateClaimAnswers(cw: World, delay: { ms: number }): LeasePort {
+/**
+ * The world's store with every claim reaching it `delay.sendMs` late and answered `delay.ms`
+ * after it applied it (by the world's clock).
+ */
+function lateClaimAnswers(cw: World, delay: { ms: number; sendMs?: number }): LeasePort {
   const store = cw.store as LeasePort;
+  const after = (ms: number): Promise<void> => new Promise<void>((resolve) => cw.clock.setTimeout(resolve, ms));
   return new Proxy(store, {
     get(target, prop) {
       const v: unknown = Reflect.get(target, prop, target);
       if (typeof v !== 'function') return v;
       const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
-      if (prop !== 'claim' || delay.ms === 0) return f;
+      if (prop !== 'claim' || (delay.ms === 0 && (delay.sendMs ?? 0) === 0)) return f;
       return async (...args: unknown[]) => {
+        if ((delay.sendMs ?? 0) > 0) await after(delay.sendMs!);
         const answer = await f(...args);
-        await new Promise<void>((resolve) => cw.clock.setTimeout(resolve, delay.ms));
+        if (delay.ms > 0) await after(delay.ms);
         return answer;
       };
     },
@@ -174,6 +179,49 @@ void describe('per-slot: a drain while this replica\'s claim of a slot is in fli
       delay.ms = 0;
       let stopped = false;
       void cron.stop().then(() => (stopped = true));
+      await cw.clock.until(() => stopped, 10 * SEC);
+    }
+  });
+
+  void it('with a second replica: the slot the drained winner recorded interrupted is rerun by the other within a TTL, not left to the next slot', async () => {
+    const cw = world();
+    const now = (): number => cw.clock.outsideNow();
+    const period = 20 * SEC;
+    const ttl = 3 * SEC;
+    cw.clock.suspend(period - (now() % period) + 100);
+    const ledger = new MemoryLedger(cw.store, now);
+    // A's claims land at once and are answered 400 ms later; B's reach the store 50 ms late, so A wins the slot.
+    const slowA = { ms: 400 };
+    const lateB = { ms: 0, sendMs: 50 };
+    const ran: string[] = [];
+    const options = { schedule: everySchedule(period), ttl };
+    const a = startCron(new Leasehold({ store: lateClaimAnswers(cw, slowA), clock: cw.clock, suspension: false }), ledger, 'tick', options, () => {
+      ran.push('a');
+    });
+    const b = startCron(new Leasehold({ store: lateClaimAnswers(cw, lateB), clock: cw.clock, suspension: false }), ledger, 'tick', options, () => {
+      ran.push('b');
+    });
+    const events: string[] = [];
+    a.on('slot', (e) => events.push(`a ${e.event} ${e.slot}`));
+    b.on('slot', (e) => events.push(`b ${e.event} ${e.slot}`));
+    try {
+      const slot = Math.ceil(now() / period) * period;
+      await cw.clock.advance(slot - now() + 100);
+      a.drain();
+      const rowOf = (): { status: string; reason: string | null } | undefined => [...ledger.rows.values()].find((r) => r.slotAtMs === slot);
+      // B was answered 'busy' (A's term, granted at the slot) and looks again at that term's
+      // expiry plus RECHECK_AFTER_MS: within 2 TTLs, far short of the next slot (20 s away).
+      await cw.clock.until(() => rowOf()?.status === 'succeeded', 2 * ttl).catch((e: unknown) => {
+        throw new Error(`the slot was not rerun before the next slot: ${JSON.stringify(rowOf())}; events: ${events.join('; ')}`, { cause: e });
+      });
+      assert.ok(events.includes(`a interrupted ${slotKey(slot)}`), `A won the slot and recorded it interrupted: ${events.join('; ')}`);
+      assert.deepEqual(ran, ['b'], 'run once, by the replica that was not drained');
+      assert.match(rowOf()!.reason ?? '', /interrupted/, 'the row says it is a rerun');
+    } finally {
+      slowA.ms = 0;
+      lateB.sendMs = 0;
+      let stopped = false;
+      void Promise.all([a.stop(), b.stop()]).then(() => (stopped = true));
       await cw.clock.until(() => stopped, 10 * SEC);
     }
   });
