@@ -38,8 +38,13 @@ export class AgentProcess {
     });
   }
 
-  /** Resolves once the agent printed that it is live; rejects if it exited first or took too long. */
-  async live(timeoutMs = 15_000): Promise<void> {
+  /**
+   * Resolves once the agent printed that it is live; rejects at once if it exited first. The
+   * bound only stops a hang (start-up is not what these files test), as whenReady's
+   * (test/integrations/replicas.ts): a stressed run saw an agent not yet live after 15 s, its
+   * diagnostic report still being written.
+   */
+  async live(timeoutMs = 120_000): Promise<void> {
     const until = Date.now() + timeoutMs;
     while (!/live/.test(this.stdout)) {
       if (this.child.exitCode !== null || this.child.signalCode !== null) throw new Error(`agent ${this.id} exited before going live: ${this.stderr}`);
