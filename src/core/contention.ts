@@ -136,8 +136,8 @@ export class ContentionMachine {
   }
 
   /**
-   * The caller stopped the wait (AcquireOptions.stopWaiting) at `now`: from here on it is a wait
-   * that has run out, so the next answer that is not a term ends it (a claim in flight still counts).
+   * The caller stopped the wait (AcquireOptions.stopWaiting): from here on it is a wait that has
+   * run out, so the next answer that is not a term ends it (a claim in flight still counts).
    */
   endWait(): void {
     this.stopped = true;

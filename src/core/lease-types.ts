@@ -68,8 +68,9 @@ export interface AcquireOptions {
    * out (NotAcquiredError, "the wait was stopped"), but a claim already sent is still answered,
    * and a term it wins is returned. Like a wait that runs out while asleep, a stop then makes
    * one last claim (a term a release handed this contender is taken), and it is not kept
-   * registered (stayRegistered). Aborted before the acquire, it makes one attempt, as `wait: false`. For a caller whose own state the term must reach: per-slot cron's drain, where a
-   * term handed back unused would read to every other replica as "the slot's winner released"
+   * registered (stayRegistered). Aborted before the acquire, it makes one attempt, as `wait: false`.
+   * For a caller whose own state the term must reach: per-slot cron's drain, where a term handed
+   * back unused would read to every other replica as "the slot's winner released"
    * and the slot would be recorded by nobody (it records it 'interrupted' instead).
    */
   stopWaiting?: AbortSignal;

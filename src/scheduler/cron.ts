@@ -50,7 +50,7 @@ import { cronRetention, pruneLedger } from './retention.js';
 import { scheduleNoter } from './schedule-record.js';
 import { SessionWatch } from './session-watch.js';
 import { slotStatus, trySlotTerm } from './slot-wait.js';
-import { ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
+import { FINAL_SLOT_STATUSES, ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
 
@@ -67,8 +67,6 @@ const HOLD_FOR_NEXT_MS = 250;
  * (by the store's clock, as its busy answer gave it), so the look finds the term over.
  */
 const RECHECK_AFTER_MS = 250;
-/** A slot row in one of these is settled: no term claims it again (the claim rule says 'done'). */
-const FINAL: ReadonlySet<SlotRecord['status']> = new Set(['succeeded', 'failed', 'skipped']);
 
 /** After a slot's claim got no answer (a store error): when to try the slot again. */
 const ERROR_RETRY_MS = 500;
@@ -407,7 +405,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     // nothing missing or interrupted here either, there is nothing to do, and the claim (on
     // SQLite a write lock the other replicas queue behind) would only repeat what the read said.
     const own = typeof what === 'number' ? known.get(slotKey(what)) : undefined;
-    if (typeof what === 'number' && own !== undefined && own.token < term.token && FINAL.has(own.status) && missed.length === 0 && interrupted.length === 0 && !rows.some((r) => r.status === 'claimed' && r.token < term.token)) {
+    if (typeof what === 'number' && own !== undefined && own.token < term.token && FINAL_SLOT_STATUSES.has(own.status) && missed.length === 0 && interrupted.length === 0 && !rows.some((r) => r.status === 'claimed' && r.token < term.token)) {
       emit({ name, slot: slotKey(what), slotAtMs: what, token: term.token, event: 'done-already', reason: own.reason ?? own.status });
       return Math.max(lower, what);
     }

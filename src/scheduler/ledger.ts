@@ -25,6 +25,8 @@ import type { Leasehold } from '../core/leasehold.js';
 import type { ScheduleRecord } from './schedule-record.js';
 
 export type SlotStatus = 'claimed' | 'succeeded' | 'failed' | 'interrupted' | 'skipped';
+/** A slot row in one of these is settled: no term claims it again (the claim rule says 'done'). */
+export const FINAL_SLOT_STATUSES: ReadonlySet<SlotStatus> = new Set(['succeeded', 'failed', 'skipped']);
 
 export interface SlotRecord {
   name: string;

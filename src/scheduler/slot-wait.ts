@@ -24,7 +24,7 @@
 import { NotAcquiredError } from '../core/errors.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { LeaseSession } from '../core/port.js';
-import type { SlotLedgerPort } from './ledger.js';
+import { FINAL_SLOT_STATUSES, type SlotLedgerPort } from './ledger.js';
 
 interface SlotTryOptions {
   signal: AbortSignal;
@@ -87,7 +87,7 @@ export async function slotStatus(ledger: SlotLedgerPort, name: string, slotAtMs:
   try {
     const rows = await ledger.records(name, { sinceMs: slotAtMs - 1, untilMs: slotAtMs, limit: 1 });
     const status = rows.find((r) => r.slotAtMs === slotAtMs)?.status;
-    return status === 'succeeded' || status === 'failed' || status === 'skipped' ? 'finished' : status === 'interrupted' ? 'interrupted' : 'unknown';
+    return status === undefined ? 'unknown' : FINAL_SLOT_STATUSES.has(status) ? 'finished' : status === 'interrupted' ? 'interrupted' : 'unknown';
   } catch {
     return 'unknown';
   }

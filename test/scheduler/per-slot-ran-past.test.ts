@@ -91,14 +91,19 @@ void describe('per-slot: an earlier slot\'s term still holds the lease at a slot
   });
 });
 
+/** A fake world with the clock 100 ms past a slot of `period`, and a ledger on its store. */
+function justPastASlot(period: number): { cw: World; now: () => number; ledger: MemoryLedger } {
+  const cw = world();
+  const now = (): number => cw.clock.outsideNow();
+  cw.clock.suspend(period - (now() % period) + 100);
+  return { cw, now, ledger: new MemoryLedger(cw.store, now) };
+}
+
 void describe('per-slot: a drain while waiting for an earlier slot\'s term', () => {
   void it('ends the wait at once, not at the next slot, and takes no term', async () => {
-    const cw = world();
-    const now = (): number => cw.clock.outsideNow();
     const period = 10 * SEC;
     // Just after a slot: the holder below takes its term before the next slot.
-    cw.clock.suspend(period - (now() % period) + 100);
-    const ledger = new MemoryLedger(cw.store, now);
+    const { cw, ledger } = justPastASlot(period);
     // Another process holds the schedule's lease from before the next slot, and keeps it.
     const holder = new Leasehold({ store: cw.store, clock: cw.clock, suspension: false });
     const cron = startCron(new Leasehold({ store: cw.store, clock: cw.clock, suspension: false }), ledger, 'tick', { schedule: everySchedule(period), ttl: 3 * SEC }, () => assert.fail('no job runs'));
@@ -146,11 +151,8 @@ function lateClaimAnswers(cw: World, delay: { ms: number; sendMs?: number }): Le
 
 void describe('per-slot: a drain while this replica\'s claim of a slot is in flight', () => {
   void it('the term the claim wins records the slot interrupted (rerun later), not handed back unrecorded', async () => {
-    const cw = world();
-    const now = (): number => cw.clock.outsideNow();
     const period = 10 * SEC;
-    cw.clock.suspend(period - (now() % period) + 100);
-    const ledger = new MemoryLedger(cw.store, now);
+    const { cw, now, ledger } = justPastASlot(period);
     const delay = { ms: 400 };
     let ran = 0;
     const cron = startCron(new Leasehold({ store: lateClaimAnswers(cw, delay), clock: cw.clock, suspension: false }), ledger, 'tick', { schedule: everySchedule(period), ttl: 3 * SEC }, () => {
@@ -184,12 +186,9 @@ void describe('per-slot: a drain while this replica\'s claim of a slot is in fli
   });
 
   void it('with a second replica: the slot the drained winner recorded interrupted is rerun by the other within a TTL, not left to the next slot', async () => {
-    const cw = world();
-    const now = (): number => cw.clock.outsideNow();
     const period = 20 * SEC;
     const ttl = 3 * SEC;
-    cw.clock.suspend(period - (now() % period) + 100);
-    const ledger = new MemoryLedger(cw.store, now);
+    const { cw, now, ledger } = justPastASlot(period);
     // A's claims land at once and are answered 400 ms later; B's reach the store 50 ms late, so A wins the slot.
     const slowA = { ms: 400 };
     const lateB = { ms: 0, sendMs: 50 };
