@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { parseDuration } from '../../src/core/config.js';
 
 /** dist/test/cli/helpers.js -> the repository root. */
 export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -72,7 +73,8 @@ export class Sandbox {
     return start(args, { ...this.env, ...env });
   }
 
-  async run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 20_000): Promise<Done> {
+  /** Runs the command to its end; `timeoutMs` (default: hangBoundMs(args)) only stops a hang. */
+  async run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = hangBoundMs(args)): Promise<Done> {
     const r = this.start(args, env);
     return withTimeout(r, timeoutMs);
   }
@@ -80,6 +82,28 @@ export class Sandbox {
   cleanup(): void {
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * How long a command may run before it counts as hung: what it may wait by its own flags (a
+ * `--wait D`, plus one `--ttl` for a term it waits on to run out, 10 s when not given; at most 5
+ * minutes, under the runner's 12-minute bound on a file) on top of 20 s to start, connect and finish. The tests assert exit codes and output, never this time:
+ * a fixed 20 s failed a `--wait 15s` run whose Node start-up took over 5 s on a loaded host.
+ */
+export function hangBoundMs(args: readonly string[]): number {
+  const flag = (name: string): number => {
+    const i = args.indexOf(name);
+    const end = args.indexOf('--'); // the command's own arguments are not leasehold's flags
+    const v = i === -1 || (end !== -1 && end < i) ? undefined : args[i + 1];
+    if (v === undefined) return 0;
+    try {
+      return parseDuration(v, name);
+    } catch {
+      return 0; // a bad value is what the test gives on purpose: the command refuses it at once
+    }
+  };
+  const waits = flag('--wait');
+  return 20_000 + Math.min(waits > 0 ? waits + (flag('--ttl') || 10_000) : 0, 5 * 60_000);
 }
 
 export function start(args: string[], env: NodeJS.ProcessEnv): Running {
