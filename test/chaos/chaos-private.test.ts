@@ -10,13 +10,13 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { selectedStores } from '../helpers/stores.js';
+import { STORES_AT_ONCE, selectedStores } from '../helpers/stores.js';
 import { serverIncarnation, startOwnServer } from './own-servers.js';
 import { shortProfile } from './short.js';
 
 const stores = selectedStores().filter((k) => k === 'postgres' || k === 'redis' || k === 'etcd');
 
-void describe('chaos: the short profile proves the fence under every fault (a server of its own)', () => {
+void describe('chaos: the short profile proves the fence under every fault (a server of its own)', { concurrency: STORES_AT_ONCE }, () => {
   for (const kind of stores) {
     void it(`on ${kind}: real processes, every fault kind the store supports, zero invariant violations`, { timeout: 240_000 }, async (t) => {
       const own = await startOwnServer(kind);

@@ -87,9 +87,9 @@ export function startJitteryAgent(url: string, id: string, config: { heartbeatMs
   return new AgentProcess(id, [JSON.stringify({ url, id, ...config })], JITTERY);
 }
 
-/** Kills every agent still running (after hooks). */
-export async function reapAgents(): Promise<void> {
-  const all = [...running];
+/** Kills every agent still running, or those of `only` (after hooks; a file's stores run side by side). */
+export async function reapAgents(only?: Iterable<AgentProcess>): Promise<void> {
+  const all = only === undefined ? [...running] : [...only].filter((a) => running.has(a));
   for (const a of all) a.kill('SIGKILL');
   await Promise.all(all.map((a) => a.exited));
 }

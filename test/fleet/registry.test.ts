@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore, storesSideBySide } from '../helpers/stores.js';
 import { Fleet } from '../../src/fleet/fleet.js';
 import { Agent, resolveAgentTiming } from '../../src/fleet/agent.js';
 import { openFleet } from '../../src/fleet/open.js';
@@ -66,257 +66,259 @@ function deadAfterMs(kind: StoreKind): number {
   return kind === 'etcd' ? 4500 : STALE_MS + 200;
 }
 
-for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
-  void describe(`fleet registry on ${kind}`, () => {
-    let ts: TestStore;
-    let fleet: Fleet;
-    const agents: AgentProcess[] = [];
-    const start = async (id: string, labels?: string, timing: string[] = timingFor(kind)): Promise<AgentProcess> => {
-      const a = startCliAgent(ts.url, id, [...timing, ...(labels === undefined ? [] : ['--labels', labels])]);
-      agents.push(a);
-      await a.live();
-      return a;
-    };
-
-    before(async () => {
-      ts = await makeTestStore(kind);
-      fleet = await openFleet(ts.store);
-    });
-    after(async () => {
-      await reapAgents();
-      await ts.cleanup();
-    });
-
-    void it('three agents, a placement, a killed agent: each lookup says what is true', async () => {
-      // a1 is the only zone=eu agent when job-1 is placed, so it is the owner that dies; a2 joins
-      // after, as the survivor (see survivorTiming).
-      const [a1] = await Promise.all([start('a1', 'zone=eu'), start('a3', 'zone=us')]);
-      const p = await fleet.place('job-1', { labels: { zone: 'eu' } });
-      assert.equal(p.agent, 'a1', `placed on ${p.agent}, which lacks zone=eu`);
-      await start('a2', 'zone=eu', survivorTiming(kind));
-      const listed = await fleet.agents();
-      assert.deepEqual(listed.map((a) => [a.id, a.live]), [['a1', true], ['a2', true], ['a3', true]]);
-      const o = await fleet.owner('job-1');
-      assert.equal(o.agent, p.agent);
-      assert.equal(o.generation, p.generation);
-      assert.ok(o.heartbeatAgeMs < (kind === 'etcd' ? 3000 : STALE_MS));
-
-      await assert.rejects(fleet.place('job-1'), (e: unknown) => e instanceof AlreadyOwnedError && e.owner === p.agent);
-      await assert.rejects(fleet.owner('job-never'), NoOwnerError);
-
-      // kill -9 the owner: no deregistration, its heartbeats just stop.
-      const owner = a1!;
-      owner.kill('SIGKILL');
-      await owner.exited;
-      await sleep(deadAfterMs(kind));
-      const dead = await fleet.owner('job-1').then(
-        () => assert.fail('a killed owner was reported live after stale-after (and, on etcd, its etcd lease)'),
-        (e: unknown) => e,
-      );
-      assert.ok(dead instanceof OwnerDeadError, `expected OwnerDeadError, got ${String(dead)}`);
-      assert.equal(dead.owner, p.agent);
-      assert.equal(dead.deregistered, false);
-      assert.ok(dead.staleForMs !== null && dead.staleForMs > 0, `staleForMs ${dead.staleForMs}`);
-      // Asking again changes nothing: still dead, never "no owner", never a new placement.
-      await assert.rejects(fleet.owner('job-1'), OwnerDeadError);
-      const cliOwner = await cli(['fleet', 'owner', 'job-1', '--store', ts.url]);
-      assert.equal(cliOwner.code, 5, cliOwner.stderr);
-      assert.equal(cliOwner.stdout.trim(), `${p.agent} generation ${p.generation} dead`);
-
-      // Placement skips the dead agent every time.
-      const survivor = 'a2';
-      for (let i = 0; i < 5; i++) assert.equal((await fleet.place(`eu-${i}`, { labels: { zone: 'eu' } })).agent, survivor);
-
-      // Reassign: refused from the wrong owner, then moved with a larger generation.
-      await assert.rejects(fleet.reassign('job-1', { from: survivor }), (e: unknown) => e instanceof OwnerChangedError && e.owner === p.agent);
-      await assert.rejects(fleet.reassign('job-1', { from: p.agent, to: p.agent }), ConfigError);
-      await assert.rejects(fleet.reassign('job-1', { from: p.agent, to: 'never-started' }), NoLiveAgentError);
-      assert.equal((await fleet.owner('job-1').catch((e: unknown) => e as OwnerDeadError)).generation, p.generation, 'a refused reassign changed nothing');
-      const moved = await fleet.reassign('job-1', { from: p.agent });
-      assert.equal(moved.agent, survivor);
-      assert.ok(moved.generation > p.generation);
-      assert.equal((await fleet.owner('job-1')).agent, survivor);
-    });
-
-    void it('drain keeps an agent alive and owning but out of placement; SIGTERM deregisters it', async () => {
-      // Nothing here waits for staleness (SIGTERM deregisters at once), so the agent gets a long
-      // stale-after: 20 heartbeats. With 3s, a CI run whose CLI calls took seconds each (the test
-      // ran 8.5s instead of 1s) starved d1 past it; it lost its lease, exited 76, and the third of
-      // three identical asks truly said "dead". What is asserted is the answer while d1 lives.
-      const d = await start('d1', 'pool=drain', ['--heartbeat', kind === 'etcd' ? '750ms' : HEARTBEAT, '--stale-after', kind === 'etcd' ? '15s' : '10s']);
-      const first = await fleet.place('d-job', { labels: { pool: 'drain' } });
-      assert.equal(first.agent, 'd1');
-      await fleet.drain('d1');
-      await assert.rejects(fleet.place('d-job-2', { labels: { pool: 'drain' } }), NoLiveAgentError);
-      assert.equal((await fleet.owner('d-job')).agent, 'd1', 'a draining agent still owns what it owned');
-      await fleet.undrain('d1');
-      assert.equal((await fleet.place('d-job-2', { labels: { pool: 'drain' } })).agent, 'd1');
-      await assert.rejects(fleet.drain('nobody'), ConfigError);
-
-      // `fleet owner` gives the same answer however often it is asked while nothing changes.
-      const answers = [];
-      for (let i = 0; i < 3; i++) {
-        const r = await cli(['fleet', 'owner', 'd-job', '--store', ts.url]);
-        answers.push([r.code, r.stdout]);
-      }
-      assert.deepEqual(answers, Array(3).fill([0, `d1 generation ${first.generation} live\n`]));
-
-      d.kill('SIGTERM');
-      assert.deepEqual(await d.exited, { code: 0, signal: null });
-      // Deregistered: dead at once, without waiting for stale-after, and said so.
-      const e = await fleet.owner('d-job').catch((x: unknown) => x);
-      assert.ok(e instanceof OwnerDeadError && e.deregistered, String(e));
-      assert.equal((await fleet.agents()).find((a) => a.id === 'd1')?.deregistered, true);
-    });
-
-    void it('places on the agent owning fewest, and spreads ties', async () => {
-      // The rule is about live agents; nothing here waits for staleness, so the agents get 20
-      // heartbeats of stale-after. With 3 s, a loaded run (concurrency 4 beside three engineers'
-      // tests) let one agent's heartbeat lapse mid-loop: it was rightly passed over, and owned 1
-      // of 9 ([1, 4, 4]).
-      const long = ['--heartbeat', kind === 'etcd' ? '750ms' : HEARTBEAT, '--stale-after', kind === 'etcd' ? '15s' : '10s'];
-      await Promise.all([start('b1', 'pool=b', long), start('b2', 'pool=b', long), start('b3', 'pool=b', long)]);
-      for (let i = 0; i < 9; i++) await fleet.place(`b-${i}`, { labels: { pool: 'b' } });
-      const owned = (await fleet.agents()).filter((a) => a.id.startsWith('b')).map((a) => a.owned);
-      assert.deepEqual(owned, [3, 3, 3]);
-    });
-
-    void it('concurrent placements of one resource: exactly one wins, the rest name it', async () => {
-      await start('c1', 'pool=c');
-      await start('c2', 'pool=c');
-      const rs = await Promise.allSettled(Array.from({ length: 8 }, () => fleet.place('contended', { labels: { pool: 'c' } })));
-      const won = rs.filter((r) => r.status === 'fulfilled');
-      assert.equal(won.length, 1);
-      const winner = (won[0] as PromiseFulfilledResult<{ agent: string }>).value.agent;
-      for (const r of rs) if (r.status === 'rejected') assert.ok(r.reason instanceof AlreadyOwnedError && r.reason.owner === winner, String(r.reason));
-    });
-
-    void it('generations only go up, across reassign, removal and placing again', async () => {
-      await start('g1', 'pool=g');
-      await start('g2', 'pool=g');
-      const seen: bigint[] = [];
-      let p = await fleet.place('gen', { labels: { pool: 'g' } });
-      seen.push(p.generation);
-      p = await fleet.reassign('gen', { from: p.agent });
-      seen.push(p.generation);
-      await assert.rejects(fleet.remove('gen', { from: 'nobody' }), OwnerChangedError);
-      await fleet.remove('gen', { from: p.agent });
-      await assert.rejects(fleet.owner('gen'), NoOwnerError);
-      p = await fleet.place('gen', { labels: { pool: 'g' } });
-      seen.push(p.generation);
-      for (let i = 1; i < seen.length; i++) assert.ok(seen[i]! > seen[i - 1]!, `generations ${seen.join(', ')}`);
-    });
-
-    void it('a write fenced with the old generation after a reassign is refused', async () => {
-      await start('f1', 'pool=f');
-      await start('f2', 'pool=f');
-      const old = await fleet.place('fenced', { labels: { pool: 'f' } });
-      const resource = `fleet:fenced:${Math.random()}`;
-      // etcd holds no application data, and the MySQL fence is not wired in here: there the
-      // resource lives in a SQLite database with its fence.
-      const side = kind === 'etcd' || kind === 'mysql' ? await makeTestStore('sqlite') : undefined;
-      const write = async (generation: bigint): Promise<void> => {
-        if (ts.store instanceof PostgresStore) {
-          const pool = new pg.Pool({ connectionString: TEST_PG_URL, max: 1 });
-          try {
-            await fencedTransaction(pool, { resource, token: generation, table: `${ts.store.schema}.fences` }, async (tx) => {
-              await tx.query('SELECT 1');
-            });
-          } finally {
-            await pool.end();
-          }
-        } else if (ts.store instanceof RedisStore) {
-          const tag = `{${ts.store.prefix}}`; // under the test's prefix, so cleanup deletes them
-          await fencedSet(ts.store, { resource, token: generation, key: `${tag}:data`, markKey: `${tag}:mark`, value: String(generation) });
-        } else {
-          const sqlite = side?.store ?? ts.store;
-          assert.ok(sqlite instanceof SqliteStore);
-          fencedWriteSync(sqlite.database, { resource, token: generation }, () => undefined);
-        }
+storesSideBySide('fleet registry, stores side by side', () => {
+  for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
+    void describe(`fleet registry on ${kind}`, { concurrency: 1 }, () => {
+      let ts: TestStore;
+      let fleet: Fleet;
+      const agents: AgentProcess[] = [];
+      const start = async (id: string, labels?: string, timing: string[] = timingFor(kind)): Promise<AgentProcess> => {
+        const a = startCliAgent(ts.url, id, [...timing, ...(labels === undefined ? [] : ['--labels', labels])]);
+        agents.push(a);
+        await a.live();
+        return a;
       };
-      try {
-        await write(old.generation);
-        const moved = await fleet.reassign('fenced', { from: old.agent });
-        await write(moved.generation);
-        await assert.rejects(write(old.generation), (e: unknown) => e instanceof FencedError && e.highWater === moved.generation);
-      } finally {
-        await side?.cleanup();
-      }
-    });
 
-    void it('an agent whose liveness lease is revoked stands down, and its resources read as dead', async () => {
-      const store = await ts.open();
-      const leasehold = new Leasehold({ store });
-      const own = await openFleet(store);
-      // staleAfter (the liveness lease's TTL) 3 s: the agent must lose its term to the revoke, not to
-      // a stall of the loaded host before it (CI at load 20: with 400 ms it had lost already, the
-      // 'lost' listener attached after that waited for ever).
-      const staleAfter = 3000;
-      const agent = await Agent.start(leasehold, own, { id: 'rv1', labels: { pool: 'rv' }, heartbeat: 500, staleAfter });
-      const losses: unknown[] = [];
-      agent.on('lost', (e: unknown) => losses.push(e));
-      try {
-        await fleet.place('rv-job', { labels: { pool: 'rv' } });
-        assert.deepEqual(losses, [], 'the agent lost its liveness lease before the revoke (the host stalled past its TTL)');
-        await ts.store.revoke('agent/rv1', 'test: a fork of this agent was found');
-        // Its next renewal is refused, or unanswered renewals end the term at its local deadline: either
-        // way within the TTL; twice the TTL bounds the wait so a missed loss fails instead of hanging.
-        await until('the agent stands down after the revoke', () => losses.length > 0, 2 * staleAfter);
-        assert.ok(agent.signal.aborted, `lost ${String(losses[0])} but the signal did not abort`);
-        await assert.rejects(fleet.owner('rv-job'), OwnerDeadError);
-        await assert.rejects(fleet.place('rv-2', { labels: { pool: 'rv' } }), NoLiveAgentError);
-      } finally {
-        await agent.stop();
-        await leasehold.close();
-      }
-    });
+      before(async () => {
+        ts = await makeTestStore(kind);
+        fleet = await openFleet(ts.store);
+      });
+      after(async () => {
+        await reapAgents(agents);
+        await ts.cleanup();
+      });
 
-    void it('a process waiting for a live agent id is never made the waiter a release hands the liveness lease to', async () => {
-      // PostgreSQL and MySQL hand a released term to a registered waiter (one-write handover). For an
-      // agent that would say "alive" for a process that never confirmed it (CI's fleet chaos saw
-      // a departed waiter handed agent/f3 and a resource reassigned to it), so agents never register.
-      const lh1 = new Leasehold({ store: await ts.open() });
-      const first = await Agent.start(lh1, fleet, { id: 'hw', labels: { pool: 'hw' }, heartbeat: 150, staleAfter: 1500 });
-      const store2 = await ts.open();
-      const second = new Leasehold({ store: store2 });
-      try {
-        const waiting = Agent.start(second, await openFleet(store2), { id: 'hw', heartbeat: 150, staleAfter: 1500, wait: 1200 });
-        waiting.catch(() => undefined);
-        await sleep(400); // its first claim was answered 'busy'
-        if (kind === 'postgres') {
-          const schema = new URL(ts.url).searchParams.get('schema') ?? 'leasehold';
-          const db = new pg.Client({ connectionString: TEST_PG_URL });
-          await db.connect();
-          try {
-            const r = await db.query(`SELECT waiter FROM "${schema}".leases WHERE name = 'agent/hw'`);
-            assert.equal(r.rows[0]?.['waiter'], null, 'the waiting agent process was registered as the waiter');
-          } finally {
-            await db.end();
-          }
+      void it('three agents, a placement, a killed agent: each lookup says what is true', async () => {
+        // a1 is the only zone=eu agent when job-1 is placed, so it is the owner that dies; a2 joins
+        // after, as the survivor (see survivorTiming).
+        const [a1] = await Promise.all([start('a1', 'zone=eu'), start('a3', 'zone=us')]);
+        const p = await fleet.place('job-1', { labels: { zone: 'eu' } });
+        assert.equal(p.agent, 'a1', `placed on ${p.agent}, which lacks zone=eu`);
+        await start('a2', 'zone=eu', survivorTiming(kind));
+        const listed = await fleet.agents();
+        assert.deepEqual(listed.map((a) => [a.id, a.live]), [['a1', true], ['a2', true], ['a3', true]]);
+        const o = await fleet.owner('job-1');
+        assert.equal(o.agent, p.agent);
+        assert.equal(o.generation, p.generation);
+        assert.ok(o.heartbeatAgeMs < (kind === 'etcd' ? 3000 : STALE_MS));
+
+        await assert.rejects(fleet.place('job-1'), (e: unknown) => e instanceof AlreadyOwnedError && e.owner === p.agent);
+        await assert.rejects(fleet.owner('job-never'), NoOwnerError);
+
+        // kill -9 the owner: no deregistration, its heartbeats just stop.
+        const owner = a1!;
+        owner.kill('SIGKILL');
+        await owner.exited;
+        await sleep(deadAfterMs(kind));
+        const dead = await fleet.owner('job-1').then(
+          () => assert.fail('a killed owner was reported live after stale-after (and, on etcd, its etcd lease)'),
+          (e: unknown) => e,
+        );
+        assert.ok(dead instanceof OwnerDeadError, `expected OwnerDeadError, got ${String(dead)}`);
+        assert.equal(dead.owner, p.agent);
+        assert.equal(dead.deregistered, false);
+        assert.ok(dead.staleForMs !== null && dead.staleForMs > 0, `staleForMs ${dead.staleForMs}`);
+        // Asking again changes nothing: still dead, never "no owner", never a new placement.
+        await assert.rejects(fleet.owner('job-1'), OwnerDeadError);
+        const cliOwner = await cli(['fleet', 'owner', 'job-1', '--store', ts.url]);
+        assert.equal(cliOwner.code, 5, cliOwner.stderr);
+        assert.equal(cliOwner.stdout.trim(), `${p.agent} generation ${p.generation} dead`);
+
+        // Placement skips the dead agent every time.
+        const survivor = 'a2';
+        for (let i = 0; i < 5; i++) assert.equal((await fleet.place(`eu-${i}`, { labels: { zone: 'eu' } })).agent, survivor);
+
+        // Reassign: refused from the wrong owner, then moved with a larger generation.
+        await assert.rejects(fleet.reassign('job-1', { from: survivor }), (e: unknown) => e instanceof OwnerChangedError && e.owner === p.agent);
+        await assert.rejects(fleet.reassign('job-1', { from: p.agent, to: p.agent }), ConfigError);
+        await assert.rejects(fleet.reassign('job-1', { from: p.agent, to: 'never-started' }), NoLiveAgentError);
+        assert.equal((await fleet.owner('job-1').catch((e: unknown) => e as OwnerDeadError)).generation, p.generation, 'a refused reassign changed nothing');
+        const moved = await fleet.reassign('job-1', { from: p.agent });
+        assert.equal(moved.agent, survivor);
+        assert.ok(moved.generation > p.generation);
+        assert.equal((await fleet.owner('job-1')).agent, survivor);
+      });
+
+      void it('drain keeps an agent alive and owning but out of placement; SIGTERM deregisters it', async () => {
+        // Nothing here waits for staleness (SIGTERM deregisters at once), so the agent gets a long
+        // stale-after: 20 heartbeats. With 3s, a CI run whose CLI calls took seconds each (the test
+        // ran 8.5s instead of 1s) starved d1 past it; it lost its lease, exited 76, and the third of
+        // three identical asks truly said "dead". What is asserted is the answer while d1 lives.
+        const d = await start('d1', 'pool=drain', ['--heartbeat', kind === 'etcd' ? '750ms' : HEARTBEAT, '--stale-after', kind === 'etcd' ? '15s' : '10s']);
+        const first = await fleet.place('d-job', { labels: { pool: 'drain' } });
+        assert.equal(first.agent, 'd1');
+        await fleet.drain('d1');
+        await assert.rejects(fleet.place('d-job-2', { labels: { pool: 'drain' } }), NoLiveAgentError);
+        assert.equal((await fleet.owner('d-job')).agent, 'd1', 'a draining agent still owns what it owned');
+        await fleet.undrain('d1');
+        assert.equal((await fleet.place('d-job-2', { labels: { pool: 'drain' } })).agent, 'd1');
+        await assert.rejects(fleet.drain('nobody'), ConfigError);
+
+        // `fleet owner` gives the same answer however often it is asked while nothing changes.
+        const answers = [];
+        for (let i = 0; i < 3; i++) {
+          const r = await cli(['fleet', 'owner', 'd-job', '--store', ts.url]);
+          answers.push([r.code, r.stdout]);
         }
-        if (kind === 'mysql') {
-          const { createConnection } = await import('mysql2/promise');
-          const db = await createConnection(ts.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''));
-          try {
-            const [rows] = (await db.query("SELECT waiter FROM leasehold_leases WHERE name = 'agent/hw'")) as unknown as [{ waiter: string | null }[]];
-            assert.equal(rows[0]?.waiter, null, 'the waiting agent process was registered as the waiter');
-          } finally {
-            await db.end();
-          }
-        }
-        await assert.rejects(waiting, (e: unknown) => e instanceof Error && /not acquired/.test(e.message));
-      } finally {
-        await first.stop();
-        await lh1.close();
-        await second.close();
-      }
-    });
+        assert.deepEqual(answers, Array(3).fill([0, `d1 generation ${first.generation} live\n`]));
 
-    void it('a second process with a live agent id is refused (no-wait), not registered over the first', async () => {
-      await start('dup', 'pool=dup');
-      const second = await cli(['agent', '--id', 'dup', '--no-wait', '--labels', 'pool=other', '--store', ts.url]);
-      assert.equal(second.code, 75, second.stderr);
-      assert.deepEqual((await fleet.agents()).find((a) => a.id === 'dup')?.labels, { pool: 'dup' });
+        d.kill('SIGTERM');
+        assert.deepEqual(await d.exited, { code: 0, signal: null });
+        // Deregistered: dead at once, without waiting for stale-after, and said so.
+        const e = await fleet.owner('d-job').catch((x: unknown) => x);
+        assert.ok(e instanceof OwnerDeadError && e.deregistered, String(e));
+        assert.equal((await fleet.agents()).find((a) => a.id === 'd1')?.deregistered, true);
+      });
+
+      void it('places on the agent owning fewest, and spreads ties', async () => {
+        // The rule is about live agents; nothing here waits for staleness, so the agents get 20
+        // heartbeats of stale-after. With 3 s, a loaded run (concurrency 4 beside three engineers'
+        // tests) let one agent's heartbeat lapse mid-loop: it was rightly passed over, and owned 1
+        // of 9 ([1, 4, 4]).
+        const long = ['--heartbeat', kind === 'etcd' ? '750ms' : HEARTBEAT, '--stale-after', kind === 'etcd' ? '15s' : '10s'];
+        await Promise.all([start('b1', 'pool=b', long), start('b2', 'pool=b', long), start('b3', 'pool=b', long)]);
+        for (let i = 0; i < 9; i++) await fleet.place(`b-${i}`, { labels: { pool: 'b' } });
+        const owned = (await fleet.agents()).filter((a) => a.id.startsWith('b')).map((a) => a.owned);
+        assert.deepEqual(owned, [3, 3, 3]);
+      });
+
+      void it('concurrent placements of one resource: exactly one wins, the rest name it', async () => {
+        await start('c1', 'pool=c');
+        await start('c2', 'pool=c');
+        const rs = await Promise.allSettled(Array.from({ length: 8 }, () => fleet.place('contended', { labels: { pool: 'c' } })));
+        const won = rs.filter((r) => r.status === 'fulfilled');
+        assert.equal(won.length, 1);
+        const winner = (won[0] as PromiseFulfilledResult<{ agent: string }>).value.agent;
+        for (const r of rs) if (r.status === 'rejected') assert.ok(r.reason instanceof AlreadyOwnedError && r.reason.owner === winner, String(r.reason));
+      });
+
+      void it('generations only go up, across reassign, removal and placing again', async () => {
+        await start('g1', 'pool=g');
+        await start('g2', 'pool=g');
+        const seen: bigint[] = [];
+        let p = await fleet.place('gen', { labels: { pool: 'g' } });
+        seen.push(p.generation);
+        p = await fleet.reassign('gen', { from: p.agent });
+        seen.push(p.generation);
+        await assert.rejects(fleet.remove('gen', { from: 'nobody' }), OwnerChangedError);
+        await fleet.remove('gen', { from: p.agent });
+        await assert.rejects(fleet.owner('gen'), NoOwnerError);
+        p = await fleet.place('gen', { labels: { pool: 'g' } });
+        seen.push(p.generation);
+        for (let i = 1; i < seen.length; i++) assert.ok(seen[i]! > seen[i - 1]!, `generations ${seen.join(', ')}`);
+      });
+
+      void it('a write fenced with the old generation after a reassign is refused', async () => {
+        await start('f1', 'pool=f');
+        await start('f2', 'pool=f');
+        const old = await fleet.place('fenced', { labels: { pool: 'f' } });
+        const resource = `fleet:fenced:${Math.random()}`;
+        // etcd holds no application data, and the MySQL fence is not wired in here: there the
+        // resource lives in a SQLite database with its fence.
+        const side = kind === 'etcd' || kind === 'mysql' ? await makeTestStore('sqlite') : undefined;
+        const write = async (generation: bigint): Promise<void> => {
+          if (ts.store instanceof PostgresStore) {
+            const pool = new pg.Pool({ connectionString: TEST_PG_URL, max: 1 });
+            try {
+              await fencedTransaction(pool, { resource, token: generation, table: `${ts.store.schema}.fences` }, async (tx) => {
+                await tx.query('SELECT 1');
+              });
+            } finally {
+              await pool.end();
+            }
+          } else if (ts.store instanceof RedisStore) {
+            const tag = `{${ts.store.prefix}}`; // under the test's prefix, so cleanup deletes them
+            await fencedSet(ts.store, { resource, token: generation, key: `${tag}:data`, markKey: `${tag}:mark`, value: String(generation) });
+          } else {
+            const sqlite = side?.store ?? ts.store;
+            assert.ok(sqlite instanceof SqliteStore);
+            fencedWriteSync(sqlite.database, { resource, token: generation }, () => undefined);
+          }
+        };
+        try {
+          await write(old.generation);
+          const moved = await fleet.reassign('fenced', { from: old.agent });
+          await write(moved.generation);
+          await assert.rejects(write(old.generation), (e: unknown) => e instanceof FencedError && e.highWater === moved.generation);
+        } finally {
+          await side?.cleanup();
+        }
+      });
+
+      void it('an agent whose liveness lease is revoked stands down, and its resources read as dead', async () => {
+        const store = await ts.open();
+        const leasehold = new Leasehold({ store });
+        const own = await openFleet(store);
+        // staleAfter (the liveness lease's TTL) 3 s: the agent must lose its term to the revoke, not to
+        // a stall of the loaded host before it (CI at load 20: with 400 ms it had lost already, the
+        // 'lost' listener attached after that waited for ever).
+        const staleAfter = 3000;
+        const agent = await Agent.start(leasehold, own, { id: 'rv1', labels: { pool: 'rv' }, heartbeat: 500, staleAfter });
+        const losses: unknown[] = [];
+        agent.on('lost', (e: unknown) => losses.push(e));
+        try {
+          await fleet.place('rv-job', { labels: { pool: 'rv' } });
+          assert.deepEqual(losses, [], 'the agent lost its liveness lease before the revoke (the host stalled past its TTL)');
+          await ts.store.revoke('agent/rv1', 'test: a fork of this agent was found');
+          // Its next renewal is refused, or unanswered renewals end the term at its local deadline: either
+          // way within the TTL; twice the TTL bounds the wait so a missed loss fails instead of hanging.
+          await until('the agent stands down after the revoke', () => losses.length > 0, 2 * staleAfter);
+          assert.ok(agent.signal.aborted, `lost ${String(losses[0])} but the signal did not abort`);
+          await assert.rejects(fleet.owner('rv-job'), OwnerDeadError);
+          await assert.rejects(fleet.place('rv-2', { labels: { pool: 'rv' } }), NoLiveAgentError);
+        } finally {
+          await agent.stop();
+          await leasehold.close();
+        }
+      });
+
+      void it('a process waiting for a live agent id is never made the waiter a release hands the liveness lease to', async () => {
+        // PostgreSQL and MySQL hand a released term to a registered waiter (one-write handover). For an
+        // agent that would say "alive" for a process that never confirmed it (CI's fleet chaos saw
+        // a departed waiter handed agent/f3 and a resource reassigned to it), so agents never register.
+        const lh1 = new Leasehold({ store: await ts.open() });
+        const first = await Agent.start(lh1, fleet, { id: 'hw', labels: { pool: 'hw' }, heartbeat: 150, staleAfter: 1500 });
+        const store2 = await ts.open();
+        const second = new Leasehold({ store: store2 });
+        try {
+          const waiting = Agent.start(second, await openFleet(store2), { id: 'hw', heartbeat: 150, staleAfter: 1500, wait: 1200 });
+          waiting.catch(() => undefined);
+          await sleep(400); // its first claim was answered 'busy'
+          if (kind === 'postgres') {
+            const schema = new URL(ts.url).searchParams.get('schema') ?? 'leasehold';
+            const db = new pg.Client({ connectionString: TEST_PG_URL });
+            await db.connect();
+            try {
+              const r = await db.query(`SELECT waiter FROM "${schema}".leases WHERE name = 'agent/hw'`);
+              assert.equal(r.rows[0]?.['waiter'], null, 'the waiting agent process was registered as the waiter');
+            } finally {
+              await db.end();
+            }
+          }
+          if (kind === 'mysql') {
+            const { createConnection } = await import('mysql2/promise');
+            const db = await createConnection(ts.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''));
+            try {
+              const [rows] = (await db.query("SELECT waiter FROM leasehold_leases WHERE name = 'agent/hw'")) as unknown as [{ waiter: string | null }[]];
+              assert.equal(rows[0]?.waiter, null, 'the waiting agent process was registered as the waiter');
+            } finally {
+              await db.end();
+            }
+          }
+          await assert.rejects(waiting, (e: unknown) => e instanceof Error && /not acquired/.test(e.message));
+        } finally {
+          await first.stop();
+          await lh1.close();
+          await second.close();
+        }
+      });
+
+      void it('a second process with a live agent id is refused (no-wait), not registered over the first', async () => {
+        await start('dup', 'pool=dup');
+        const second = await cli(['agent', '--id', 'dup', '--no-wait', '--labels', 'pool=other', '--store', ts.url]);
+        assert.equal(second.code, 75, second.stderr);
+        assert.deepEqual((await fleet.agents()).find((a) => a.id === 'dup')?.labels, { pool: 'dup' });
+      });
     });
-  });
-}
+  }
+});

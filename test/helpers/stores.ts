@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { describe } from 'node:test';
 import pg from 'pg';
 import { openStore } from '../../src/backends/index.js';
 import type { LeaseStore } from '../../src/backends/store.js';
@@ -22,6 +23,25 @@ export function selectedStores(): StoreKind[] {
   const wanted = env.split(',').map((s) => s.trim()) as StoreKind[];
   for (const w of wanted) if (!ALL_STORES.includes(w)) throw new Error(`LEASEHOLD_TEST_STORES names unknown store "${w}"`);
   return wanted;
+}
+
+/**
+ * How many stores' suites a file runs at once (LEASEHOLD_TEST_STORES_AT_ONCE, default 2). The
+ * files that loop over stores spend most of their time waiting on real time (a TTL running out,
+ * a slot coming due, a process starting), and the runner gives each file one of its slots: run
+ * one store after another, a file like per-slot cron held a slot for five stores' waits (about
+ * 2 minutes) while using a fraction of a core. Each store's suite has a namespace of its own (a
+ * schema, a key prefix, a file), so they do not see each other; 1 runs them one at a time.
+ */
+export const STORES_AT_ONCE = Math.max(1, Number(process.env['LEASEHOLD_TEST_STORES_AT_ONCE'] ?? 1) || 1);
+
+/**
+ * The suites `body` declares (one per store), STORES_AT_ONCE of them at a time. Each store's suite
+ * must say `{ concurrency: 1 }`: node's runner hands a suite's concurrency down to the suites and
+ * tests inside it, and the cases of one store share its agents, replicas and files.
+ */
+export function storesSideBySide(title: string, body: () => void): void {
+  void describe(title, { concurrency: STORES_AT_ONCE }, body);
 }
 
 /** One isolated namespace on a real store: a fresh schema, file, or key prefix. */

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { existsSync } from 'node:fs';
-import { makeTestStore, selectedStores, type StoreKind } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, type StoreKind, storesSideBySide } from '../helpers/stores.js';
 import { Sandbox, until } from '../cli/helpers.js';
 import { findFaketime } from '../chaos/services.js';
 
@@ -39,81 +39,83 @@ const overlapByRule = (rows: readonly Row[], r: Row): boolean => {
   return /^overlap/.test(r.reason ?? '') && prev?.endedAt != null && Date.parse(prev.endedAt) >= Date.parse(r.slotAt!);
 };
 
-for (const kind of (['etcd', 'postgres', 'redis'] as StoreKind[]).filter((k) => selectedStores().includes(k))) {
-  void describe(`on ${kind}`, () => {
-    void it(`a replica ${AHEAD_S} s ahead takes over: no slot in the real future is recorded missed, and the slots after the takeover run`, async (t) => {
-      if (faketime === null) {
-        t.skip('libfaketime not found (Debian package faketime)');
-        return;
-      }
-      const ts = await makeTestStore(kind);
-      try {
-        const log = sb.path(`ahead-${kind}.log`);
-        const job = (who: string): string => sb.script(`ahead-${kind}-${who}.sh`, `echo "${who} $LEASEHOLD_SLOT" >> ${log}`);
-        const lines = (): string[] => (existsSync(log) ? sb.read(`ahead-${kind}.log`).trim().split('\n') : []);
-        const args = (who: string): string[] => ['cron', '--name', 'tick', '--every', '2s', '--ttl', '6s', '--store', ts.url, '--', job(who)];
-        if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', ts.url])).code, 0);
-        const right = sb.start(args('right'));
-        const ranRight = (): number => lines().filter((l) => l.startsWith('right')).length;
-        // Start-up (a Node process and its store connection) is not what this file tests: its
-        // bound only stops a hang, as whenReady's (test/integrations/replicas.ts); a stressed run
-        // on etcd took over 20 s to the second slot. Then one more slot within its period, or
-        // within a TTL when it finds a term still held: 2 x (2 s + 6 s).
-        await until('the right-clock replica ran a slot', () => ranRight() >= 1, 120_000);
-        await until('the right-clock replica ran two slots', () => ranRight() >= 2, 2 * (2000 + 6000));
-        const ahead = sb.start(args('ahead'), { LD_PRELOAD: faketime, FAKETIME: `+${AHEAD_S}s`, FAKETIME_DONT_FAKE_MONOTONIC: '1' });
-        // Up (its 'scheduled' line) before the kill, so the 20 s bound below, under the 30 s lead it
-        // must not sleep through, counts the takeover and not the process's start-up.
-        await until('the fast replica is up', () => /scheduled:/.test(ahead.stdout + ahead.stderr), 120_000);
-        right.proc.kill('SIGKILL');
-        await right.done;
-        // Takeover within the 6 s TTL, then its first slot.
-        await until('the fast replica ran a slot', () => lines().some((l) => l.startsWith('ahead')), 20_000).catch((e: Error) => {
-          throw new Error(`${e.message}\nlog:\n${lines().join('\n')}\nstderr of the fast replica:\n${ahead.stderr}\nstderr of the killed one:\n${right.stderr}`);
-        });
-        const h = await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url]);
-        // Real time after the history was read: a slot after it was in the future when recorded.
-        // (Read before the CLI ran, a loaded host let a slot come due and be skipped in between.)
-        const realNow = Date.now();
-        assert.equal(h.code, 0, h.stderr);
-        const rows = JSON.parse(h.stdout) as Row[];
-        const future = rows.filter((r) => r.status === 'skipped' && Date.parse(r.slotAt!) > realNow && !overlapByRule(rows, r));
-        assert.deepEqual(
-          future.map((r) => `${r.slot}: ${r.reason}`),
-          [],
-          `slots in the real future (now ${new Date(realNow).toISOString()}) were recorded skipped\nstderr of the fast replica:\n${ahead.stderr}`,
-        );
-        // Let it lead a few slots: each one from the takeover on runs, none is skipped.
-        const ranBefore = lines().length;
-        await until('three more slots ran', () => lines().length >= ranBefore + 3, 20_000);
-        ahead.proc.kill('SIGTERM');
-        await ahead.done;
-        const end = JSON.parse((await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url])).stdout) as Row[];
-        // A slot the replica itself was too late for (a starved process: a loaded run had it miss
-        // 8 s of slots) is said so and is not a clock error; the one this file guards against, a
-        // replica timing slots by its own clock, would sleep its whole 30 s lead, which the 20 s
-        // wait for three more slots above already refuses.
-        const late = (r: Row): boolean => /^missed: this replica was late/.test(r.reason ?? '');
-        for (const r of end.filter((x) => x.status === 'skipped' && late(x))) t.diagnostic(`${r.slot}: ${r.reason}`);
-        const skippedLater = end.filter((r) => r.status === 'skipped' && Date.parse(r.slotAt!) > realNow && !overlapByRule(end, r) && !late(r));
-        assert.deepEqual(
-          skippedLater.map((r) => `${r.slot}: ${r.reason}`),
-          [],
-          `slots after the takeover were skipped (real now was ${new Date(realNow).toISOString()})\nhistory:\n${end.map((r) => `${r.slot} ${r.status} ${r.reason ?? ''}`).join('\n')}\nstderr of the fast replica:\n${ahead.stderr}`,
-        );
-        assert.match(ahead.stderr, /this host's clock is 3\d\.\ds ahead of the store's; slots are judged by the store's clock/);
-        // Each replica ran each slot once. The same slot on both is the documented rerun: the kill
-        // lands just after a job wrote its line, often before its completion did ('interrupted').
-        for (const who of ['right', 'ahead']) {
-          const ran = lines().filter((l) => l.startsWith(who)).map((l) => l.split(' ')[1]);
-          assert.equal(new Set(ran).size, ran.length, `${who} ran a slot twice: ${ran.join(', ')}`);
+storesSideBySide('a replica with its clock ahead, stores side by side', () => {
+  for (const kind of (['etcd', 'postgres', 'redis'] as StoreKind[]).filter((k) => selectedStores().includes(k))) {
+    void describe(`on ${kind}`, { concurrency: 1 }, () => {
+      void it(`a replica ${AHEAD_S} s ahead takes over: no slot in the real future is recorded missed, and the slots after the takeover run`, async (t) => {
+        if (faketime === null) {
+          t.skip('libfaketime not found (Debian package faketime)');
+          return;
         }
-      } finally {
-        await ts.cleanup();
-      }
+        const ts = await makeTestStore(kind);
+        try {
+          const log = sb.path(`ahead-${kind}.log`);
+          const job = (who: string): string => sb.script(`ahead-${kind}-${who}.sh`, `echo "${who} $LEASEHOLD_SLOT" >> ${log}`);
+          const lines = (): string[] => (existsSync(log) ? sb.read(`ahead-${kind}.log`).trim().split('\n') : []);
+          const args = (who: string): string[] => ['cron', '--name', 'tick', '--every', '2s', '--ttl', '6s', '--store', ts.url, '--', job(who)];
+          if (kind === 'postgres') assert.equal((await sb.run(['migrate', '--store', ts.url])).code, 0);
+          const right = sb.start(args('right'));
+          const ranRight = (): number => lines().filter((l) => l.startsWith('right')).length;
+          // Start-up (a Node process and its store connection) is not what this file tests: its
+          // bound only stops a hang, as whenReady's (test/integrations/replicas.ts); a stressed run
+          // on etcd took over 20 s to the second slot. Then one more slot within its period, or
+          // within a TTL when it finds a term still held: 2 x (2 s + 6 s).
+          await until('the right-clock replica ran a slot', () => ranRight() >= 1, 120_000);
+          await until('the right-clock replica ran two slots', () => ranRight() >= 2, 2 * (2000 + 6000));
+          const ahead = sb.start(args('ahead'), { LD_PRELOAD: faketime, FAKETIME: `+${AHEAD_S}s`, FAKETIME_DONT_FAKE_MONOTONIC: '1' });
+          // Up (its 'scheduled' line) before the kill, so the 20 s bound below, under the 30 s lead it
+          // must not sleep through, counts the takeover and not the process's start-up.
+          await until('the fast replica is up', () => /scheduled:/.test(ahead.stdout + ahead.stderr), 120_000);
+          right.proc.kill('SIGKILL');
+          await right.done;
+          // Takeover within the 6 s TTL, then its first slot.
+          await until('the fast replica ran a slot', () => lines().some((l) => l.startsWith('ahead')), 20_000).catch((e: Error) => {
+            throw new Error(`${e.message}\nlog:\n${lines().join('\n')}\nstderr of the fast replica:\n${ahead.stderr}\nstderr of the killed one:\n${right.stderr}`);
+          });
+          const h = await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url]);
+          // Real time after the history was read: a slot after it was in the future when recorded.
+          // (Read before the CLI ran, a loaded host let a slot come due and be skipped in between.)
+          const realNow = Date.now();
+          assert.equal(h.code, 0, h.stderr);
+          const rows = JSON.parse(h.stdout) as Row[];
+          const future = rows.filter((r) => r.status === 'skipped' && Date.parse(r.slotAt!) > realNow && !overlapByRule(rows, r));
+          assert.deepEqual(
+            future.map((r) => `${r.slot}: ${r.reason}`),
+            [],
+            `slots in the real future (now ${new Date(realNow).toISOString()}) were recorded skipped\nstderr of the fast replica:\n${ahead.stderr}`,
+          );
+          // Let it lead a few slots: each one from the takeover on runs, none is skipped.
+          const ranBefore = lines().length;
+          await until('three more slots ran', () => lines().length >= ranBefore + 3, 20_000);
+          ahead.proc.kill('SIGTERM');
+          await ahead.done;
+          const end = JSON.parse((await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url])).stdout) as Row[];
+          // A slot the replica itself was too late for (a starved process: a loaded run had it miss
+          // 8 s of slots) is said so and is not a clock error; the one this file guards against, a
+          // replica timing slots by its own clock, would sleep its whole 30 s lead, which the 20 s
+          // wait for three more slots above already refuses.
+          const late = (r: Row): boolean => /^missed: this replica was late/.test(r.reason ?? '');
+          for (const r of end.filter((x) => x.status === 'skipped' && late(x))) t.diagnostic(`${r.slot}: ${r.reason}`);
+          const skippedLater = end.filter((r) => r.status === 'skipped' && Date.parse(r.slotAt!) > realNow && !overlapByRule(end, r) && !late(r));
+          assert.deepEqual(
+            skippedLater.map((r) => `${r.slot}: ${r.reason}`),
+            [],
+            `slots after the takeover were skipped (real now was ${new Date(realNow).toISOString()})\nhistory:\n${end.map((r) => `${r.slot} ${r.status} ${r.reason ?? ''}`).join('\n')}\nstderr of the fast replica:\n${ahead.stderr}`,
+          );
+          assert.match(ahead.stderr, /this host's clock is 3\d\.\ds ahead of the store's; slots are judged by the store's clock/);
+          // Each replica ran each slot once. The same slot on both is the documented rerun: the kill
+          // lands just after a job wrote its line, often before its completion did ('interrupted').
+          for (const who of ['right', 'ahead']) {
+            const ran = lines().filter((l) => l.startsWith(who)).map((l) => l.split(' ')[1]);
+            assert.equal(new Set(ran).size, ran.length, `${who} ran a slot twice: ${ran.join(', ')}`);
+          }
+        } finally {
+          await ts.cleanup();
+        }
+      });
     });
-  });
-}
+  }
+});
 
 void describe("etcd's clock, read from its HTTP Date header", { skip: selectedStores().includes('etcd') ? false : 'etcd not selected (LEASEHOLD_TEST_STORES)' }, () => {
   void it('is a lower bound of etcd time, at most a second (the header has whole seconds) behind', async () => {
