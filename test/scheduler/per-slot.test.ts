@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { existsSync } from 'node:fs';
 import { Sandbox, until, type Running } from '../cli/helpers.js';
-import { makeTestStore, selectedStores } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, storesSideBySide } from '../helpers/stores.js';
 
 const TTL_MS = 3000;
 const PERIOD_MS = 1000;
@@ -41,225 +41,244 @@ function overlapByRule(rows: readonly Row[], r: Row): boolean {
 }
 
 
-for (const kind of selectedStores()) {
-  void describe(`per-slot cron replicas on ${kind}`, () => {
-    void it('a replica killed between slots costs no slot; one killed mid-job costs only its own slot, rerun', async () => {
-      const ts = await makeTestStore(kind);
-      const replicas: Running[] = [];
-      try {
-        const res = sb.path(`res-${kind}.log`);
-        const trigger = sb.path(`trigger-${kind}`);
-        const jobPid = sb.path(`job-${kind}.pid`);
-        // One job (whichever takes the trigger, atomically by rename) hangs until killed, after
-        // writing its pid and slot by rename too, so the test never reads a half-written file.
-        const job = sb.script(
-          `job-${kind}.sh`,
-          [
-            `echo "start $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
-            `if mv ${trigger} ${trigger}.taken 2>/dev/null; then echo "$$ $LEASEHOLD_SLOT" > ${jobPid}.tmp; mv ${jobPid}.tmp ${jobPid}; sleep 60; fi`,
-            `echo "end $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
-          ].join('\n'),
-        );
-        const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', job];
-        const lines = (): string[][] => (existsSync(res) ? sb.read(`res-${kind}.log`).trim().split('\n').map((l) => l.split(' ')) : []);
-        const ends = (): number => lines().filter((l) => l[0] === 'end').length;
-        // Bounds: a slot a second, plus one TTL for a dead term to run out, with room for a slow CI host.
-        const BOUND_MS = 10 * PERIOD_MS + 2 * TTL_MS;
-        for (let i = 0; i < 3; i++) replicas.push(sb.start(args));
-        await until('three slots ran', () => ends() >= 3, BOUND_MS);
-
-        for (let kill = 0; kill < 3; kill++) {
-          // The replica that ran the latest slot, once it has released that slot's term and
-          // not started another, and not within 300 ms of the next slot (so the kill cannot land
-          // inside its next acquire: that would be a kill mid-term, the other case).
-          let victim: Running | undefined;
-          await until(
-            'the latest slot runner released its term',
-            () => {
-              const latest = (r: Running): string => [...r.stderr.matchAll(/slot (\S+): succeeded/g)].map((m) => m[1]!).sort().at(-1) ?? '';
-              const best = replicas.reduce((a, b) => (latest(b) > latest(a) ? b : a));
-              const out = best.stderr;
-              const between = out.lastIndexOf('released') > Math.max(out.lastIndexOf(': started'), out.lastIndexOf(': succeeded'));
-              if (!between || Date.now() % PERIOD_MS > PERIOD_MS - 300) return false;
-              victim = best;
-              return true;
-            },
-            BOUND_MS,
+storesSideBySide('per-slot cron replicas, stores side by side', () => {
+  for (const kind of selectedStores()) {
+    void describe(`per-slot cron replicas on ${kind}`, { concurrency: 1 }, () => {
+      void it('a replica killed between slots costs no slot; one killed mid-job costs only its own slot, rerun', async () => {
+        const ts = await makeTestStore(kind);
+        const replicas: Running[] = [];
+        try {
+          const res = sb.path(`res-${kind}.log`);
+          const trigger = sb.path(`trigger-${kind}`);
+          const jobPid = sb.path(`job-${kind}.pid`);
+          // One job (whichever takes the trigger, atomically by rename) hangs until killed, after
+          // writing its pid and slot by rename too, so the test never reads a half-written file.
+          const job = sb.script(
+            `job-${kind}.sh`,
+            [
+              `echo "start $LEASEHOLD_SLOT $LEASEHOLD_TOKEN $LEASEHOLD_HOLDER" >> ${res}`,
+              `if mv ${trigger} ${trigger}.taken 2>/dev/null; then echo "$$ $LEASEHOLD_SLOT" > ${jobPid}.tmp; mv ${jobPid}.tmp ${jobPid}; sleep 60; fi`,
+              `echo "end $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
+            ].join('\n'),
           );
-          process.kill(victim!.pid, 'SIGKILL');
-          replicas.splice(replicas.indexOf(victim!), 1);
+          const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', job];
+          const lines = (): string[][] => (existsSync(res) ? sb.read(`res-${kind}.log`).trim().split('\n').map((l) => l.split(' ')) : []);
+          const ends = (): number => lines().filter((l) => l[0] === 'end').length;
+          // Bounds: a slot a second, plus one TTL for a dead term to run out, with room for a slow CI host.
+          const BOUND_MS = 10 * PERIOD_MS + 2 * TTL_MS;
+          for (let i = 0; i < 3; i++) replicas.push(sb.start(args));
+          const killed: string[] = [];
+          await until('three slots ran', () => ends() >= 3, BOUND_MS);
+
+          for (let kill = 0; kill < 3; kill++) {
+            // The replica that ran the latest slot, once it has released that slot's term and
+            // not started another, and not within 300 ms of the next slot (so the kill cannot land
+            // inside its next acquire: that would be a kill mid-term, the other case).
+            let victim: Running | undefined;
+            await until(
+              'the latest slot runner released its term',
+              () => {
+                const latest = (r: Running): string => [...r.stderr.matchAll(/slot (\S+): succeeded/g)].map((m) => m[1]!).sort().at(-1) ?? '';
+                const best = replicas.reduce((a, b) => (latest(b) > latest(a) ? b : a));
+                const out = best.stderr;
+                const between = out.lastIndexOf('released') > Math.max(out.lastIndexOf(': started'), out.lastIndexOf(': succeeded'));
+                if (!between || Date.now() % PERIOD_MS > PERIOD_MS - 300) return false;
+                victim = best;
+                return true;
+              },
+              BOUND_MS,
+            );
+            // Its holder id, from its latest job's own line, for a failure's account of the history.
+            const ranLast = [...victim!.stderr.matchAll(/slot (\S+): succeeded/g)].map((m) => m[1]!).sort().at(-1);
+            killed.push(`${lines().find((l) => l[0] === 'start' && l[1] === ranLast)?.[3] ?? '?'} (between slots, after ${ranLast})`);
+            process.kill(victim!.pid, 'SIGKILL');
+            replicas.splice(replicas.indexOf(victim!), 1);
+            replicas.push(sb.start(args));
+            const before = ends();
+            await until('two more slots after the kill', () => ends() >= before + 2, BOUND_MS);
+          }
+          const calmUntil = Date.now();
+
+          // Mid-job: the replica whose job took the trigger dies with its job.
+          sb.script(`trigger-${kind}`, '');
+          await until('a job hangs', () => existsSync(jobPid), BOUND_MS);
+          const [pid, hung] = sb.read(`job-${kind}.pid`).trim().split(' ');
+          const runner = replicas.find((r) => r.stderr.includes(`slot ${hung}: started`));
+          assert.ok(runner !== undefined, `no replica says it started ${hung}`);
+          process.kill(-Number(pid), 'SIGKILL');
+          process.kill(runner.pid, 'SIGKILL');
+          replicas.splice(replicas.indexOf(runner), 1);
           replicas.push(sb.start(args));
+          await until(`slot ${hung} rerun`, () => lines().some((l) => l[0] === 'end' && l[1] === hung), BOUND_MS);
           const before = ends();
-          await until('two more slots after the kill', () => ends() >= before + 2, BOUND_MS);
-        }
-        const calmUntil = Date.now();
+          await until('two more slots after the rerun', () => ends() >= before + 2, BOUND_MS);
 
-        // Mid-job: the replica whose job took the trigger dies with its job.
-        sb.script(`trigger-${kind}`, '');
-        await until('a job hangs', () => existsSync(jobPid), BOUND_MS);
-        const [pid, hung] = sb.read(`job-${kind}.pid`).trim().split(' ');
-        const runner = replicas.find((r) => r.stderr.includes(`slot ${hung}: started`));
-        assert.ok(runner !== undefined, `no replica says it started ${hung}`);
-        process.kill(-Number(pid), 'SIGKILL');
-        process.kill(runner.pid, 'SIGKILL');
-        replicas.splice(replicas.indexOf(runner), 1);
-        replicas.push(sb.start(args));
-        await until(`slot ${hung} rerun`, () => lines().some((l) => l[0] === 'end' && l[1] === hung), BOUND_MS);
-        const before = ends();
-        await until('two more slots after the rerun', () => ends() >= before + 2, BOUND_MS);
+          // A replica started after the last kill on a loaded host may still be loading: a SIGTERM
+          // before its handler is installed kills it without the exit code this checks (a loaded
+          // run: exit null, signal SIGTERM).
+          await until('every replica has scheduled the cron', () => replicas.every((r) => r.stderr.includes('scheduled:')), BOUND_MS);
+          for (const r of replicas) r.proc.kill('SIGTERM');
+          for (const d of await Promise.all(replicas.map((r) => r.done))) assert.equal(d.code, 143, `exit ${String(d.code)} (${String(d.signal)}): ${d.stderr}`);
 
-        for (const r of replicas) r.proc.kill('SIGTERM');
-        for (const d of await Promise.all(replicas.map((r) => r.done))) assert.equal(d.code, 143, d.stderr);
+          const h = await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url]);
+          assert.equal(h.code, 0, h.stderr);
+          const rows = JSON.parse(h.stdout) as Row[];
+          const times = rows.map((r) => Date.parse(r.slotAt));
+          assert.equal(new Set(times).size, times.length, 'a slot has two rows');
+          for (let i = 1; i < times.length; i++) assert.equal(times[i]! - times[i - 1]!, PERIOD_MS, `a slot is missing from the ledger after ${rows[i - 1]!.slot}`);
+          assert.ok(rows.every((r) => r.status === 'succeeded' || r.status === 'skipped'), JSON.stringify(rows.filter((r) => r.status !== 'succeeded' && r.status !== 'skipped')));
+          // Who ran each slot.
+          assert.ok(rows.every((r) => r.status !== 'succeeded' || (r.holder ?? '') !== ''), 'a run slot without a holder');
 
-        const h = await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url]);
-        assert.equal(h.code, 0, h.stderr);
-        const rows = JSON.parse(h.stdout) as Row[];
-        const times = rows.map((r) => Date.parse(r.slotAt));
-        assert.equal(new Set(times).size, times.length, 'a slot has two rows');
-        for (let i = 1; i < times.length; i++) assert.equal(times[i]! - times[i - 1]!, PERIOD_MS, `a slot is missing from the ledger after ${rows[i - 1]!.slot}`);
-        assert.ok(rows.every((r) => r.status === 'succeeded' || r.status === 'skipped'), JSON.stringify(rows.filter((r) => r.status !== 'succeeded' && r.status !== 'skipped')));
-        // Who ran each slot.
-        assert.ok(rows.every((r) => r.status !== 'succeeded' || (r.holder ?? '') !== ''), 'a run slot without a holder');
+          // Through the three kills between slots, every slot ran: none lost. A live term that ran
+          // past a slot (a loaded host) no longer costs it: that slot's contenders wait for the
+          // term's release and run it late (src/scheduler/slot-wait.ts).
+          const hungAt = Date.parse(hung!);
+          const beforeHang = rows.filter((r) => Date.parse(r.slotAt) < Math.min(hungAt, calmUntil));
+          // A failure says what the lease's history shows around each such slot (who held it, and how that term ended).
+          const hist = await sb.run(['history', 'tick', '--json', '--limit', '100000', '--store', ts.url]);
+          const history = (hist.code === 0 ? JSON.parse(hist.stdout) : []) as Array<{ event: string; token: string; atMs: number; holder?: string | null }>;
+          const around = (r: Row): string =>
+            history
+              .filter((e) => Math.abs(e.atMs - Date.parse(r.slotAt)) < 3000)
+              .sort((a, b) => a.atMs - b.atMs)
+              .map((e) => `\n    ${new Date(e.atMs).toISOString()} ${e.event} ${e.token} ${e.holder ?? ''}`)
+              .join('');
+          const lost = beforeHang.filter((r) => r.status !== 'succeeded' && !overlapByRule(rows, r));
+          assert.deepEqual(lost.map((r) => `${r.slot} ${r.status} ${r.reason}`), [], `the lease's history around them:${lost.map((r) => `\n  ${r.slot}:${around(r)}`).join('')}\n  killed: ${killed.join(', ')}`);
 
-        // Through the three kills between slots, every slot ran: none lost. A live term that ran
-        // past a slot (a loaded host) no longer costs it: that slot's contenders wait for the
-        // term's release and run it late (src/scheduler/slot-wait.ts).
-        const hungAt = Date.parse(hung!);
-        const beforeHang = rows.filter((r) => Date.parse(r.slotAt) < Math.min(hungAt, calmUntil));
-        // A failure says what the lease's history shows around each such slot (who held it, and how that term ended).
-        const hist = await sb.run(['history', 'tick', '--json', '--limit', '100000', '--store', ts.url]);
-        const history = (hist.code === 0 ? JSON.parse(hist.stdout) : []) as Array<{ event: string; token: string; atMs: number; holder?: string | null }>;
-        const around = (r: Row): string => history.filter((e) => Math.abs(e.atMs - Date.parse(r.slotAt)) < 3000).sort((a, b) => a.atMs - b.atMs).map((e) => `\n    ${new Date(e.atMs).toISOString()} ${e.event} ${e.token}`).join('');
-        const lost = beforeHang.filter((r) => r.status !== 'succeeded' && !overlapByRule(rows, r));
-        assert.deepEqual(lost.map((r) => `${r.slot} ${r.status} ${r.reason}`), [], `the lease's history around them:${lost.map((r) => `\n  ${r.slot}:${around(r)}`).join('')}`);
-
-        // The hung slot: rerun by a later term, after its dead term ran out.
-        const hungRow = rows.find((r) => r.slot === hung)!;
-        assert.equal(hungRow.status, 'succeeded', JSON.stringify(hungRow));
-        assert.match(hungRow.reason ?? '', /rerun: term \d+ was interrupted/);
-        // Only slots that came due while the dead term blocked the lease are skipped: at most
-        // one TTL of them (and one period of rounding), each saying why.
-        const skipped = rows.filter((r) => r.status === 'skipped' && !overlapByRule(rows, r));
-        for (const r of skipped) {
-          const t = Date.parse(r.slotAt);
-          assert.ok(t > hungAt && t <= hungAt + TTL_MS + PERIOD_MS, `${r.slot} skipped (${r.reason}) outside the dead term's time; the lease's history around it:${around(r)}`);
-          assert.match(r.reason ?? '', /a term ran past it/);
-        }
-
-        // At the resource, from the job's own writes: every slot started once, but the hung one,
-        // started twice (the dead term's, then the rerun's larger token) and ended once.
-        const starts = new Map<string, string[]>();
-        for (const [what, slot, token] of lines()) if (what === 'start') starts.set(slot!, [...(starts.get(slot!) ?? []), token!]);
-        for (const [slot, tokens] of starts) {
-          if (slot === hung) {
-            assert.equal(tokens.length, 2, `${slot}: ${tokens.join(', ')}`);
-            assert.ok(BigInt(tokens[1]!) > BigInt(tokens[0]!));
-          } else assert.equal(tokens.length, 1, `slot ${slot} started ${tokens.length} times (tokens ${tokens.join(', ')})`);
-        }
-        const ended = new Map(lines().filter((l) => l[0] === 'end').map((l) => [l[1]!, l[2]!]));
-        for (const r of rows.filter((x) => x.status === 'succeeded')) assert.equal(ended.get(r.slot), r.token, `slot ${r.slot} succeeded in the ledger with token ${r.token}, not what its job wrote`);
-        // Each slot run is a term of its own, with two exceptions by design: a rerun shares the
-        // term of the slot it ran before, and a term that ends its work within 250 ms of the next
-        // slot (HOLD_FOR_NEXT_MS in cron.ts: its release would land after the others' one try)
-        // runs that next slot too. So tokens never go down, and repeat only for those.
-        const run = rows.filter((r) => r.status === 'succeeded');
-        for (let i = 1; i < run.length; i++) {
-          const [a, b] = [BigInt(run[i - 1]!.token), BigInt(run[i]!.token)];
-          // The next slot it ran, or the next after slots skipped by the no-overlap rule while
-          // that same term still held the lease (a loaded host stretches a 1 s slot's term past
-          // the next slot: that slot is recorded 'overlap', and the term runs the one after).
-          const between = rows.slice(rows.indexOf(run[i - 1]!) + 1, rows.indexOf(run[i]!));
-          const next = between.every((r) => overlapByRule(rows, r));
-          assert.ok(b > a || (b === a && (run[i - 1]!.slot === hung || next)), `tokens do not grow at ${run[i]!.slot}: ${a} then ${b}`);
-        }
-        process.stdout.write(`# ${kind}: ${rows.length} slots, ${rows.filter((r) => r.status === 'succeeded').length} succeeded, ${skipped.length} skipped behind the dead term\n`);
-      } finally {
-        for (const r of replicas) {
-          try {
-            r.proc.kill('SIGKILL');
-          } catch {
-            // gone
+          // The hung slot: rerun by a later term, after its dead term ran out.
+          const hungRow = rows.find((r) => r.slot === hung)!;
+          assert.equal(hungRow.status, 'succeeded', JSON.stringify(hungRow));
+          assert.match(hungRow.reason ?? '', /rerun: term \d+ was interrupted/);
+          // Only slots that came due while the dead term blocked the lease are skipped: at most
+          // one TTL of them (and one period of rounding), each saying why.
+          const skipped = rows.filter((r) => r.status === 'skipped' && !overlapByRule(rows, r));
+          for (const r of skipped) {
+            const t = Date.parse(r.slotAt);
+            assert.ok(t > hungAt && t <= hungAt + TTL_MS + PERIOD_MS, `${r.slot} skipped (${r.reason}) outside the dead term's time; the lease's history around it:${around(r)}`);
+            assert.match(r.reason ?? '', /a term ran past it/);
           }
-        }
-        if (existsSync(sb.path(`job-${kind}.pid`))) {
-          try {
-            process.kill(-Number(sb.read(`job-${kind}.pid`).split(' ')[0]), 'SIGKILL');
-          } catch {
-            // gone
+
+          // At the resource, from the job's own writes: every slot started once, but the hung one,
+          // started twice (the dead term's, then the rerun's larger token) and ended once.
+          const starts = new Map<string, string[]>();
+          for (const [what, slot, token] of lines()) if (what === 'start') starts.set(slot!, [...(starts.get(slot!) ?? []), token!]);
+          for (const [slot, tokens] of starts) {
+            if (slot === hung) {
+              assert.equal(tokens.length, 2, `${slot}: ${tokens.join(', ')}`);
+              assert.ok(BigInt(tokens[1]!) > BigInt(tokens[0]!));
+            } else assert.equal(tokens.length, 1, `slot ${slot} started ${tokens.length} times (tokens ${tokens.join(', ')})`);
           }
+          const ended = new Map(lines().filter((l) => l[0] === 'end').map((l) => [l[1]!, l[2]!]));
+          for (const r of rows.filter((x) => x.status === 'succeeded')) assert.equal(ended.get(r.slot), r.token, `slot ${r.slot} succeeded in the ledger with token ${r.token}, not what its job wrote`);
+          // Each slot run is a term of its own, with two exceptions by design: a rerun shares the
+          // term of the slot it ran before, and a term that ends its work within 250 ms of the next
+          // slot (HOLD_FOR_NEXT_MS in cron.ts: its release would land after the others' one try)
+          // runs that next slot too. So tokens never go down, and repeat only for those.
+          const run = rows.filter((r) => r.status === 'succeeded');
+          for (let i = 1; i < run.length; i++) {
+            const [a, b] = [BigInt(run[i - 1]!.token), BigInt(run[i]!.token)];
+            // The next slot it ran, or the next after slots skipped by the no-overlap rule while
+            // that same term still held the lease (a loaded host stretches a 1 s slot's term past
+            // the next slot: that slot is recorded 'overlap', and the term runs the one after).
+            const between = rows.slice(rows.indexOf(run[i - 1]!) + 1, rows.indexOf(run[i]!));
+            const next = between.every((r) => overlapByRule(rows, r));
+            assert.ok(b > a || (b === a && (run[i - 1]!.slot === hung || next)), `tokens do not grow at ${run[i]!.slot}: ${a} then ${b}`);
+          }
+          process.stdout.write(`# ${kind}: ${rows.length} slots, ${rows.filter((r) => r.status === 'succeeded').length} succeeded, ${skipped.length} skipped behind the dead term\n`);
+        } finally {
+          for (const r of replicas) {
+            try {
+              r.proc.kill('SIGKILL');
+            } catch {
+              // gone
+            }
+          }
+          if (existsSync(sb.path(`job-${kind}.pid`))) {
+            try {
+              process.kill(-Number(sb.read(`job-${kind}.pid`).split(' ')[0]), 'SIGKILL');
+            } catch {
+              // gone
+            }
+          }
+          await ts.cleanup();
         }
-        await ts.cleanup();
-      }
+      });
+
+      // SQLite is left out: a freeze that lands inside a transaction keeps the file locked (see
+      // replicas.test.ts), a property of SQLite, not of the slot's fencing.
+      void it('a replica frozen mid-job past its TTL: the slot is rerun by another, and the frozen term\'s completion is refused', { skip: kind === 'sqlite' ? 'a frozen SQLite writer can hold the file lock' : false }, async () => {
+        const ts = await makeTestStore(kind);
+        const replicas: Running[] = [];
+        let frozen: Running | undefined;
+        try {
+          const res = sb.path(`frz-${kind}.log`);
+          const trigger = sb.path(`frz-trigger-${kind}`);
+          const jobPid = sb.path(`frz-job-${kind}.pid`);
+          const job = sb.script(
+            `frz-job-${kind}.sh`,
+            [
+              `echo "start $LEASEHOLD_SLOT $LEASEHOLD_TOKEN $LEASEHOLD_HOLDER" >> ${res}`,
+              `if mv ${trigger} ${trigger}.taken 2>/dev/null; then echo "$$ $LEASEHOLD_SLOT" > ${jobPid}.tmp; mv ${jobPid}.tmp ${jobPid}; sleep 60; fi`,
+              `echo "end $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
+            ].join('\n'),
+          );
+          const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', job];
+          const lines = (): string[][] => (existsSync(res) ? sb.read(`frz-${kind}.log`).trim().split('\n').map((l) => l.split(' ')) : []);
+          const BOUND_MS = 10 * PERIOD_MS + 2 * TTL_MS;
+          for (let i = 0; i < 2; i++) replicas.push(sb.start(args));
+          await until('two slots ran', () => lines().filter((l) => l[0] === 'end').length >= 2, BOUND_MS);
+          sb.script(`frz-trigger-${kind}`, '');
+          await until('a job hangs', () => existsSync(jobPid), BOUND_MS);
+          const hung = sb.read(`frz-job-${kind}.pid`).trim().split(' ')[1]!;
+          frozen = replicas.find((r) => r.stderr.includes(`slot ${hung}: started`));
+          assert.ok(frozen !== undefined, `no replica says it started ${hung}`);
+          process.kill(frozen.pid, 'SIGSTOP');
+          // Its term runs out (one TTL) and the other replica reruns the slot under a larger token.
+          await until(`slot ${hung} rerun`, () => lines().some((l) => l[0] === 'end' && l[1] === hung), BOUND_MS);
+          process.kill(frozen.pid, 'SIGCONT');
+          const thawed = frozen;
+          frozen = undefined;
+          // Thawed, it finds its term over, stops its job, and its completion is refused.
+          await until('the thawed replica\'s completion is refused', () => thawed.stderr.includes(`slot ${hung}: completion refused`), BOUND_MS);
+          // A replica started after the last kill on a loaded host may still be loading: a SIGTERM
+          // before its handler is installed kills it without the exit code this checks (a loaded
+          // run: exit null, signal SIGTERM).
+          await until('every replica has scheduled the cron', () => replicas.every((r) => r.stderr.includes('scheduled:')), BOUND_MS);
+          for (const r of replicas) r.proc.kill('SIGTERM');
+          for (const d of await Promise.all(replicas.map((r) => r.done))) assert.equal(d.code, 143, `exit ${String(d.code)} (${String(d.signal)}): ${d.stderr}`);
+          const h = await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url]);
+          const rows = JSON.parse(h.stdout) as Row[];
+          assert.equal(new Set(rows.map((r) => r.slot)).size, rows.length, 'a slot has two rows');
+          const row = rows.find((r) => r.slot === hung)!;
+          const starts = lines().filter((l) => l[0] === 'start' && l[1] === hung).map((l) => l[2]!);
+          assert.equal(starts.length, 2, `slot ${hung} started ${starts.length} times`);
+          // The ledger keeps the rerun's outcome, under its (larger) token, not the frozen term's.
+          assert.equal(row.status, 'succeeded', JSON.stringify(row));
+          assert.equal(row.token, starts[1]);
+          assert.ok(BigInt(starts[1]!) > BigInt(starts[0]!));
+          assert.match(row.reason ?? '', /rerun: term \d+ was interrupted/);
+          assert.equal(lines().filter((l) => l[0] === 'end' && l[1] === hung).length, 1, 'the frozen term\'s job also finished');
+        } finally {
+          if (frozen !== undefined) process.kill(frozen.pid, 'SIGCONT');
+          for (const r of replicas) {
+            try {
+              r.proc.kill('SIGKILL');
+            } catch {
+              // gone
+            }
+          }
+          if (existsSync(sb.path(`frz-job-${kind}.pid`))) {
+            try {
+              process.kill(-Number(sb.read(`frz-job-${kind}.pid`).split(' ')[0]), 'SIGKILL');
+            } catch {
+              // gone
+            }
+          }
+          await ts.cleanup();
+        }
+      });
     });
-
-    // SQLite is left out: a freeze that lands inside a transaction keeps the file locked (see
-    // replicas.test.ts), a property of SQLite, not of the slot's fencing.
-    void it('a replica frozen mid-job past its TTL: the slot is rerun by another, and the frozen term\'s completion is refused', { skip: kind === 'sqlite' ? 'a frozen SQLite writer can hold the file lock' : false }, async () => {
-      const ts = await makeTestStore(kind);
-      const replicas: Running[] = [];
-      let frozen: Running | undefined;
-      try {
-        const res = sb.path(`frz-${kind}.log`);
-        const trigger = sb.path(`frz-trigger-${kind}`);
-        const jobPid = sb.path(`frz-job-${kind}.pid`);
-        const job = sb.script(
-          `frz-job-${kind}.sh`,
-          [
-            `echo "start $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
-            `if mv ${trigger} ${trigger}.taken 2>/dev/null; then echo "$$ $LEASEHOLD_SLOT" > ${jobPid}.tmp; mv ${jobPid}.tmp ${jobPid}; sleep 60; fi`,
-            `echo "end $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
-          ].join('\n'),
-        );
-        const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', job];
-        const lines = (): string[][] => (existsSync(res) ? sb.read(`frz-${kind}.log`).trim().split('\n').map((l) => l.split(' ')) : []);
-        const BOUND_MS = 10 * PERIOD_MS + 2 * TTL_MS;
-        for (let i = 0; i < 2; i++) replicas.push(sb.start(args));
-        await until('two slots ran', () => lines().filter((l) => l[0] === 'end').length >= 2, BOUND_MS);
-        sb.script(`frz-trigger-${kind}`, '');
-        await until('a job hangs', () => existsSync(jobPid), BOUND_MS);
-        const hung = sb.read(`frz-job-${kind}.pid`).trim().split(' ')[1]!;
-        frozen = replicas.find((r) => r.stderr.includes(`slot ${hung}: started`));
-        assert.ok(frozen !== undefined, `no replica says it started ${hung}`);
-        process.kill(frozen.pid, 'SIGSTOP');
-        // Its term runs out (one TTL) and the other replica reruns the slot under a larger token.
-        await until(`slot ${hung} rerun`, () => lines().some((l) => l[0] === 'end' && l[1] === hung), BOUND_MS);
-        process.kill(frozen.pid, 'SIGCONT');
-        const thawed = frozen;
-        frozen = undefined;
-        // Thawed, it finds its term over, stops its job, and its completion is refused.
-        await until('the thawed replica\'s completion is refused', () => thawed.stderr.includes(`slot ${hung}: completion refused`), BOUND_MS);
-        for (const r of replicas) r.proc.kill('SIGTERM');
-        for (const d of await Promise.all(replicas.map((r) => r.done))) assert.equal(d.code, 143, d.stderr);
-        const h = await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url]);
-        const rows = JSON.parse(h.stdout) as Row[];
-        assert.equal(new Set(rows.map((r) => r.slot)).size, rows.length, 'a slot has two rows');
-        const row = rows.find((r) => r.slot === hung)!;
-        const starts = lines().filter((l) => l[0] === 'start' && l[1] === hung).map((l) => l[2]!);
-        assert.equal(starts.length, 2, `slot ${hung} started ${starts.length} times`);
-        // The ledger keeps the rerun's outcome, under its (larger) token, not the frozen term's.
-        assert.equal(row.status, 'succeeded', JSON.stringify(row));
-        assert.equal(row.token, starts[1]);
-        assert.ok(BigInt(starts[1]!) > BigInt(starts[0]!));
-        assert.match(row.reason ?? '', /rerun: term \d+ was interrupted/);
-        assert.equal(lines().filter((l) => l[0] === 'end' && l[1] === hung).length, 1, 'the frozen term\'s job also finished');
-      } finally {
-        if (frozen !== undefined) process.kill(frozen.pid, 'SIGCONT');
-        for (const r of replicas) {
-          try {
-            r.proc.kill('SIGKILL');
-          } catch {
-            // gone
-          }
-        }
-        if (existsSync(sb.path(`frz-job-${kind}.pid`))) {
-          try {
-            process.kill(-Number(sb.read(`frz-job-${kind}.pid`).split(' ')[0]), 'SIGKILL');
-          } catch {
-            // gone
-          }
-        }
-        await ts.cleanup();
-      }
-    });
-  });
-}
+  }
+});
