@@ -83,29 +83,31 @@ if (!existsSync(distTest)) {
   process.exit(2);
 }
 const under = (...dirs) => dirs.flatMap((d) => (existsSync(join(distTest, d)) ? find(join(distTest, d)) : []));
+// The three groups below run as one set of files per version (SQLite throughout), so the runner
+// keeps its three slots busy across them instead of idling at the tail of each group (as three
+// runs, one after another: 67 + 44 + 139 s on Node 22 at 4238fef).
+const groups = [
+  {
+    what: 'SQLite on node:sqlite: store, conformance, clone fences, fleet, slot ledger',
+    files: [
+      ...under('stores').filter((f) => /[/\\]sqlite-[^/\\]+\.test\.js$/.test(f)),
+      ...under('conformance', 'fleet', 'scheduler'),
+      ...under('engine').filter((f) => /clone-fence-/.test(f)),
+    ],
+  },
+  {
+    what: 'process handling: runner, supervisor, signals, markers, pause and fork',
+    files: [
+      ...under('cli').filter((f) => /[/\\](run[^/\\]*|signals|marker-progress|input-marker|startup-modules)\.test\.js$/.test(f)),
+      ...under('engine').filter((f) => /[/\\](clone-fork-pause|freeze-signal|pause-and-failure)\.test\.js$/.test(f)),
+    ],
+  },
+  { what: 'chaos short profile', files: under('chaos') },
+];
 const runs =
   fileArgs.length > 0
     ? [{ what: 'chosen files', files: fileArgs, stores: process.env.LEASEHOLD_TEST_STORES }]
-    : [
-        {
-          what: 'SQLite on node:sqlite: store, conformance, clone fences, fleet, slot ledger',
-          files: [
-            ...under('stores').filter((f) => /[/\\]sqlite-[^/\\]+\.test\.js$/.test(f)),
-            ...under('conformance', 'fleet', 'scheduler'),
-            ...under('engine').filter((f) => /clone-fence-/.test(f)),
-          ],
-          stores: 'sqlite',
-        },
-        {
-          what: 'process handling: runner, supervisor, signals, markers, pause and fork',
-          files: [
-            ...under('cli').filter((f) => /[/\\](run[^/\\]*|signals|marker-progress|input-marker|startup-modules)\.test\.js$/.test(f)),
-            ...under('engine').filter((f) => /[/\\](clone-fork-pause|freeze-signal|pause-and-failure)\.test\.js$/.test(f)),
-          ],
-          stores: 'sqlite',
-        },
-        { what: 'chaos short profile', files: under('chaos'), stores: 'sqlite' },
-      ];
+    : [{ what: groups.map((g) => g.what).join('; '), files: [...new Set(groups.flatMap((g) => g.files))], stores: 'sqlite' }];
 
 function test(bin, files, stores) {
   const env = { ...process.env, LEASEHOLD_TEST_NODE: bin };
