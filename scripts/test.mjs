@@ -28,6 +28,8 @@ environment:
                                  a file named after a store left out (stores/etcd-*, topologies/pg-*) is left out too
   LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL, LEASEHOLD_TEST_MYSQL_URL   where the stores are
   LEASEHOLD_TEST_CONCURRENCY=3   files at once in the parallel phase
+  LEASEHOLD_TEST_STORES_AT_ONCE=1   per-store suites at once inside the files that loop over stores
+                                 (for a machine with cores to spare; 1 on a 2-core one)
   LEASEHOLD_TEST_NODE=/path/to/node   run the tests with another Node binary
   LEASEHOLD_TEST_TIMES=path   where the per-file wall-time table goes (default: os.tmpdir())
   LEASEHOLD_TEST_FILE_TIMEOUT_MS=720000   a file still running after this fails (a hang, not load)
