@@ -16,7 +16,7 @@ import { NotAcquiredError, StoreUnavailableError } from '../../src/core/errors.j
 import { openStore } from '../../src/backends/index.js';
 import { runConformance, type ConformanceOptions } from '../../src/conformance/index.js';
 import type { ClaimResult, LeaseStore } from '../../src/backends/store.js';
-import { downUrl, makeTestStore, selectedStores, type StoreKind, type TestStore, storesSideBySide } from '../helpers/stores.js';
+import { downUrl, makeTestStore, selectedStores, type StoreKind, type TestStore, SIDE_BY_SIDE } from '../helpers/stores.js';
 
 const contenderJs = fileURLToPath(new URL('../fixtures/contender.js', import.meta.url));
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -84,7 +84,7 @@ function suiteOptions(kind: StoreKind): ConformanceOptions {
   return kind === 'etcd' ? { shortTtlMs: 2000, expirySlackMs: 1200, engineTtlMs: 3000 } : {};
 }
 
-storesSideBySide('conformance, stores side by side', () => {
+void describe('conformance on each store', SIDE_BY_SIDE, () => {
   for (const kind of selectedStores()) {
     runConformance(kind, async () => {
       const t = await makeTestStore(kind);

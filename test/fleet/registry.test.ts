@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore, storesSideBySide } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore, SIDE_BY_SIDE } from '../helpers/stores.js';
 import { Fleet } from '../../src/fleet/fleet.js';
 import { Agent, resolveAgentTiming } from '../../src/fleet/agent.js';
 import { openFleet } from '../../src/fleet/open.js';
@@ -66,7 +66,7 @@ function deadAfterMs(kind: StoreKind): number {
   return kind === 'etcd' ? 4500 : STALE_MS + 200;
 }
 
-storesSideBySide('fleet registry, stores side by side', () => {
+void describe('fleet registry on each store', SIDE_BY_SIDE, () => {
   for (const kind of selectedStores().filter((k) => FLEET_STORES.includes(k))) {
     void describe(`fleet registry on ${kind}`, { concurrency: 1 }, () => {
       let ts: TestStore;

@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe } from 'node:test';
 import pg from 'pg';
 import { openStore } from '../../src/backends/index.js';
 import type { LeaseStore } from '../../src/backends/store.js';
@@ -36,13 +35,13 @@ export function selectedStores(): StoreKind[] {
 export const STORES_AT_ONCE = Math.max(1, Number(process.env['LEASEHOLD_TEST_STORES_AT_ONCE'] ?? 1) || 1);
 
 /**
- * The suites `body` declares (one per store), STORES_AT_ONCE of them at a time. Each store's suite
- * must say `{ concurrency: 1 }`: node's runner hands a suite's concurrency down to the suites and
- * tests inside it, and the cases of one store share its agents, replicas and files.
+ * The options of a suite whose suites, one per store, run STORES_AT_ONCE at a time:
+ * `describe(title, SIDE_BY_SIDE, () => { for (const kind of ...) describe(..., { concurrency: 1 }, ...) })`.
+ * Each store's suite must say `{ concurrency: 1 }`: node's runner hands a suite's concurrency down
+ * to the suites and tests inside it, and the cases of one store share its agents, replicas and
+ * files. The describe is the test file's own call, so the runner names that file in its reports.
  */
-export function storesSideBySide(title: string, body: () => void): void {
-  void describe(title, { concurrency: STORES_AT_ONCE }, body);
-}
+export const SIDE_BY_SIDE = { concurrency: STORES_AT_ONCE } as const;
 
 /** One isolated namespace on a real store: a fresh schema, file, or key prefix. */
 export interface TestStore {

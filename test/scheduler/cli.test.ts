@@ -4,7 +4,7 @@ import { after, describe, it } from 'node:test';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import pg from 'pg';
-import { makeTestStore, selectedStores, storesSideBySide } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, SIDE_BY_SIDE } from '../helpers/stores.js';
 import { PG_URL, Sandbox, assertOneLineError, dropSchema, freshSchema, pgUrl, until } from '../cli/helpers.js';
 
 const sb = new Sandbox('cron');
@@ -73,7 +73,7 @@ void describe('leasehold cron history and cron ls: how the schedule is named', (
   }
 });
 
-storesSideBySide('leasehold cron on redis, etcd and mysql, side by side', () => {
+void describe('leasehold cron on redis, etcd and mysql', SIDE_BY_SIDE, () => {
   for (const kind of (['redis', 'etcd', 'mysql'] as const).filter((k) => selectedStores().includes(k))) {
     void describe(`on ${kind}`, { concurrency: 1 }, () => {
       void it('--once-per KEY on three hosts at once runs the command once; a failed KEY runs again', async () => {
@@ -144,7 +144,7 @@ storesSideBySide('leasehold cron on redis, etcd and mysql, side by side', () => 
   }
 });
 
-storesSideBySide('leasehold cron on sqlite and postgres, side by side', () => {
+void describe('leasehold cron on sqlite and postgres', SIDE_BY_SIDE, () => {
   for (const kind of (['sqlite', 'postgres'] as const).filter((k) => selectedStores().includes(k))) {
     void describe(`on ${kind}`, { concurrency: 1 }, () => {
       void it('--once-per KEY on three hosts at once runs the command once; the others exit --busy-exit', async () => {

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { existsSync } from 'node:fs';
-import { makeTestStore, selectedStores, type StoreKind, storesSideBySide } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, type StoreKind, SIDE_BY_SIDE } from '../helpers/stores.js';
 import { Sandbox, until } from '../cli/helpers.js';
 import { findFaketime } from '../chaos/services.js';
 
@@ -39,7 +39,7 @@ const overlapByRule = (rows: readonly Row[], r: Row): boolean => {
   return /^overlap/.test(r.reason ?? '') && prev?.endedAt != null && Date.parse(prev.endedAt) >= Date.parse(r.slotAt!);
 };
 
-storesSideBySide('a replica with its clock ahead, stores side by side', () => {
+void describe('a replica with its clock ahead on each store', SIDE_BY_SIDE, () => {
   for (const kind of (['etcd', 'postgres', 'redis'] as StoreKind[]).filter((k) => selectedStores().includes(k))) {
     void describe(`on ${kind}`, { concurrency: 1 }, () => {
       void it(`a replica ${AHEAD_S} s ahead takes over: no slot in the real future is recorded missed, and the slots after the takeover run`, async (t) => {

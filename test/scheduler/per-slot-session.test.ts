@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { existsSync, rmSync } from 'node:fs';
 import { Sandbox, until, type Running } from '../cli/helpers.js';
-import { makeTestStore, selectedStores, storesSideBySide } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, SIDE_BY_SIDE } from '../helpers/stores.js';
 
 const TTL_MS = 30_000;
 const PERIOD_MS = 2000;
@@ -25,7 +25,7 @@ interface Row {
   reason: string | null;
 }
 
-storesSideBySide('per-slot cron with liveness session, stores side by side', () => {
+void describe('per-slot cron with liveness session on each store', SIDE_BY_SIDE, () => {
   for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mysql' || k === 'sqlite')) {
     void describe(`per-slot cron with liveness session on ${kind}`, { concurrency: 1 }, () => {
       void it('a replica killed mid-job: its slot is rerun at its session\'s end, before the next slot, and every term is tied to its session', async () => {

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { existsSync } from 'node:fs';
 import { Sandbox, until, type Running } from '../cli/helpers.js';
-import { makeTestStore, selectedStores, storesSideBySide } from '../helpers/stores.js';
+import { makeTestStore, selectedStores, SIDE_BY_SIDE } from '../helpers/stores.js';
 
 const TTL_MS = 3000;
 const PERIOD_MS = 1000;
@@ -41,7 +41,7 @@ function overlapByRule(rows: readonly Row[], r: Row): boolean {
 }
 
 
-storesSideBySide('per-slot cron replicas, stores side by side', () => {
+void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
   for (const kind of selectedStores()) {
     void describe(`per-slot cron replicas on ${kind}`, { concurrency: 1 }, () => {
       void it('a replica killed between slots costs no slot; one killed mid-job costs only its own slot, rerun', async () => {
