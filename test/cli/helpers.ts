@@ -87,8 +87,9 @@ export class Sandbox {
 /**
  * How long a command may run before it counts as hung: what it may wait by its own flags (a
  * `--wait D`, plus one `--ttl` for a term it waits on to run out, 10 s when not given; at most 5
- * minutes, under the runner's 12-minute bound on a file) on top of 20 s to start, connect and finish. The tests assert exit codes and output, never this time:
- * a fixed 20 s failed a `--wait 15s` run whose Node start-up took over 5 s on a loaded host.
+ * minutes, under the runner's 12-minute bound on a file) on top of 20 s to start, connect and
+ * finish. The tests assert exit codes and output, never this time: a fixed 20 s failed a
+ * `--wait 15s` run whose Node start-up took over 5 s on a loaded host.
  */
 export function hangBoundMs(args: readonly string[]): number {
   const flag = (name: string): number => {

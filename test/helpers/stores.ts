@@ -25,12 +25,12 @@ export function selectedStores(): StoreKind[] {
 }
 
 /**
- * How many stores' suites a file runs at once (LEASEHOLD_TEST_STORES_AT_ONCE, default 2). The
- * files that loop over stores spend most of their time waiting on real time (a TTL running out,
- * a slot coming due, a process starting), and the runner gives each file one of its slots: run
- * one store after another, a file like per-slot cron held a slot for five stores' waits (about
- * 2 minutes) while using a fraction of a core. Each store's suite has a namespace of its own (a
- * schema, a key prefix, a file), so they do not see each other; 1 runs them one at a time.
+ * How many stores' suites a file runs at once (LEASEHOLD_TEST_STORES_AT_ONCE, default 1). The
+ * files that loop over stores spend much of their time waiting on real time (a TTL running out,
+ * a slot coming due, a process starting), one store after another, in one of the runner's slots.
+ * Each store's suite has a namespace of its own (a schema, a key prefix, a file), so side by side
+ * they do not see each other; but on a 2-core host with other work beside the suite, 2 made every
+ * such file slower and broke cases bound by real time (docs/testing.md). For more cores.
  */
 export const STORES_AT_ONCE = Math.max(1, Number(process.env['LEASEHOLD_TEST_STORES_AT_ONCE'] ?? 1) || 1);
 
