@@ -481,7 +481,7 @@ BEGIN
          SET holder = CASE WHEN c.hand THEN c.waiter WHEN c.ours THEN NULL ELSE l.holder END,
              nonce = CASE WHEN c.hand THEN c.waiter_nonce WHEN c.ours THEN NULL ELSE l.nonce END,
              token = CASE WHEN c.hand THEN GREATEST(l.token + 1, (SELECT f FROM floor) + 1) ELSE l.token END,
-             -- An offer until the waiter accepts it (its claim): a third of its TTL, see above.
+             -- An offer until the waiter accepts it (its claim): a third of its TTL (migration 17).
              expires_at = CASE WHEN c.hand THEN now() + c.waiter_ttl_ms / 3 * interval '1 millisecond'
                                WHEN c.ours THEN now() ELSE l.expires_at END,
              term_started_at = CASE WHEN c.hand THEN now() ELSE l.term_started_at END,
@@ -567,7 +567,7 @@ BEGIN
       UPDATE SCHEMA.leases AS l
          SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
              token = GREATEST(l.token + 1, SCHEMA.timeline_token_floor() + 1),
-             -- An offer until the waiter accepts it (its claim): a third of its TTL, see above.
+             -- An offer until the waiter accepts it (its claim): a third of its TTL (migration 17).
              expires_at = v_now + v_row.waiter_ttl_ms / 3 * interval '1 millisecond',
              term_started_at = v_now, renewed_at = v_now, ended_by = NULL,
              waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
