@@ -37,6 +37,9 @@ const peerJs = fileURLToPath(new URL('./cron-peer-replica.js', import.meta.url))
 const floorJs = fileURLToPath(new URL('./cron-floor-replica.js', import.meta.url));
 const PERIOD_MS = 1000;
 
+/** Slots run after the start-up ones in a run with no kill (bench/cron-released-since.ts --slots). */
+export const cronRun = { steadySlots: 8 };
+
 interface Replica {
   proc: ChildProcess;
   ran: string[];
@@ -129,8 +132,8 @@ function startsAfterFirstFire(all: Replica[], counts: (slot: number) => boolean)
  * host's clock): 'timer' the first fire after the slot's time (the timer's lateness and
  * whatever the engine does before its claim goes out); 'winner fired' the winner's own fire
  * after the first; 'acquire' its lease claim's round trip; 'ledger calls' how many store calls
- * it waited for between that answer and the job's start, and 'ledger ms' their summed round
- * trips; 'rest' the remainder of that stretch (CPU, awaits); 'total' the job's start after the
+ * it sent between that answer and the job's start, and 'ledger ms' how long one was in flight
+ * then; 'rest' the remainder of that stretch (CPU, awaits); 'total' the job's start after the
  * first fire.
  */
 function winnerSplit(all: Replica[], from: number, to: number): Record<string, Stat> {
@@ -144,7 +147,14 @@ function winnerSplit(all: Replica[], from: number, to: number): Record<string, S
       const acquire = own === undefined ? undefined : r.calls.find(([m, sent]) => m === 'store.claim' && sent >= own);
       if (first === undefined || own === undefined || acquire === undefined) continue;
       const between = r.calls.filter(([m, sent]) => m.startsWith('ledger.') && sent >= acquire[2] - 0.5 && sent < at);
-      const ledgerMs = between.reduce((n, [, sent, answered]) => n + (Math.min(answered, at) - sent), 0);
+      // The time some ledger call was in flight (calls sent together overlap).
+      let ledgerMs = 0;
+      let covered = -Infinity;
+      for (const [, sent, answered] of [...between].sort((a, b) => a[1] - b[1])) {
+        const end = Math.min(answered, at);
+        if (end > covered) ledgerMs += end - Math.max(sent, covered);
+        covered = Math.max(covered, end);
+      }
       parts['timer']!.push(first - slot);
       parts['winner fired']!.push(own - first);
       parts['acquire']!.push(acquire[2] - acquire[1]);
@@ -214,8 +224,8 @@ async function drive(start: () => Promise<Replica>, live: Replica[], replicas: n
     await sleep(ttl);
     await waitSlots(2);
   }
-  // With no kills: a steady run of 8 slots, for the contention cost alone.
-  await waitSlots(kills === 0 ? 8 : 2);
+  // With no kills: a steady run of slots, for the contention cost alone.
+  await waitSlots(kills === 0 ? cronRun.steadySlots : 2);
   const lastSlot = Math.floor(Date.now() / PERIOD_MS) * PERIOD_MS - PERIOD_MS;
   // The request counts of the dead are their last report (at most 200 ms old).
   const requests = all.reduce((n, r) => n + r.requests, 0);

@@ -15,14 +15,14 @@
  * build's dist folder, e.g. a worktree of the commit before a change), the variant 'base' runs
  * that build's replicas in the same rounds: before and after a change, beside the same floor.
  *
- *   nice -n 10 node dist/bench/cron-released-since.js [--stores redis,sqlite] [--rounds 2] [--replicas 10] [--variants before,after,base] [--base DIST] [--trace]
+ *   nice -n 10 node dist/bench/cron-released-since.js [--stores redis,sqlite] [--rounds 2] [--replicas 10] [--variants before,after,base] [--base DIST] [--slots 8] [--trace]
  */
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { StoreKind } from '../test/helpers/stores.js';
-import { FLOOR_STORES, oneFloor, oneMode, type Outcome } from './cron-failover.js';
+import { cronRun, FLOOR_STORES, oneFloor, oneMode, type Outcome } from './cron-failover.js';
 
-const usage = 'usage: node dist/bench/cron-released-since.js [--stores redis,sqlite] [--rounds 2] [--replicas 10] [--variants before,after,base] [--base DIST] [--trace]\n';
+const usage = 'usage: node dist/bench/cron-released-since.js [--stores redis,sqlite] [--rounds 2] [--replicas 10] [--variants before,after,base] [--base DIST] [--slots 8] [--trace]\n';
 const { values } = parseArgs({
   options: {
     stores: { type: 'string', default: 'redis,sqlite' },
@@ -31,6 +31,7 @@ const { values } = parseArgs({
     variants: { type: 'string', default: 'before,after' },
     trace: { type: 'boolean', default: false },
     base: { type: 'string' },
+    slots: { type: 'string', default: '8' },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -47,6 +48,7 @@ if (variants.includes('base') && values.base === undefined) {
   process.exit(2);
 }
 const TTL_MS = 3000;
+cronRun.steadySlots = Number(values.slots);
 
 const ms = (n: number): string => n.toFixed(1);
 const line = (kind: string, label: string, o: Outcome, floor: Outcome | undefined): string => {

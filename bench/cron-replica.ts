@@ -39,15 +39,16 @@ function counted<T extends object>(target: T, tag: string): T {
       if (typeof v !== 'function' || prop === 'constructor') return v;
       return (...args: unknown[]) => {
         if (config.ignoreReleasedSince === true && tag === 'store' && prop === 'claim') args[0] = (args[0] as Array<Record<string, unknown>>).map(({ unlessReleasedSince: _u, ...q }) => q);
-        const r: unknown = (v as (...a: unknown[]) => unknown).apply(t, args);
         // A contender's claim (no nonce expected): this replica's fire for a slot, by this
         // host's clock, for how long after the first replica's fire the winner's job starts.
+        // Taken before the call: SQLite's run inside it, before it returns.
         if (tag === 'store' && prop === 'claim' && (args[0] as Array<{ expect: unknown }> | undefined)?.[0]?.expect === null) process.stdout.write(`fire ${nowMs()}\n`);
+        const sent = performance.now();
+        const r: unknown = (v as (...a: unknown[]) => unknown).apply(t, args);
         if (r instanceof Promise) {
           requests++;
           const m = `${tag}.${String(prop)}`;
           byMethod[m] = (byMethod[m] ?? 0) + 1;
-          const sent = performance.now();
           // Round trips (ms, summed), for the lateness a slot's winner should stay within.
           void r
             .finally(() => {
