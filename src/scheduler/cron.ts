@@ -46,9 +46,10 @@ import type { Lease, Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
 import { slotsBetween } from './schedule.js';
 import { CronHandle, type CronOptions, type SlotEvent, type SlotJob } from './cron-handle.js';
-import { cronRetention, pruneLedger } from './retention.js';
+import { cronPruner, cronRetention } from './retention.js';
 import { scheduleNoter } from './schedule-record.js';
 import { SessionWatch } from './session-watch.js';
+import { StoreOffset } from './store-offset.js';
 import { slotStatus, trySlotTerm } from './slot-wait.js';
 import { FINAL_SLOT_STATUSES, ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
@@ -71,9 +72,6 @@ const RECHECK_AFTER_MS = 250;
 /** After a slot's claim got no answer (a store error): when to try the slot again. */
 const ERROR_RETRY_MS = 500;
 
-/** A host clock further than this from the store's is logged (the lag of etcd's clock bound included). */
-const SKEW_WARN_MS = 2000;
-
 /**
  * Runs `job` once per slot of `options.schedule` across every replica that calls this with the
  * same `name` and store. `ledger` must live in the same store as the leases (its claims check the
@@ -86,7 +84,6 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const onInterrupted = options.onInterrupted ?? 'rerun';
   if (onInterrupted !== 'rerun' && onInterrupted !== 'skip') throw new ConfigError(`onInterrupted ${JSON.stringify(onInterrupted)} is not rerun or skip`);
   const windowMs = parseDuration(options.catchUpWindow ?? '1h', 'catchUpWindow');
-  const retention = cronRetention(options.retention, windowMs, ledger);
   const mode = options.mode ?? 'per-slot';
   if (mode !== 'per-slot' && mode !== 'leader') throw new ConfigError(`mode ${JSON.stringify(mode)} is not per-slot or leader`);
   const stop = new AbortController();
@@ -95,6 +92,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   // A schedule with no next slot would have this replica lead for ever and run nothing.
   if (schedule.next(leasehold.clock.wallNow()) === null) throw new ConfigError(`schedule ${schedule.description} has no next slot: it never fires`);
   const clock = leasehold.clock;
+  const prune = cronPruner(ledger, name, cronRetention(options.retention, windowMs, ledger), { catchUpWindowMs: windowMs, clock, logger: leasehold.logger, signal });
   const emit = (e: SlotEvent): void => void handle.emit('slot', e);
   /** Not retryable (schema, SQL): running without a working ledger would run slots unrecorded. */
   const fail = (e: unknown): void => {
@@ -127,24 +125,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     handle = new CronHandle({ name, schedule, ledger }, mode, lease, undefined, stop);
   }
 
-  /** Store time minus local wall time, from the last ledger answer. */
-  let offsetMs = 0;
-  /** The offset last warned about: said once, and again when it moves by a bound. */
-  let warnedOffsetMs = 0;
-  const noteStoreNow = (storeNowMs: number): number => {
-    offsetMs = storeNowMs - clock.wallNow();
-    // Slots are judged by the store's clock whatever this host's says; a host far off it is
-    // still worth saying (its logs, and any job that reads the local time, are that far off).
-    if (Math.abs(offsetMs) > SKEW_WARN_MS && Math.abs(offsetMs - warnedOffsetMs) > SKEW_WARN_MS) {
-      warnedOffsetMs = offsetMs;
-      leasehold.logger.warn(
-        { lease: name, offsetMs: Math.round(offsetMs) },
-        `leasehold: this host's clock is ${(Math.abs(offsetMs) / 1000).toFixed(1)}s ${offsetMs < 0 ? 'ahead of' : 'behind'} the store's; slots are judged by the store's clock`,
-      );
-    }
-    return storeNowMs;
-  };
-  const storeNow = (): number => clock.wallNow() + offsetMs;
+  const offset = new StoreOffset(clock, leasehold.logger, name);
+  const noteStoreNow = (storeNowMs: number): number => offset.note(storeNowMs);
+  const storeNow = (): number => offset.now();
 
   const call = <T>(term: Term, fn: () => Promise<T>): Promise<T | undefined> => ledgerCall(leasehold, name, term, fn);
   /** The schedule's record (cron ls, the dashboard): written when it changes, not per slot. */
@@ -555,24 +538,6 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     noteStoreNow(done.storeNowMs);
     emit({ ...base, event: done.completed ? status : 'completion-refused', exitCode, ...(reason === null ? {} : { reason }) });
     return done.storeNowMs;
-  }
-
-  /**
-   * Retention, by the replica that has just run a slot (so not every replica at once), at most
-   * once per `every` here. Not awaited: a prune is batches of short deletes that never touch
-   * what a term reads, and a failed one is only said (the next one tries again).
-   */
-  let prunedAt: number | undefined;
-  let pruning = false;
-  function prune(): void {
-    if (retention === undefined || pruning || (prunedAt !== undefined && clock.monoNow() - prunedAt < retention.everyMs)) return;
-    pruning = true;
-    prunedAt = clock.monoNow();
-    pruneLedger(ledger, { name, olderThan: retention.olderThanMs, keep: retention.keep, catchUpWindow: windowMs, signal })
-      .catch((e: unknown) => {
-        if (!signal.aborted) leasehold.logger.warn({ lease: name, err: errorMessage(e) }, 'leasehold: pruning the slot ledger failed; the next prune tries again');
-      })
-      .finally(() => (pruning = false));
   }
 
   // Started last: the loop reads the state above (the store-clock offset) from its first line.
