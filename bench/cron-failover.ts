@@ -112,6 +112,19 @@ export interface Outcome {
   afterFirstFire?: Stat;
   /** Per-slot mode with `trace`: where the winner's milliseconds went (see winnerSplit). */
   split?: Record<string, Stat>;
+  /** Per-slot mode and the floor: per slot, its first fire after the slot's time (timers, and what a replica does before its claim goes out). */
+  firstFireLate?: Stat;
+}
+
+/** Per slot in [from, to], the first replica's fire for it after the slot's time. */
+function firstFiresLate(all: Replica[], from: number, to: number): number[] {
+  const fires = all.flatMap((r) => r.fires).sort((a, b) => a - b);
+  const out: number[] = [];
+  for (let slot = from; slot <= to; slot += PERIOD_MS) {
+    const f = fires.find((t) => t >= slot - 20 && t < slot + PERIOD_MS / 2);
+    if (f !== undefined) out.push(f - slot);
+  }
+  return out;
 }
 
 /** Per slot started (once, the earliest start), its start minus the first replica's fire for it. */
@@ -284,7 +297,7 @@ export async function oneMode(kind: StoreKind, mode: CronMode, kills: number, tt
     const succeeded = new Set(rows.filter((r) => r.status === 'succeeded').map((r) => r.slotAtMs!));
     const afterFirstFire = startsAfterFirstFire(d.all, (slot) => succeeded.has(slot));
     return {
-      ...(mode === 'per-slot' ? { afterFirstFire: stat(afterFirstFire), ...(config.trace === true ? { split: winnerSplit(d.all, firstSlot, lastSlot) } : {}) } : {}),
+      ...(mode === 'per-slot' ? { afterFirstFire: stat(afterFirstFire), firstFireLate: stat(firstFiresLate(d.all, firstSlot, lastSlot)), ...(config.trace === true ? { split: winnerSplit(d.all, firstSlot, lastSlot) } : {}) } : {}),
       lateness: stat(lateness),
       perSlotByMethod: d.perSlotByMethod,
       lostPerKill: kills === 0 ? slots - kept : (slots - kept) / kills,
@@ -408,6 +421,7 @@ export async function oneFloor(kind: StoreKind, replicas: number, ttl: number): 
     const slots = (lastSlot - firstSlot) / PERIOD_MS + 1;
     return {
       afterFirstFire: stat(startsAfterFirstFire(d.all, inSpanSlot)),
+      firstFireLate: stat(firstFiresLate(d.all, firstSlot, lastSlot)),
       lateness: stat(starts.map(([s, at]) => at - s)),
       perSlotByMethod: {},
       lostPerKill: slots - new Set(starts.map(([s]) => s)).size,

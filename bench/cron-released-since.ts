@@ -57,7 +57,8 @@ const line = (kind: string, label: string, o: Outcome, floor: Outcome | undefine
   const where = Object.entries(by).filter(([k]) => !k.startsWith('ms:')).map(([k, v]) => `${k} ${v}`).join(', ');
   const f = o.afterFirstFire;
   const vsFloor = f === undefined || floor?.afterFirstFire === undefined ? '' : ` (${(f.median / floor.afterFirstFire.median).toFixed(2)}x the floor's median, ${(f.p90 / floor.afterFirstFire.p90).toFixed(2)}x its p90)`;
-  const fire = f === undefined ? '' : `; start after first fire median ${ms(f.median)} / p90 ${ms(f.p90)} ms${vsFloor}, claim round trip ${ms(rt)} ms`;
+  const late = o.firstFireLate === undefined ? '' : `, first fire ${ms(o.firstFireLate.median)} / ${ms(o.firstFireLate.p90)} ms after the slot`;
+  const fire = f === undefined ? '' : `; start after first fire median ${ms(f.median)} / p90 ${ms(f.p90)} ms${vsFloor}, claim round trip ${ms(rt)} ms${late}`;
   const split = o.split === undefined ? '' : `\n    winner's split, median / p90: ${Object.entries(o.split).map(([k, s]) => `${k} ${ms(s.median)} / ${ms(s.p90)}`).join(', ')}`;
   return `${kind} ${label}: ${o.requestsPerSlot.toFixed(2)} requests/slot over ${o.slots} slots, lost ${o.lostPerKill}, lateness median ${o.lateness.median} ms${fire}\n    ${where}${split}\n`;
 };
@@ -67,7 +68,8 @@ for (let round = 0; round < rounds; round++) {
     const floor = FLOOR_STORES.includes(kind) ? await oneFloor(kind, replicas, TTL_MS) : undefined;
     if (floor?.afterFirstFire !== undefined) {
       const f = floor.afterFirstFire;
-      process.stdout.write(`${kind} round ${round + 1} raw floor (one claim call per fire): start after first fire median ${ms(f.median)} / p90 ${ms(f.p90)} ms over ${f.n} slots, ${floor.requestsPerSlot.toFixed(2)} requests/slot, lost ${floor.lostPerKill}, duplicates ${floor.steadyDuplicates}\n`);
+      const late = floor.firstFireLate === undefined ? '' : `, first fire ${ms(floor.firstFireLate.median)} / ${ms(floor.firstFireLate.p90)} ms after the slot`;
+      process.stdout.write(`${kind} round ${round + 1} raw floor (one claim call per fire): start after first fire median ${ms(f.median)} / p90 ${ms(f.p90)} ms over ${f.n} slots${late}, ${floor.requestsPerSlot.toFixed(2)} requests/slot, lost ${floor.lostPerKill}, duplicates ${floor.steadyDuplicates}\n`);
     }
     const trace = values.trace ? { trace: true } : {};
     if (variants.includes('before')) {

@@ -35,6 +35,8 @@ const byMethod: Record<string, number> = {};
 function counted<T extends object>(target: T, tag: string): T {
   return new Proxy(target, {
     get(t, prop) {
+      // A store that does not honour it says so (LeasePort.honoursReleasedSince).
+      if (config.ignoreReleasedSince === true && tag === 'store' && prop === 'honoursReleasedSince') return undefined;
       const v: unknown = Reflect.get(t, prop, t);
       if (typeof v !== 'function' || prop === 'constructor') return v;
       return (...args: unknown[]) => {
