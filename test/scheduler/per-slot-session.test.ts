@@ -8,8 +8,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
-import { existsSync, rmSync } from 'node:fs';
 import { Sandbox, until, type Running } from '../cli/helpers.js';
+import { HangingJob } from './hanging-job.js';
 import { makeTestStore, selectedStores, SIDE_BY_SIDE } from '../helpers/stores.js';
 
 const TTL_MS = 30_000;
@@ -34,22 +34,11 @@ void describe('per-slot cron with liveness session on each store', SIDE_BY_SIDE,
         /** Every replica started, the killed ones too: their lines say what each did when a wait times out. */
         const all: Running[] = [];
         const killedJobs: number[] = [];
+        // Every start is logged with its wall time in ms.
+        const hj = new HangingJob(sb, `res-${kind}`, '$(date +%s%3N)');
         try {
-          const res = sb.path(`res-${kind}.log`);
-          const trigger = sb.path(`trigger-${kind}`);
-          const jobPid = sb.path(`job-${kind}.pid`);
-          // The job that takes the trigger (atomically, by rename) writes its pid and slot (by
-          // rename too) and hangs until killed; every start is logged with its wall time in ms.
-          const job = sb.script(
-            `job-${kind}.sh`,
-            [
-              `echo "start $LEASEHOLD_SLOT $LEASEHOLD_TOKEN $(date +%s%3N)" >> ${res}`,
-              `if mv ${trigger} ${trigger}.taken 2>/dev/null; then echo "$$ $LEASEHOLD_SLOT" > ${jobPid}.tmp; mv ${jobPid}.tmp ${jobPid}; sleep 60; fi`,
-              `echo "end $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
-            ].join('\n'),
-          );
-          const args = ['cron', '--name', 'tick', '--every', '2s', '--ttl', `${TTL_MS}ms`, '--liveness', 'session', '--store', ts.url, '--', job];
-          const lines = (): string[][] => (existsSync(res) ? sb.read(`res-${kind}.log`).trim().split('\n').map((l) => l.split(' ')) : []);
+          const args = ['cron', '--name', 'tick', '--every', '2s', '--ttl', `${TTL_MS}ms`, '--liveness', 'session', '--store', ts.url, '--', hj.job];
+          const lines = (): string[][] => hj.lines();
           const ends = (): number => lines().filter((l) => l[0] === 'end').length;
           // A slot every 2 s, with room for a loaded host; far below the 30 s TTL, so nothing
           // here can pass by waiting for a dead term to expire.
@@ -60,10 +49,9 @@ void describe('per-slot cron with liveness session on each store', SIDE_BY_SIDE,
 
           const tookMs: number[] = [];
           for (let kill = 0; kill < KILLS; kill++) {
-            rmSync(jobPid, { force: true });
-            sb.script(`trigger-${kind}`, '');
-            await until('a job hangs', () => existsSync(jobPid), BOUND_MS);
-            const [pid, hung] = sb.read(`job-${kind}.pid`).trim().split(' ');
+            hj.arm();
+            await until('a job hangs', () => hj.hung() !== undefined, BOUND_MS);
+            const { pid, slot: hung } = hj.hung()!;
             const runner = replicas.find((r) => r.stderr.includes(`slot ${hung}: started`));
             assert.ok(runner !== undefined, `no replica says it started ${hung}`);
             const killedAt = Date.now();
@@ -115,8 +103,7 @@ void describe('per-slot cron with liveness session on each store', SIDE_BY_SIDE,
         } catch (e) {
           // What each replica said (pid, then its lines), and the jobs' log: a timeout alone says nothing of why.
           const said = all.map((r) => `--- replica ${r.pid}${replicas.includes(r) ? '' : ' (killed)'}:\n${r.stderr}`).join('\n');
-          const res = sb.path(`res-${kind}.log`);
-          throw new Error(`${e instanceof Error ? e.message : String(e)}\n${said}\n--- jobs:\n${existsSync(res) ? sb.read(`res-${kind}.log`) : ''}`, { cause: e });
+          throw new Error(`${e instanceof Error ? e.message : String(e)}\n${said}\n--- jobs:\n${hj.text()}`, { cause: e });
         } finally {
           for (const r of replicas) {
             try {

@@ -10,8 +10,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
-import { existsSync } from 'node:fs';
 import { Sandbox, until, type Running } from '../cli/helpers.js';
+import { HangingJob } from './hanging-job.js';
 import { makeTestStore, selectedStores, SIDE_BY_SIDE } from '../helpers/stores.js';
 
 const TTL_MS = 3000;
@@ -47,22 +47,10 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
       void it('a replica killed between slots costs no slot; one killed mid-job costs only its own slot, rerun', async () => {
         const ts = await makeTestStore(kind);
         const replicas: Running[] = [];
+        const hj = new HangingJob(sb, `res-${kind}`, '$LEASEHOLD_HOLDER');
         try {
-          const res = sb.path(`res-${kind}.log`);
-          const trigger = sb.path(`trigger-${kind}`);
-          const jobPid = sb.path(`job-${kind}.pid`);
-          // One job (whichever takes the trigger, atomically by rename) hangs until killed, after
-          // writing its pid and slot by rename too, so the test never reads a half-written file.
-          const job = sb.script(
-            `job-${kind}.sh`,
-            [
-              `echo "start $LEASEHOLD_SLOT $LEASEHOLD_TOKEN $LEASEHOLD_HOLDER" >> ${res}`,
-              `if mv ${trigger} ${trigger}.taken 2>/dev/null; then echo "$$ $LEASEHOLD_SLOT" > ${jobPid}.tmp; mv ${jobPid}.tmp ${jobPid}; sleep 60; fi`,
-              `echo "end $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
-            ].join('\n'),
-          );
-          const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', job];
-          const lines = (): string[][] => (existsSync(res) ? sb.read(`res-${kind}.log`).trim().split('\n').map((l) => l.split(' ')) : []);
+          const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', hj.job];
+          const lines = (): string[][] => hj.lines();
           const ends = (): number => lines().filter((l) => l[0] === 'end').length;
           // Bounds: a slot a second, plus one TTL for a dead term to run out, with room for a slow CI host.
           const BOUND_MS = 10 * PERIOD_MS + 2 * TTL_MS;
@@ -100,9 +88,9 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
           const calmUntil = Date.now();
 
           // Mid-job: the replica whose job took the trigger dies with its job.
-          sb.script(`trigger-${kind}`, '');
-          await until('a job hangs', () => existsSync(jobPid), BOUND_MS);
-          const [pid, hung] = sb.read(`job-${kind}.pid`).trim().split(' ');
+          hj.arm();
+          await until('a job hangs', () => hj.hung() !== undefined, BOUND_MS);
+          const { pid, slot: hung } = hj.hung()!;
           const runner = replicas.find((r) => r.stderr.includes(`slot ${hung}: started`));
           assert.ok(runner !== undefined, `no replica says it started ${hung}`);
           process.kill(-Number(pid), 'SIGKILL');
@@ -195,13 +183,7 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
               // gone
             }
           }
-          if (existsSync(sb.path(`job-${kind}.pid`))) {
-            try {
-              process.kill(-Number(sb.read(`job-${kind}.pid`).split(' ')[0]), 'SIGKILL');
-            } catch {
-              // gone
-            }
-          }
+          hj.killHung();
           await ts.cleanup();
         }
       });
@@ -212,26 +194,16 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
         const ts = await makeTestStore(kind);
         const replicas: Running[] = [];
         let frozen: Running | undefined;
+        const hj = new HangingJob(sb, `frz-${kind}`, '$LEASEHOLD_HOLDER');
         try {
-          const res = sb.path(`frz-${kind}.log`);
-          const trigger = sb.path(`frz-trigger-${kind}`);
-          const jobPid = sb.path(`frz-job-${kind}.pid`);
-          const job = sb.script(
-            `frz-job-${kind}.sh`,
-            [
-              `echo "start $LEASEHOLD_SLOT $LEASEHOLD_TOKEN $LEASEHOLD_HOLDER" >> ${res}`,
-              `if mv ${trigger} ${trigger}.taken 2>/dev/null; then echo "$$ $LEASEHOLD_SLOT" > ${jobPid}.tmp; mv ${jobPid}.tmp ${jobPid}; sleep 60; fi`,
-              `echo "end $LEASEHOLD_SLOT $LEASEHOLD_TOKEN" >> ${res}`,
-            ].join('\n'),
-          );
-          const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', job];
-          const lines = (): string[][] => (existsSync(res) ? sb.read(`frz-${kind}.log`).trim().split('\n').map((l) => l.split(' ')) : []);
+          const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', hj.job];
+          const lines = (): string[][] => hj.lines();
           const BOUND_MS = 10 * PERIOD_MS + 2 * TTL_MS;
           for (let i = 0; i < 2; i++) replicas.push(sb.start(args));
           await until('two slots ran', () => lines().filter((l) => l[0] === 'end').length >= 2, BOUND_MS);
-          sb.script(`frz-trigger-${kind}`, '');
-          await until('a job hangs', () => existsSync(jobPid), BOUND_MS);
-          const hung = sb.read(`frz-job-${kind}.pid`).trim().split(' ')[1]!;
+          hj.arm();
+          await until('a job hangs', () => hj.hung() !== undefined, BOUND_MS);
+          const hung = hj.hung()!.slot;
           frozen = replicas.find((r) => r.stderr.includes(`slot ${hung}: started`));
           assert.ok(frozen !== undefined, `no replica says it started ${hung}`);
           process.kill(frozen.pid, 'SIGSTOP');
@@ -269,13 +241,7 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
               // gone
             }
           }
-          if (existsSync(sb.path(`frz-job-${kind}.pid`))) {
-            try {
-              process.kill(-Number(sb.read(`frz-job-${kind}.pid`).split(' ')[0]), 'SIGKILL');
-            } catch {
-              // gone
-            }
-          }
+          hj.killHung();
           await ts.cleanup();
         }
       });
