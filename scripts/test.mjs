@@ -12,7 +12,7 @@ import { join, relative } from 'node:path';
 
 const root = new URL('..', import.meta.url).pathname;
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
-  process.stdout.write(`usage: node scripts/test.mjs [--phase parallel|serial] [compiled test files...]
+  process.stdout.write(`usage: node scripts/test.mjs [--phase parallel|serial] [--beside COMMAND]... [compiled test files...]
 
 Runs the compiled tests (dist/test/**/*.test.js, or the files named) with node's test runner:
 files that restart the shared servers or load the machine on purpose (MySQL's lease chaos, store
@@ -21,7 +21,8 @@ npm test builds first, then runs this. Starts etcd when it is selected and not r
 the machine's MariaDB, installing mariadb-server when it is missing), and
 installs Debian's faketime, etcd-client (etcdctl, for the etcd restore tests) and chromium (for the
 dashboard browser test) with apt-get when missing, which needs root. Prints each phase's slowest
-files at the end.
+files at the end. --beside runs a shell command (npm test: the typed lint) while the first phase
+runs, prints its output when it ends, and fails the run when it fails.
 
 environment:
   LEASEHOLD_TEST_STORES=postgres,sqlite,redis,etcd,mysql   the stores to cover (default: all five);
@@ -57,7 +58,11 @@ if (onlyPhase !== undefined && onlyPhase !== 'parallel' && onlyPhase !== 'serial
   process.stderr.write(`--phase ${onlyPhase ?? ''}: use parallel or serial\n`);
   process.exit(2);
 }
-const fileArgs = process.argv.slice(2).filter((a, i, all) => a !== '--phase' && all[i - 1] !== '--phase');
+// --beside COMMAND (repeatable): npm test's typed lint, about 50 s of one core, used to run before
+// the first test file started; the parallel phase spends most of its time waiting on timers and
+// stores (its files' CPU is about a third of their wall time), so the lint runs in that slack.
+const beside = process.argv.flatMap((a, i, all) => (all[i - 1] === '--beside' ? [a] : []));
+const fileArgs = process.argv.slice(2).filter((a, i, all) => !['--phase', '--beside'].includes(a) && !['--phase', '--beside'].includes(all[i - 1]));
 const named = fileArgs.length > 0 ? fileArgs : find(join(root, 'dist', 'test'));
 // A file about one store is named after it (stores/etcd-sessions, topologies/pg-ssl,
 // serial/mysql-failover): with that store left out of LEASEHOLD_TEST_STORES it is left out too,
@@ -190,13 +195,38 @@ function run(files, concurrency, phase) {
   });
 }
 
+/** A --beside command: its output is printed whole when it ends, so it never splits a test's lines. */
+function besideRun(command) {
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    const child = spawn(command, { shell: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    child.on('close', (c, sig) => {
+      const ok = c === 0;
+      process.stdout.write(`${out}${out.endsWith('\n') || out === '' ? '' : '\n'}`);
+      log(`beside the tests: ${command}: ${ok ? 'ok' : `FAILED (${sig ?? `exit ${c}`})`} after ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+      resolve({ command, ok });
+    });
+  });
+}
+
 let code = 0;
 const started = Date.now();
+const besides = Promise.all(beside.map(besideRun));
 for (const [i, phase] of phases.entries()) {
+  // The serial phase's files load the machine on purpose or restart servers: nothing else runs
+  // beside them, so a --beside command still running is waited for before that phase starts.
+  if (phase.name === 'serial') await besides;
   const c = await run(phase.files, phase.concurrency, i);
   if (c !== 0) code = c;
 }
+const besideFailed = (await besides).filter((b) => !b.ok).map((b) => b.command);
+if (besideFailed.length > 0) code = code || 1;
 printTimes((Date.now() - started) / 1000);
+// Said last, where a contributor looks first, since a lint failure's output is far up the log.
+for (const command of besideFailed) log(`FAILED beside the tests: ${command} (its output is above, where it ended)`);
 
 function printTimes(wallSeconds) {
   const rows = [];
