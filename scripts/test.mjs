@@ -120,12 +120,13 @@ if (needsServices && stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_
 
 // Files that restart or stop the shared servers on the standard ports (lease chaos on MySQL
 // restarts the machine's MariaDB; serial/store-restart restarts all of them; stores/etcd.test.js restarts the
-// shared etcd), or that load the machine for a minute on purpose (serial/package: npm installs and
-// a TypeScript build), run last, one at a time: nothing else may be talking to a server they
-// restart. Everything else runs in the parallel phase, the topologies (which start servers of their
+// shared etcd) run last, one at a time: nothing else may be talking to a server they restart.
+// Everything else runs in the parallel phase, the topologies (which start servers of their
 // own on other ports), lease chaos on PostgreSQL, Redis and etcd (chaos-private: servers of its
-// own), serial/mysql-failover (a private MariaDB pair) and fleet chaos (which
-// faults only its own agent processes) included.
+// own), serial/mysql-failover (a private MariaDB pair), fleet chaos (which
+// faults only its own agent processes) and the packed package (package/tarball: npm installs and
+// TypeScript builds, most of one core for two minutes, less than the stressed run's two hogs)
+// included.
 //
 // topologies/pg-multi-host stays here too, though its servers are its own: its follower must hear
 // a release within TTL/3 of a promotion, through a LISTEN connection that reconnects with backoff
@@ -134,7 +135,7 @@ if (needsServices && stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_
 const isSerial = (f) =>
   /[/\\]chaos[/\\]chaos\.test\.js$/.test(f) ||
   /[/\\]topologies[/\\]pg-multi-host\.test\.js$/.test(f) ||
-  /[/\\]serial[/\\](store-restart|package)\.test\.js$/.test(f) ||
+  /[/\\]serial[/\\]store-restart\.test\.js$/.test(f) ||
   /[/\\]stores[/\\]etcd\.test\.js$/.test(f);
 // The parallel phase starts its longest files first, so that its end is not one long file running
 // alone on a machine with a core to spare (files run in the order given as slots free up). The
