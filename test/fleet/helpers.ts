@@ -94,14 +94,27 @@ export async function reapAgents(only?: Iterable<AgentProcess>): Promise<void> {
   await Promise.all(all.map((a) => a.exited));
 }
 
-/** `leasehold ...` to completion. */
-export function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/**
+ * `leasehold ...` to completion. Every command these files run answers and exits (a `--no-wait`
+ * agent refused, a `fleet` lookup); one still running after `hangMs` is killed and reported with
+ * its output as a hang, instead of holding the file until the runner's 12-minute bound (a loaded
+ * run once saw a `--no-wait` agent register and run on, because the agent it was to be refused
+ * by had died).
+ */
+export function cli(args: string[], hangMs = 120_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const c = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
+    const hang = setTimeout(() => {
+      stderr += `\n[test] still running after ${hangMs} ms: killed (leasehold ${args.join(' ')})`;
+      c.kill('SIGKILL');
+    }, hangMs);
     c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    c.on('exit', (code) => resolve({ code, stdout, stderr }));
+    c.on('exit', (code) => {
+      clearTimeout(hang);
+      resolve({ code, stdout, stderr });
+    });
   });
 }

@@ -314,8 +314,12 @@ void describe('fleet registry on each store', SIDE_BY_SIDE, () => {
       });
 
       void it('a second process with a live agent id is refused (no-wait), not registered over the first', async () => {
-        await start('dup', 'pool=dup');
+        // The first agent's liveness is the precondition, not the property: it gets the survivor's
+        // stale-after (a loaded run saw a first agent at stale-after 3 s die, and the second then
+        // rightly registered and ran on).
+        const first = await start('dup', 'pool=dup', survivorTiming(kind));
         const second = await cli(['agent', '--id', 'dup', '--no-wait', '--labels', 'pool=other', '--store', ts.url]);
+        assert.equal(first.child.exitCode, null, `the first agent exited before the second asked: ${first.stderr}`);
         assert.equal(second.code, 75, second.stderr);
         assert.deepEqual((await fleet.agents()).find((a) => a.id === 'dup')?.labels, { pool: 'dup' });
       });
