@@ -197,8 +197,11 @@ export interface LeasePort {
   /**
    * Optional: one-write handover. A waiting contender's 'busy' claim registers it as the lease's
    * waiter ({@link ClaimRequest.handoff}); a release then hands the term straight to a waiter
-   * registered recently enough (new token, the waiter's nonce and TTL) and notifies, and the
-   * waiter confirms it with a claim that only reads. The engine then sends `handoff` on waiting
+   * registered recently enough (new token, the waiter's nonce) and notifies, and the waiter
+   * accepts it with its next claim, which answers 'acquired' with the waiter's own TTL. Until
+   * accepted, the handed term is an offer that lapses a third of the waiter's TTL after the
+   * release, so a waiter that died keeps nobody out for longer (on older schemas the handed
+   * term ran the waiter's whole TTL and was confirmed by a read). The engine then sends `handoff` on waiting
    * contenders' claims and, when such a contender stops without a term, withdraws it with a
    * `release` of the nonces it registered under.
    */

@@ -146,6 +146,15 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean, ser
            waiter = IF(waiter <=> ?, NULL, waiter) WHERE name = ? AND @a${i}`,
         r.holder, r.nextNonce, ttlUs(r), r.holder, r.holder, r.holder, r.holder, r.name,
       );
+      if (r.handoff !== undefined && r.handoff.length > 0) {
+        // A term a release handed to this contender (under a nonce it registered under) is an
+        // offer until this claim accepts it: the waiter's own TTL from now (planAccept says why).
+        add(
+          `UPDATE ${T.leases} SET expires_at_us = @n${i} + ?, renewed_at_us = @n${i}
+             WHERE name = ? AND NOT @a${i} AND holder = ? AND FIND_IN_SET(nonce, ?) > 0 AND expires_at_us > @n${i}`,
+          ttlUs(r), r.name, r.holder, r.handoff.join(','),
+        );
+      }
       if (r.handoff !== undefined) {
         // A contender that will wait, told 'busy': the waiter a release hands the term to
         // (sql/006-handover.ts), replacing any earlier one (the latest is the one seen alive). Never
@@ -332,19 +341,36 @@ export function handedTerm(req: ClaimRequest, row: LeaseRow): ClaimResult | unde
 }
 
 /**
- * A woken waiter's claim, first as a read (no transaction, no write): when a release handed
- * every request its term, this is the whole claim. Otherwise (or when it fails) the caller runs
- * the claim. The release lets the named lock go right after its COMMIT has answered (./freed.ts,
- * releaseHere: InnoDB lets a committing transaction's row locks go before its redo flush, so a
- * wake before COMMIT could read a handed term not yet durable). The first statement still takes a
- * shared lock on the rows, held for that statement only, which waits for any commit in flight; the
- * second reads them, and the server's clock, after that (the clock a statement reads is its start
- * time): its result is the answer (CONFIRM_ROWS_AT).
+ * A woken waiter's claim, first as an acceptance of the terms a release handed it (no INSERT, no
+ * token, one UPDATE): when a release handed every request its term, this is the whole claim.
+ * Otherwise (or when it fails) the caller runs the claim, which accepts too. A handed term is an
+ * offer that expires a third of the waiter's TTL after the release (sql/010-handover-acceptance.ts);
+ * the UPDATE gives it the waiter's own TTL from the server's now, only while the row still holds
+ * it, unexpired, under one of the nonces the waiter registered under; the read-back that follows
+ * in the same transaction is the answer (ACCEPT_ROWS_AT), and handedTerm reads it as 'acquired'
+ * exactly when the UPDATE took (the same condition on the same clock reading). The UPDATE's row
+ * lock waits for a release's commit in flight (the release lets the named lock go right after
+ * its COMMIT has answered: ./freed.ts), as the shared lock of the read it replaces did.
  */
-export const CONFIRM_SQL =
-  `SELECT COUNT(*) INTO @lh_seen FROM ${T.leases} WHERE name IN (?) LOCK IN SHARE MODE;\n` +
-  `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us FROM ${T.leases} WHERE name IN (?)`;
-export const CONFIRM_ROWS_AT = 1;
+export function planAccept(requests: readonly ClaimRequest[]): { sql: string; values: unknown[] } {
+  const batch = requests.map((r) => [r.name, r.holder, (r.handoff ?? []).join(','), ttlUs(r)]);
+  const names = requests.map((r) => r.name);
+  return {
+    sql: [
+      'START TRANSACTION',
+      `SET @lh_now = ${NOW_US}`,
+      `UPDATE ${T.leases} l JOIN JSON_TABLE(?, '$[*]' COLUMNS (
+         name ${NAME_COL} PATH '$[0]', holder ${HOLDER_COL} PATH '$[1]', handoff ${NONCES_COL} PATH '$[2]',
+         ttl_us BIGINT PATH '$[3]')) r ON l.name = r.name
+       SET l.expires_at_us = @lh_now + r.ttl_us, l.renewed_at_us = @lh_now
+       WHERE l.holder = r.holder AND FIND_IN_SET(l.nonce, r.handoff) > 0 AND l.expires_at_us > @lh_now`,
+      `SELECT name, holder, nonce, token, expires_at_us, ended_by, @lh_now AS now_us FROM ${T.leases} WHERE name IN (?)`,
+      'COMMIT',
+    ].join(';\n'),
+    values: [JSON.stringify(batch), names],
+  };
+}
+export const ACCEPT_ROWS_AT = 3;
 
 /** Ends the terms two processes renewed (store.ts expectation 4b), each only if it is still so. */
 export function planConflicts(conflicts: readonly ClaimRequest[]): { sql: string; values: unknown[] } {

@@ -18,7 +18,7 @@ import type {
 } from '../store.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
-import { CONFIRM_ROWS_AT, CONFIRM_SQL, handedTerm, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
+import { ACCEPT_ROWS_AT, handedTerm, planAccept, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
 import { loadMysql2, MysqlConnector, run, sessionSetupSql, splitHostPort, type MysqlConnectionLike } from './driver.js';
 import { runBatch } from './batch.js';
 import { claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
@@ -119,11 +119,10 @@ export class MysqlStore implements LeaseStore {
     // A contender with a session (liveness 'session') runs the whole claim: it ties the term to its session.
     if (requests.every((r) => r.session === undefined) && this.freed.rang(requests)) {
       // Followers woken by their doorbell, each registered as its lease's waiter: the release that
-      // rang it has most likely handed them the term, which a read confirms (sql/006-handover.ts).
+      // rang it has most likely handed them the term, which they accept (sql/010-handover-acceptance.ts).
       // Only then: an idle follower's re-check would otherwise cost two round trips instead of one.
-      const names = requests.map((r) => r.name);
-      const r = (await this.q(CONFIRM_SQL, [names, names], options).catch(() => [])) as unknown[];
-      const rows = (r[CONFIRM_ROWS_AT] ?? []) as LeaseRow[];
+      const r = await this.withLockRetry(() => planAccept(requests), options).catch(() => [] as unknown[]);
+      const rows = (r[ACCEPT_ROWS_AT] ?? []) as LeaseRow[];
       const byName = new Map(rows.map((row) => [row.name, row]));
       const handed = requests.map((req) => {
         const row = byName.get(req.name);

@@ -170,8 +170,8 @@ DECLARE
   v_handed text[];
   v_rest text[];
 BEGIN
-  -- Terms handed to their contender: confirmed by this read alone, and kept out of the INSERT
-  -- and the row locks below, so a confirmation that is the whole batch writes nothing.
+  -- Terms handed to their contender (offered by a release, migration 17): kept out of the
+  -- INSERT below, so a batch made only of acceptances inserts nothing.
   SELECT coalesce(array_agg(l.name), '{}') INTO v_handed
     FROM unnest(p_names, p_holders, p_contend, p_handoff) AS r(name, holder, contend, handoff)
     JOIN SCHEMA.leases AS l ON l.name = r.name
@@ -179,17 +179,25 @@ BEGIN
      AND l.expires_at > v_now;
   v_rest := ARRAY(SELECT u FROM unnest(p_names) AS u WHERE u <> ALL (v_handed));
   IF cardinality(v_rest) = 0 THEN
-    -- Every request confirms a handed term (a woken follower, alone in its batch): answer from
-    -- a plain read, without claim_write. Read again, as claim_write does: 'busy' (no
-    -- write) if an operator or a clone ended the term since the read above.
+    -- Every request accepts a handed term (a woken follower, alone in its batch): the
+    -- acceptance is this UPDATE, which gives the term the waiter's own TTL from now. Its WHERE
+    -- is checked again on the row as it is under the row's lock: 'busy' (nothing written) if an
+    -- operator or a clone ended the term since the read above, or its acceptance window ran out.
     RETURN QUERY
-    SELECT l.name, CASE WHEN x.ok THEN 'acquired' ELSE 'busy' END, NULL::text, l.token, l.holder,
-           (extract(epoch FROM l.expires_at) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8,
-           CASE WHEN x.ok THEN l.nonce END
-      FROM unnest(p_names, p_holders, p_handoff) WITH ORDINALITY AS r(name, holder, handoff, ord)
+    WITH acc AS (
+      UPDATE SCHEMA.leases AS l
+         SET expires_at = v_now + r.ttl_ms * interval '1 millisecond', renewed_at = v_now
+        FROM unnest(p_names, p_holders, p_ttl_ms, p_handoff) AS r(name, holder, ttl_ms, handoff)
+       WHERE l.name = r.name AND l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
+         AND l.expires_at > v_now
+      RETURNING l.name, l.expires_at
+    )
+    SELECT l.name, CASE WHEN a.name IS NOT NULL THEN 'acquired' ELSE 'busy' END, NULL::text, l.token, l.holder,
+           (extract(epoch FROM coalesce(a.expires_at, l.expires_at)) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8,
+           CASE WHEN a.name IS NOT NULL THEN l.nonce END
+      FROM unnest(p_names) WITH ORDINALITY AS r(name, ord)
       JOIN SCHEMA.leases AS l ON l.name = r.name
-     CROSS JOIN LATERAL (SELECT coalesce(l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
-                                         AND l.expires_at > v_now, false) AS ok) AS x
+      LEFT JOIN acc AS a ON a.name = r.name
      ORDER BY r.ord;
     RETURN;
   END IF;
@@ -317,7 +325,8 @@ BEGIN
     v_floor := SCHEMA.timeline_token_floor();
     INSERT INTO SCHEMA.leases AS l (name) SELECT DISTINCT u FROM unnest(v_rest) AS u
       ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
-    PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (v_rest) ORDER BY l.name FOR UPDATE;
+    -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
+    PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
   END IF;
   RETURN QUERY
   WITH req AS (
@@ -329,8 +338,8 @@ BEGIN
     SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
            l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
            CASE
-             -- Not locked: read again, and answered 'busy' (no write) in the rare case that an
-             -- operator or a clone ended the handed term since the read above.
+             -- Read again under the lock: 'busy' (no write) if an operator or a clone ended
+             -- the handed term since the read in claim(), or its acceptance window ran out.
              WHEN r.name = ANY (v_handed) THEN
                CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
                     THEN 'handed' ELSE 'busy' END
@@ -344,7 +353,8 @@ BEGIN
   ), upd AS (
     UPDATE SCHEMA.leases AS l
        SET holder = c.holder,
-           nonce = c.nxt,
+           -- An accepted handed term keeps the nonce it was handed under (the waiter's registered one).
+           nonce = CASE WHEN c.outcome = 'handed' THEN l.nonce ELSE c.nxt END,
            token = CASE WHEN c.outcome = 'acquired' THEN GREATEST(l.token + 1, v_floor + 1) ELSE l.token END,
            expires_at = v_now + c.ttl_ms * interval '1 millisecond',
            term_started_at = CASE WHEN c.outcome = 'acquired' THEN v_now ELSE l.term_started_at END,
@@ -356,7 +366,7 @@ BEGIN
            waiter_ttl_ms = CASE WHEN l.waiter = c.holder THEN NULL ELSE l.waiter_ttl_ms END,
            waiter_until = CASE WHEN l.waiter = c.holder THEN NULL ELSE l.waiter_until END
       FROM cur c
-     WHERE l.name = c.name AND c.outcome IN ('acquired', 'renewed')
+     WHERE l.name = c.name AND c.outcome IN ('acquired', 'renewed', 'handed')
     RETURNING l.name, l.token, l.expires_at
   ), reg AS (
     -- A contender that will wait registers as the waiter a release hands the term to.
@@ -471,7 +481,8 @@ BEGIN
          SET holder = CASE WHEN c.hand THEN c.waiter WHEN c.ours THEN NULL ELSE l.holder END,
              nonce = CASE WHEN c.hand THEN c.waiter_nonce WHEN c.ours THEN NULL ELSE l.nonce END,
              token = CASE WHEN c.hand THEN GREATEST(l.token + 1, (SELECT f FROM floor) + 1) ELSE l.token END,
-             expires_at = CASE WHEN c.hand THEN now() + c.waiter_ttl_ms * interval '1 millisecond'
+             -- An offer until the waiter accepts it (its claim): a third of its TTL (migration 17).
+             expires_at = CASE WHEN c.hand THEN now() + c.waiter_ttl_ms / 3 * interval '1 millisecond'
                                WHEN c.ours THEN now() ELSE l.expires_at END,
              term_started_at = CASE WHEN c.hand THEN now() ELSE l.term_started_at END,
              renewed_at = CASE WHEN c.hand THEN now() ELSE l.renewed_at END,
@@ -556,7 +567,8 @@ BEGIN
       UPDATE SCHEMA.leases AS l
          SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
              token = GREATEST(l.token + 1, SCHEMA.timeline_token_floor() + 1),
-             expires_at = v_now + v_row.waiter_ttl_ms * interval '1 millisecond',
+             -- An offer until the waiter accepts it (its claim): a third of its TTL (migration 17).
+             expires_at = v_now + v_row.waiter_ttl_ms / 3 * interval '1 millisecond',
              term_started_at = v_now, renewed_at = v_now, ended_by = NULL,
              waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
        WHERE l.name = v_req.name
