@@ -111,7 +111,7 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     return { ...r!, sent };
   };
 
-  void it('the release hands the term to the registered waiter; its claim accepts it (a write: the waiter’s own TTL from now) and returns the handed nonce', async () => {
+  void it('the release hands the term to the registered waiter; its claim accepts it (a write: the waiter’s own TTL from now, under the claim’s own nonce)', async () => {
     const name = uniq('hand');
     const a = await contend(t.store as PostgresStore, name, 'A', 30_000);
     const tokenA = granted(a).token;
@@ -135,17 +135,18 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     );
 
     const before = obs.seen.length;
-    const c = granted(await contend(store, name, 'B', 20_000, [b.sent]));
+    const accepting = await contend(store, name, 'B', 20_000, [b.sent]);
+    const c = granted(accepting);
     assert.equal(c.outcome, 'acquired');
-    assert.equal(c.nonce, b.sent, 'the term is held under the nonce B registered, not the one this claim sent');
+    assert.equal(c.nonce, undefined, 'held under the nonce this claim sent: the acceptance swapped it for the registered one');
     assert.equal(c.token, row!.token);
     assert.ok(c.expiresAtMs - c.storeNowMs > 20_000 / 3 && c.expiresAtMs - c.storeNowMs <= 20_000, 'accepted: the waiter’s own TTL, from its claim');
     const confirm = claimsOf(obs.seen.slice(before));
     assert.equal(confirm.length, 1);
     assert.notEqual(confirm[0]!.xid, null, 'the accepting claim wrote: the acceptance is a write');
 
-    // B holds it as any acquirer would: it renews with the handed nonce, and A is out.
-    const [renewed] = await store.claim([{ name, holder: 'B', ttlMs: 20_000, expect: [b.sent], nextNonce: newNonce() }]);
+    // B holds it as any acquirer would: it renews with the nonce its accepting claim sent, and A is out.
+    const [renewed] = await store.claim([{ name, holder: 'B', ttlMs: 20_000, expect: [accepting.sent], nextNonce: newNonce() }]);
     assert.equal(renewed?.outcome, 'renewed');
     const [stale] = await t.store.claim([{ name, holder: 'A', ttlMs: 30_000, expect: [a.sent], nextNonce: newNonce() }]);
     assert.equal(stale?.outcome, 'lost');
@@ -309,7 +310,7 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
       assert.ok(confirms.length >= 1);
       assert.ok(remaining > 20_000 / 3, `the term runs the follower's own TTL once accepted, not the offer's third (${remaining}ms left)`);
 
-      // The handed term writes through the same-database fence (its nonce is the handed one)...
+      // The accepted term writes through the same-database fence (its nonce is the accepting claim's)...
       await fencedTransaction(admin, { resource: name, term: second, table: fences }, async () => {});
       // ...and the old holder's token is refused.
       await assert.rejects(fencedTransaction(admin, { resource: name, token: first.token, table: fences }, async () => {}), FencedError);

@@ -12,20 +12,32 @@
  *
  *  1. The release (release_many, release_many_rows; `release` calls them) hands the term as
  *     before (a new token by the acquisition's rule, the waiter's nonce, history 'released' then
- *     'acquired', NOTIFY), but it expires a third of the waiter's TTL from the release: the
- *     acceptance window. A third is the default renew interval: a live waiter that is waiting
- *     hears the release at once (NOTIFY) and answers in one round trip, as a holder renews well
- *     within that.
- *  2. The waiter's claim that presents the nonce (`handoff`) accepts the term: the same claim as
- *     before, now an UPDATE that gives the term the waiter's own TTL from the store's now, made
- *     only while the row still holds the handed term unexpired (checked under the row's lock).
- *     Its answer is the acceptance: the engine begins a term only from it, so the waiter never
+ *     'acquired', NOTIFY), but it expires at the end of the acceptance window: a third of the
+ *     waiter's TTL, at least 500 ms, at most the TTL. A third is the default renew interval: a
+ *     live waiter that is waiting hears the release at once (NOTIFY) and answers in one round
+ *     trip, as a holder renews well within that. The floor is for short TTLs (a 300 ms TTL would
+ *     leave 100 ms): the waiter's answer also waits for its event loop, which the engine lets
+ *     run up to 250 ms late before it calls the process paused (TermMachine.deadlineVerdict),
+ *     and for a round trip on a loaded store; 500 ms covers both. Missing the window costs only
+ *     liveness (the offer lapses and the lease is free again), and the floor only what a dead
+ *     waiter costs a short-TTL lease (the window, never more than the TTL it cost before).
+ *  2. The waiter's claim that presents the nonce (`handoff`) accepts the term: an UPDATE that
+ *     gives the term the waiter's own TTL and swaps the registered nonce for the claim's next
+ *     one, made only while the row still holds the handed term unexpired. Both are decided under
+ *     the row's lock, taken in name order as every claim takes them, and on the clock read after
+ *     it (clock_timestamp(): now() is the transaction's start, before any wait for the lock, so
+ *     an offer that lapsed during the wait would still have been accepted). The swap makes the
+ *     acceptance a compare-and-swap: two clones (one holder id, the same registered nonces) could
+ *     both confirm the old handed term; now the first accepts, and the other's claim finds a
+ *     nonce it never registered. An offer that ended while the claim waited is decided as any
+ *     contender's claim (claim_write, which now also decides on the clock after its lock).
+ *     The answer is the acceptance: the engine begins a term only from it, so the waiter never
  *     acts on a term before its acceptance round trip answered, and its deadline is computed
  *     from its own TTL as for any acquisition.
  *  3. An offer nobody accepts (its process died, or it gave up and its withdrawal is late) lapses
  *     at the end of the window like any expired term: the next contender takes the lease over
- *     with a larger token. A dead registered waiter now costs the lease at most a third of that
- *     waiter's TTL, where it cost a whole one.
+ *     with a larger token. A dead registered waiter now costs the lease the window (a third of
+ *     that waiter's TTL, from a TTL of 1.5 s up), where it cost a whole TTL.
  *
  * Safety is the lease rule's, unchanged: the offered term is the waiter's until it expires (a
  * waiter that accepted in time holds it to its own deadline; nobody else is granted the lease
@@ -34,13 +46,18 @@
  * The handover still takes one release and one claim round trip, and the release still picks
  * the next holder in one write.
  *
- * `claim` keeps its seven arguments and `claim_write` its nine, so processes of the previous
- * version keep working on this schema: their confirming claim is this one, and accepts. A process
- * of this version on a schema before 17 gets the old behaviour (full-TTL handed terms) until
- * `leasehold migrate` runs.
+ * Processes of the previous version on this schema: unlike MySQL's (whose client sends the
+ * claim as text, ../../mysql/sql/010-handover-acceptance.ts), a PostgreSQL client's claim is a
+ * call of `claim` with the same seven arguments in both versions (../claim.ts did not change),
+ * and `claim_write` keeps its nine. So an old process's registration, and its confirming claim,
+ * run the functions defined here: it is registered, offered and accepts exactly as this
+ * version does, and gets its whole TTL from the acceptance; no process ever reads an offer's
+ * short expiry as its term. (The engine also renews a term granted for less than its TTL in
+ * time now, TermMachine.granted.) A process of this version on a schema before 17 gets the old
+ * behaviour (full-TTL handed terms) until `leasehold migrate` runs.
  *
- * Frozen once merged: this is the SQL that databases at this version ran;
- * src/backends/postgres/schema.sql shows the result.
+ * Frozen once a database has run it (none had when this text was last changed): this is the SQL
+ * that databases at this version run; src/backends/postgres/schema.sql shows the result.
  * @param s the quoted schema name
  * @param channel the NOTIFY channel (../schema.ts channelFor)
  */
@@ -65,27 +82,47 @@ BEGIN
      AND l.expires_at > v_now;
   v_rest := ARRAY(SELECT u FROM unnest(p_names) AS u WHERE u <> ALL (v_handed));
   IF cardinality(v_rest) = 0 THEN
-    -- Every request accepts a handed term (a woken follower, alone in its batch): the
-    -- acceptance is this UPDATE, which gives the term the waiter's own TTL from now. Its WHERE
-    -- is checked again on the row as it is under the row's lock: 'busy' (nothing written) if an
-    -- operator or a clone ended the term since the read above, or its acceptance window ran out.
-    RETURN QUERY
-    WITH acc AS (
-      UPDATE ${s}.leases AS l
-         SET expires_at = v_now + r.ttl_ms * interval '1 millisecond', renewed_at = v_now
-        FROM unnest(p_names, p_holders, p_ttl_ms, p_handoff) AS r(name, holder, ttl_ms, handoff)
-       WHERE l.name = r.name AND l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
-         AND l.expires_at > v_now
-      RETURNING l.name, l.expires_at
-    )
-    SELECT l.name, CASE WHEN a.name IS NOT NULL THEN 'acquired' ELSE 'busy' END, NULL::text, l.token, l.holder,
-           (extract(epoch FROM coalesce(a.expires_at, l.expires_at)) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8,
-           CASE WHEN a.name IS NOT NULL THEN l.nonce END
-      FROM unnest(p_names) WITH ORDINALITY AS r(name, ord)
+    -- Every request accepts a handed term (a woken follower, alone in its batch). The rows
+    -- first, in name order as every claim locks them (two batches never wait on each other),
+    -- and then the clock: now() is the transaction's start, before any wait for a row lock, and
+    -- an offer that lapsed during that wait must not be accepted.
+    PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT EXISTS (
+      SELECT 1 FROM unnest(p_names, p_holders, p_handoff) AS r(name, holder, handoff)
+        LEFT JOIN ${s}.leases AS l ON l.name = r.name
+       WHERE NOT coalesce(l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ',')) AND l.expires_at > v_now, false)
+    ) THEN
+      -- Still offered, under the lock: the acceptance is this UPDATE, which gives the term the
+      -- waiter's own TTL from now and swaps the registered nonce for the claim's next one (a
+      -- compare-and-swap: of two clones presenting the same registered nonce, one accepts, and
+      -- the other's claim finds a nonce it never registered).
+      RETURN QUERY
+      WITH acc AS (
+        UPDATE ${s}.leases AS l
+           SET nonce = r.nxt, expires_at = v_now + r.ttl_ms * interval '1 millisecond', renewed_at = v_now
+          FROM unnest(p_names, p_holders, p_next, p_ttl_ms, p_handoff) AS r(name, holder, nxt, ttl_ms, handoff)
+         WHERE l.name = r.name AND l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
+           AND l.expires_at > v_now
+        RETURNING l.name, l.expires_at
+      )
+      SELECT l.name, CASE WHEN a.name IS NOT NULL THEN 'acquired' ELSE 'busy' END, NULL::text, l.token, l.holder,
+             (extract(epoch FROM coalesce(a.expires_at, l.expires_at)) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8,
+             NULL::text
+        FROM unnest(p_names) WITH ORDINALITY AS r(name, ord)
+        JOIN ${s}.leases AS l ON l.name = r.name
+        LEFT JOIN acc AS a ON a.name = r.name
+       ORDER BY r.ord;
+      RETURN;
+    END IF;
+    -- An offer ended while this claim waited for its row (it lapsed, or an operator or a clone
+    -- ended it): the whole claim, which decides every row again under its lock.
+    SELECT coalesce(array_agg(l.name), '{}') INTO v_handed
+      FROM unnest(p_names, p_holders, p_contend, p_handoff) AS r(name, holder, contend, handoff)
       JOIN ${s}.leases AS l ON l.name = r.name
-      LEFT JOIN acc AS a ON a.name = r.name
-     ORDER BY r.ord;
-    RETURN;
+     WHERE r.contend AND l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
+       AND l.expires_at > v_now;
+    v_rest := ARRAY(SELECT u FROM unnest(p_names) AS u WHERE u <> ALL (v_handed));
   END IF;
   RETURN QUERY
   SELECT * FROM ${s}.claim_write(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff, v_handed, v_rest);
@@ -110,6 +147,10 @@ BEGIN
       ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
     -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
     PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+    -- Decided on the clock after the lock (now() is the transaction's start, before the wait):
+    -- an offer that lapsed while this claim waited is not accepted, and an expiry that passed
+    -- meanwhile counts.
+    v_now := clock_timestamp();
   END IF;
   RETURN QUERY
   WITH req AS (
@@ -121,11 +162,11 @@ BEGIN
     SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
            l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
            CASE
-             -- Read again under the lock: 'busy' (no write) if an operator or a clone ended
-             -- the handed term since the read in claim(), or its acceptance window ran out.
-             WHEN r.name = ANY (v_handed) THEN
-               CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
-                    THEN 'handed' ELSE 'busy' END
+             -- Read again under the lock. Not 'handed' if an operator or a clone ended the
+             -- handed term since the read in claim(), or its acceptance window ran out: then
+             -- decided as any contender's claim (an offer that lapsed leaves the lease free).
+             WHEN r.name = ANY (v_handed) AND l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
+               THEN 'handed'
              WHEN NOT r.contend THEN
                CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > v_now
                     THEN 'renewed' ELSE 'lost' END
@@ -136,8 +177,9 @@ BEGIN
   ), upd AS (
     UPDATE ${s}.leases AS l
        SET holder = c.holder,
-           -- An accepted handed term keeps the nonce it was handed under (the waiter's registered one).
-           nonce = CASE WHEN c.outcome = 'handed' THEN l.nonce ELSE c.nxt END,
+           -- An accepted handed term too: the acceptance swaps the registered nonce for this
+           -- claim's next one, so that of two clones presenting it only one accepts.
+           nonce = c.nxt,
            token = CASE WHEN c.outcome = 'acquired' THEN GREATEST(l.token + 1, v_floor + 1) ELSE l.token END,
            expires_at = v_now + c.ttl_ms * interval '1 millisecond',
            term_started_at = CASE WHEN c.outcome = 'acquired' THEN v_now ELSE l.term_started_at END,
@@ -157,8 +199,7 @@ BEGIN
        SET waiter = c.holder, waiter_nonce = c.nxt, waiter_ttl_ms = c.ttl_ms,
            waiter_until = v_now + 2 * c.ttl_ms * interval '1 millisecond'
       FROM cur c
-     WHERE l.name = c.name AND c.outcome = 'busy' AND c.waits AND c.name <> ALL (v_handed)
-       AND c.cur_holder <> c.holder
+     WHERE l.name = c.name AND c.outcome = 'busy' AND c.waits AND c.cur_holder <> c.holder
   ), conflict AS (
     UPDATE ${s}.leases AS l
        SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'conflict'
@@ -189,7 +230,7 @@ BEGIN
          CASE WHEN u.name IS NOT NULL THEN c.holder ELSE c.cur_holder END,
          (extract(epoch FROM COALESCE(u.expires_at, c.cur_expires)) * 1000)::float8,
          (extract(epoch FROM v_now) * 1000)::float8,
-         CASE WHEN c.outcome = 'handed' THEN c.cur_nonce END
+         NULL::text
     FROM cur c LEFT JOIN upd u ON u.name = c.name
    ORDER BY c.ord;
 END
@@ -234,8 +275,8 @@ BEGIN
          SET holder = CASE WHEN c.hand THEN c.waiter WHEN c.ours THEN NULL ELSE l.holder END,
              nonce = CASE WHEN c.hand THEN c.waiter_nonce WHEN c.ours THEN NULL ELSE l.nonce END,
              token = CASE WHEN c.hand THEN GREATEST(l.token + 1, (SELECT f FROM floor) + 1) ELSE l.token END,
-             -- An offer until the waiter accepts it (its claim): a third of its TTL (migration 17).
-             expires_at = CASE WHEN c.hand THEN now() + c.waiter_ttl_ms / 3 * interval '1 millisecond'
+             -- An offer until the waiter accepts it (its claim): the acceptance window (migration 17).
+             expires_at = CASE WHEN c.hand THEN now() + least(c.waiter_ttl_ms, greatest(c.waiter_ttl_ms / 3, 500)) * interval '1 millisecond'
                                WHEN c.ours THEN now() ELSE l.expires_at END,
              term_started_at = CASE WHEN c.hand THEN now() ELSE l.term_started_at END,
              renewed_at = CASE WHEN c.hand THEN now() ELSE l.renewed_at END,
@@ -320,8 +361,8 @@ BEGIN
       UPDATE ${s}.leases AS l
          SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
              token = GREATEST(l.token + 1, ${s}.timeline_token_floor() + 1),
-             -- An offer until the waiter accepts it (its claim): a third of its TTL (migration 17).
-             expires_at = v_now + v_row.waiter_ttl_ms / 3 * interval '1 millisecond',
+             -- An offer until the waiter accepts it (its claim): the acceptance window (migration 17).
+             expires_at = v_now + least(v_row.waiter_ttl_ms, greatest(v_row.waiter_ttl_ms / 3, 500)) * interval '1 millisecond',
              term_started_at = v_now, renewed_at = v_now, ended_by = NULL,
              waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
        WHERE l.name = v_req.name
