@@ -9,9 +9,10 @@
  * and that every other contender reads as taken after it gave up.
  *
  * A kept registration outlives a process that dies with it (up to two TTLs, on the store). The
- * term a release hands it is an offer until this process's next claim accepts it, and lapses a
- * third of the TTL after the release (PostgreSQL migration 17, MySQL migration 10): a replica
- * killed between slots costs the lease that third, not a TTL.
+ * term a release hands it is an offer until this process's next claim accepts it, and lapses at
+ * the end of its acceptance window, a third of the TTL after the release (at least 500 ms, at
+ * most the TTL; PostgreSQL migration 17, MySQL migration 10): a replica killed between slots
+ * costs the lease that window, not a TTL.
  */
 import type { Registration } from './contention.js';
 

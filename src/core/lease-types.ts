@@ -95,7 +95,8 @@ export interface AcquireOptions {
    * follows; a withdrawal still in flight when that term's release handed it the term left a
    * term nobody ran, granted after the next slot, and the next slot was lost. A process that
    * dies with a registration kept is handed the next release's term as an offer it never
-   * accepts: that costs the lease a third of this lease's TTL (PostgreSQL schema 17, MySQL 10).
+   * accepts: that costs the lease its acceptance window, a third of this lease's TTL (at least
+   * 500 ms, at most the TTL; PostgreSQL schema 17, MySQL 10).
    */
   stayRegistered?: boolean;
   /**
