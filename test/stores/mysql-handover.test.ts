@@ -172,18 +172,37 @@ void describe('MySQL store: one-write handover', { skip }, () => {
       t.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''),
     );
     const req = { name, holder: 'B', ttlMs: 3000, expect: null, nextNonce: newNonce(), handoff: [b.sent] };
-    let pending: Promise<unknown>;
+    let pending: Promise<unknown> | undefined;
+    let queuedAt = Infinity;
     try {
       await locker.query('START TRANSACTION');
       await locker.query('SELECT 1 FROM leasehold_leases WHERE name = ? FOR UPDATE', [name]);
       const plan = planAccept([req]);
       pending = store.q(plan.sql, plan.values);
-      for (let now = await t.store.now(); now <= offer!.expiresAtMs! + 50; now = await t.store.now()) await sleep(offer!.expiresAtMs! + 70 - now);
+      void pending.catch(() => {});
+      // Seen waiting for the lock (this database's transactions only), then the server's clock:
+      // the acceptance began its wait before that reading, on the same clock, so no margin is
+      // needed. Seen only after the offer lapsed, the test would prove nothing: it says so.
+      const waiting = async (): Promise<number> =>
+        Number(
+          (
+            await admin.query(
+              `SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+                WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`,
+            )
+          )[0][0]!['n'],
+        );
+      for (let i = 0; i < 150 && (await waiting()) === 0; i++) await sleep(10);
+      if ((await waiting()) > 0) queuedAt = await t.store.now();
+      if (queuedAt < offer!.expiresAtMs!) {
+        for (let now = await t.store.now(); now <= offer!.expiresAtMs! + 50; now = await t.store.now()) await sleep(offer!.expiresAtMs! + 70 - now);
+      }
       await locker.query('COMMIT');
     } finally {
       await locker.end();
     }
     await pending;
+    assert.ok(queuedAt < offer!.expiresAtMs!, `precondition: the acceptance was seen waiting for the row lock while the offer was live (seen at ${queuedAt}, the offer lapsed at ${offer!.expiresAtMs})`);
     const [[row]] = await admin.query('SELECT nonce, expires_at_us FROM leasehold_leases WHERE name = ?', [name]);
     assert.equal(Number(row!['expires_at_us']) / 1000, offer!.expiresAtMs, 'the lapsed offer was left as it was, not given a TTL');
     assert.equal(row!['nonce'], b.sent);
@@ -266,10 +285,20 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     const a = await contend(t.store, handed, 'A', 30_000);
     const w = await contend(store, handed, 'B', 30_000, []);
     assert.equal(await t.store.release({ name: handed, holder: 'A', expect: [a.sent] }), true);
+    const [offer] = await t.store.list({ name: handed });
+    assert.equal(offer?.holder, 'B', 'offered to B');
+    const offerToken = offer!.token;
     assert.equal((await t.store.revoke(handed, 'test')).revoked, true);
     const c = await contend(store, handed, 'B', 30_000, [w.sent]);
-    assert.equal(c.outcome, 'acquired');
-    assert.equal(c.outcome === 'acquired' ? c.nonce : 'x', undefined, 'a new acquisition, under the nonce it sent');
+    // An accepted offer and a new acquisition both answer under the nonce the claim sent: the
+    // token tells them apart (the revoked offer's is not taken again).
+    const fresh = granted(c);
+    assert.equal(fresh.outcome, 'acquired');
+    assert.ok(fresh.token > offerToken, `a new acquisition (token ${fresh.token}), not the revoked offer (token ${offerToken})`);
+    assert.deepEqual(
+      (await t.store.history({ name: handed })).slice(-2).map((h) => [h.event, h.token]),
+      [['revoked', offerToken], ['acquired', fresh.token]],
+    );
   });
 
   void it('a batch release (releaseMany) hands over as a single release does', async () => {

@@ -280,10 +280,20 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     const a = await contend(t.store as PostgresStore, name, 'A', 30_000);
     const b = await contend(store, name, 'B', 30_000, []);
     assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+    const [offer] = await t.store.list({ name });
+    assert.equal(offer?.holder, 'B', 'offered to B');
+    const offerToken = offer!.token;
     assert.equal((await t.store.revoke(name, 'test')).revoked, true);
     const c = await contend(store, name, 'B', 30_000, [b.sent]);
-    assert.equal(c.outcome, 'acquired');
-    assert.equal(c.outcome === 'acquired' ? c.nonce : 'x', undefined, 'a new acquisition, under the nonce it sent');
+    // An accepted offer and a new acquisition both answer under the nonce the claim sent: the
+    // token tells them apart (the revoked offer's is not taken again).
+    const fresh = granted(c);
+    assert.equal(fresh.outcome, 'acquired');
+    assert.ok(fresh.token > offerToken, `a new acquisition (token ${fresh.token}), not the revoked offer (token ${offerToken})`);
+    assert.deepEqual(
+      (await t.store.history({ name })).slice(-2).map((h) => [h.event, h.token]),
+      [['revoked', offerToken], ['acquired', fresh.token]],
+    );
   });
 
   void it('the engine: the follower takes a released lease with one accepting claim, a larger token, a deadline within the store expiry, and the old holder is fenced', async () => {
