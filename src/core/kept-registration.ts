@@ -7,6 +7,12 @@
  * handed it in between is then that contention's. Withdrawing instead races the release: on a
  * loaded store the withdrawal lands after the release handed it a term, a term that nobody runs
  * and that every other contender reads as taken after it gave up.
+ *
+ * A kept registration outlives a process that dies with it (up to two TTLs, on the store). The
+ * term a release hands it is an offer until this process's next claim accepts it, and lapses at
+ * the end of its acceptance window, a third of the TTL after the release (at least 500 ms, at
+ * most the TTL; PostgreSQL migration 17, MySQL migration 10): a replica killed between slots
+ * costs the lease that window, not a TTL.
  */
 import type { Registration } from './contention.js';
 
@@ -18,8 +24,8 @@ export class KeptRegistration {
 
   /**
    * A contention ended with registration `r` (undefined: none): kept for the next one when
-   * `keep`, else withdrawn now. Best effort: a withdrawal that fails costs at most one TTL, as a
-   * crash would.
+   * `keep`, else withdrawn now. Best effort: a withdrawal that fails costs what a crash would
+   * (a handed term's acceptance window, a third of a TTL; one TTL on schemas before it).
    */
   async settle(r: Registration | undefined, keep: boolean): Promise<void> {
     if (r === undefined) return;

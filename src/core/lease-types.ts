@@ -93,7 +93,10 @@ export interface AcquireOptions {
    * withdraw a registration kept so. For a contender that gives up only to contend again at
    * once: per-slot cron's wait for an earlier slot's term ends at the next slot, whose try
    * follows; a withdrawal still in flight when that term's release handed it the term left a
-   * term nobody ran, granted after the next slot, and the next slot was lost.
+   * term nobody ran, granted after the next slot, and the next slot was lost. A process that
+   * dies with a registration kept is handed the next release's term as an offer it never
+   * accepts: that costs the lease its acceptance window, a third of this lease's TTL (at least
+   * 500 ms, at most the TTL; PostgreSQL schema 17, MySQL 10).
    */
   stayRegistered?: boolean;
   /**

@@ -36,8 +36,11 @@ export interface ClaimRequest {
    * waiter under `nextNonce`, and a holder's release may hand it the term under that nonce. Its
    * elements are the nextNonces of this contender's earlier claims that may have left it a term
    * (answered 'busy', so registered; or unanswered): a live term held by `holder` under one of
-   * them is answered 'acquired' with that {@link GrantedClaim nonce}, without a write. Stores
-   * that do not hand over ignore the field. At most {@link MAX_EXPECTED_NONCES}; base64url.
+   * them was handed to it. Stores whose handed terms are offers (PostgreSQL schema 17, MySQL 10)
+   * accept it: a write that gives it this claim's TTL and swaps the nonce for `nextNonce` (a
+   * compare-and-swap, so of two clones presenting the registered nonce only one accepts), answered
+   * 'acquired' as an acquisition is. Older schemas answer it 'acquired' with that
+   * {@link GrantedClaim nonce}, without a write. Stores that do not hand over ignore the field. At most {@link MAX_EXPECTED_NONCES}; base64url.
    */
   handoff?: readonly string[];
   /**
@@ -81,8 +84,8 @@ export type ClaimResult =
       storeNowMs: number;
       /**
        * The nonce the store holds for the term, when it is not the request's `nextNonce`: a term
-       * a release handed to this contender (see {@link ClaimRequest.handoff}). The caller renews
-       * and releases with it.
+       * a release handed to this contender and confirmed without a write (schemas before the
+       * acceptance; see {@link ClaimRequest.handoff}). The caller renews and releases with it.
        */
       nonce?: string;
       /** Liveness 'session': true when the store tied the term to the request's session. */
@@ -197,8 +200,13 @@ export interface LeasePort {
   /**
    * Optional: one-write handover. A waiting contender's 'busy' claim registers it as the lease's
    * waiter ({@link ClaimRequest.handoff}); a release then hands the term straight to a waiter
-   * registered recently enough (new token, the waiter's nonce and TTL) and notifies, and the
-   * waiter confirms it with a claim that only reads. The engine then sends `handoff` on waiting
+   * registered recently enough (new token, the waiter's nonce) and notifies, and the waiter
+   * accepts it with its next claim, which answers 'acquired' with the waiter's own TTL. Until
+   * accepted, the handed term is an offer that lapses at the end of its acceptance window (a
+   * third of the waiter's TTL, at least 500 ms, at most the TTL) after the release, so a waiter
+   * that died keeps nobody out for longer (on older schemas, and on MySQL for a waiter registered
+   * by a process of the previous version, the handed term runs the waiter's whole TTL and is
+   * confirmed by a read). The engine then sends `handoff` on waiting
    * contenders' claims and, when such a contender stops without a term, withdraws it with a
    * `release` of the nonces it registered under.
    */

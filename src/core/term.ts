@@ -142,6 +142,13 @@ export class TermMachine implements Term {
     // Measured from when the claim was sent: the store may have granted it at any point after.
     const deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - timing.marginMs;
     if (deadline <= now) return undefined;
+    // The first renewal is due a renew interval after the send, but never after the point where
+    // the term would have to stand down without one, as for a renewal (answered). A grant need
+    // not run the whole TTL: a process of the previous version confirming a handed term with a
+    // read on MySQL schema 10 got an expiry a third of a TTL away. Due after its deadline, the
+    // term passed it while leading, which reads as a suspension (deadlineVerdict): every lease
+    // of the process stood down and its identity was replaced.
+    const renewDueAt = Math.min(sentAt + timing.renewMs, deadline - timing.renewMs / 2);
     return new TermMachine(timing, {
       name: result.name,
       token: result.token,
@@ -150,7 +157,7 @@ export class TermMachine implements Term {
       confirmed: nonce,
       unconfirmed: [],
       deadline,
-      renewDueAt: sentAt + timing.renewMs,
+      renewDueAt,
       lastStoreNowMs: result.storeNowMs,
       lastSentAt: sentAt,
       fence: { known: [], first: true, tail: undefined },

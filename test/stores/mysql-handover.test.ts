@@ -2,7 +2,8 @@
  * One-write handover on MySQL (src/backends/mysql/sql/006-handover.ts), on the real MariaDB: a
  * waiting follower's 'busy' claim registers it in the lease row, the holder's release hands it
  * the term in the release's own transaction (and lets the named lock go in the same round trip),
- * and the woken follower confirms the term with one read.
+ * and the woken follower accepts the term with one UPDATE (until then it is an offer that lapses
+ * a third of the waiter's TTL after the release: sql/010-handover-acceptance.ts).
  *
  * What the store sends is observed on its own connections: the pool's (claims, and releases
  * that fall back to it) and the named-lock connections (./freed.ts), by wrapping `query` on
@@ -16,7 +17,8 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import { newNonce } from '../../src/core/identity.js';
 import { SchemaError } from '../../src/core/errors.js';
 import { MysqlStore } from '../../src/backends/mysql/store.js';
-import { MYSQL_SCHEMA_VERSION } from '../../src/backends/mysql/schema.js';
+import { MIGRATIONS, MYSQL_SCHEMA_VERSION, NOW_US } from '../../src/backends/mysql/schema.js';
+import { planAccept } from '../../src/backends/mysql/claim.js';
 import type { ClaimResult } from '../../src/core/port.js';
 import { makeTestStore, mysqlAdmin, selectedStores, type TestStore } from '../helpers/stores.js';
 
@@ -84,7 +86,7 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     return { ...r!, sent };
   };
 
-  void it('the release hands the term to the registered waiter: a larger token, history released then acquired, and its claim answers with the handed nonce', async () => {
+  void it('the release hands the term to the registered waiter: a larger token, history released then acquired, and its claim accepts it under its own nonce', async () => {
     const name = uniq('hand');
     const a = await contend(t.store, name, 'A', 30_000);
     const tokenA = granted(a).token;
@@ -96,7 +98,8 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     const [row] = await t.store.list({ name });
     assert.equal(row?.holder, 'B', 'the release handed the term to the waiter');
     assert.ok(row!.token > tokenA, `the handed term's token ${row!.token} is above ${tokenA}`);
-    assert.ok(row!.expiresAtMs! - row!.storeNowMs <= 20_000, "the waiter's own TTL");
+    const offered = row!.expiresAtMs! - row!.storeNowMs;
+    assert.ok(offered > 0 && offered <= 20_000 / 3, `an offer of a third of B's TTL until B accepts it (migration 10), not ${Math.round(offered)} ms`);
     assert.deepEqual(
       (await t.store.history({ name })).map((h) => [h.event, h.holder ?? h.previousHolder, h.token]),
       [
@@ -107,18 +110,116 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     );
     assert.equal(await waiterOf(name), null, 'the handover used up the registration');
 
-    const c = granted(await contend(store, name, 'B', 20_000, [b.sent]));
+    const accepting = await contend(store, name, 'B', 20_000, [b.sent]);
+    const c = granted(accepting);
     assert.equal(c.outcome, 'acquired');
-    assert.equal(c.nonce, b.sent, 'the term is held under the nonce B registered, not the one this claim sent');
+    assert.equal(c.nonce, undefined, 'held under the nonce this claim sent: the acceptance swapped it for the registered one');
     assert.equal(c.token, row!.token);
-    assert.ok(c.expiresAtMs > c.storeNowMs && c.expiresAtMs - c.storeNowMs <= 20_000);
+    assert.ok(c.expiresAtMs - c.storeNowMs > 20_000 / 3 && c.expiresAtMs - c.storeNowMs <= 20_000, "accepted: the waiter's own TTL, from its claim");
 
-    // B holds it as any acquirer would: it renews with the handed nonce, and A is out.
-    const [renewed] = await store.claim([{ name, holder: 'B', ttlMs: 20_000, expect: [b.sent], nextNonce: newNonce() }]);
+    // B holds it as any acquirer would: it renews with the nonce its accepting claim sent, and A is out.
+    const [renewed] = await store.claim([{ name, holder: 'B', ttlMs: 20_000, expect: [accepting.sent], nextNonce: newNonce() }]);
     assert.equal(renewed?.outcome, 'renewed');
     const [stale] = await t.store.claim([{ name, holder: 'A', ttlMs: 30_000, expect: [a.sent], nextNonce: newNonce() }]);
     assert.equal(stale?.outcome, 'lost');
     if (stale?.outcome === 'lost') assert.equal(stale.reason, 'superseded');
+  });
+
+  /** The registration a process of the previous version (schema 9's client) sends, word for word. */
+  const registerAsPreviousVersion = (name: string, holder: string, nonce: string, ttlMs: number): Promise<unknown> =>
+    admin.query(
+      `UPDATE leasehold_leases SET waiter = ?, waiter_nonce = ?, waiter_ttl_us = ?, waiter_until_us = ${NOW_US} + 2 * ? WHERE name = ?`,
+      [holder, nonce, ttlMs * 1000, ttlMs * 1000, name],
+    );
+  /** The previous version's confirming read (its CONFIRM_SQL): what it took for its term. */
+  const confirmAsPreviousVersion = async (name: string): Promise<{ holder: string; nonce: string; grantedMs: number }> => {
+    const [rows] = await admin.query(`SELECT holder, nonce, expires_at_us, ${NOW_US} AS now_us FROM leasehold_leases WHERE name = ?`, [name]);
+    const row = rows[0]!;
+    return { holder: row['holder'] as string, nonce: row['nonce'] as string, grantedMs: (Number(row['expires_at_us']) - Number(row['now_us'])) / 1000 };
+  };
+
+  void it('a waiter registered by the previous version, which confirms with a read, is handed a whole term, not an offer (rolling upgrade)', async () => {
+    const TTL = 9000;
+    for (const replacedNew of [false, true]) {
+      const name = uniq(replacedNew ? 'old-after-new' : 'old-waiter');
+      const a = await contend(t.store, name, 'A', 30_000);
+      if (replacedNew) {
+        // This version registered first (the row says it accepts), then an old process replaced it.
+        assert.equal((await contend(store, name, 'N', TTL, [])).outcome, 'busy');
+        assert.equal(await waiterOf(name), 'N');
+      }
+      const oldNonce = newNonce();
+      await registerAsPreviousVersion(name, 'OLD', oldNonce, TTL);
+      assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+      const seen = await confirmAsPreviousVersion(name);
+      assert.deepEqual([seen.holder, seen.nonce], ['OLD', oldNonce], 'handed to the old waiter under its nonce');
+      // An offer would show at most a third of the TTL; the old process would take it for its
+      // term, pass its deadline before its first renewal and stand down every lease it holds.
+      assert.ok(seen.grantedMs > TTL / 3 + 1000, `${replacedNew ? 'after a new registration was replaced: ' : ''}a whole term of the old waiter's TTL (${Math.round(seen.grantedMs)} ms of ${TTL})`);
+      const [renewed] = await store.claim([{ name, holder: 'OLD', ttlMs: TTL, expect: [oldNonce], nextNonce: newNonce() }]);
+      assert.equal(renewed?.outcome, 'renewed', 'and it renews it as its own');
+    }
+  });
+
+  void it("the acceptance reads the clock after the row lock: an offer that lapses while it waits for the lock is not accepted, and it swaps the nonce (planAccept)", async () => {
+    const name = uniq('accept-lock');
+    const a = await contend(t.store, name, 'A', 30_000);
+    // A 1 s window, the lock held just past it: under the 2 s innodb_lock_wait_timeout of the store's sessions.
+    const b = await contend(store, name, 'B', 3000, []);
+    assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+    const [offer] = await t.store.list({ name });
+    const locker = await (createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<Admin> }).createConnection(
+      t.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''),
+    );
+    const req = { name, holder: 'B', ttlMs: 3000, expect: null, nextNonce: newNonce(), handoff: [b.sent] };
+    let pending: Promise<unknown> | undefined;
+    let queuedAt = Infinity;
+    try {
+      await locker.query('START TRANSACTION');
+      await locker.query('SELECT 1 FROM leasehold_leases WHERE name = ? FOR UPDATE', [name]);
+      const plan = planAccept([req]);
+      pending = store.q(plan.sql, plan.values);
+      void pending.catch(() => {});
+      // Seen waiting for the lock (this database's transactions only), then the server's clock:
+      // the acceptance began its wait before that reading, on the same clock, so no margin is
+      // needed. Seen only after the offer lapsed, the test would prove nothing: it says so.
+      const waiting = async (): Promise<number> =>
+        Number(
+          (
+            await admin.query(
+              `SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+                WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`,
+            )
+          )[0][0]!['n'],
+        );
+      for (let i = 0; i < 150 && (await waiting()) === 0; i++) await sleep(10);
+      if ((await waiting()) > 0) queuedAt = await t.store.now();
+      if (queuedAt < offer!.expiresAtMs!) {
+        for (let now = await t.store.now(); now <= offer!.expiresAtMs! + 50; now = await t.store.now()) await sleep(offer!.expiresAtMs! + 70 - now);
+      }
+      await locker.query('COMMIT');
+    } finally {
+      await locker.end();
+    }
+    await pending;
+    assert.ok(queuedAt < offer!.expiresAtMs!, `precondition: the acceptance was seen waiting for the row lock while the offer was live (seen at ${queuedAt}, the offer lapsed at ${offer!.expiresAtMs})`);
+    const [[row]] = await admin.query('SELECT nonce, expires_at_us FROM leasehold_leases WHERE name = ?', [name]);
+    assert.equal(Number(row!['expires_at_us']) / 1000, offer!.expiresAtMs, 'the lapsed offer was left as it was, not given a TTL');
+    assert.equal(row!['nonce'], b.sent);
+
+    // Accepted in time, the row holds the accepting claim's nonce: a clone presenting the registered one finds nothing to accept.
+    const live = uniq('accept-swap');
+    const a2 = await contend(t.store, live, 'A', 30_000);
+    const b2 = await contend(store, live, 'B', 30_000, []);
+    assert.equal(await t.store.release({ name: live, holder: 'A', expect: [a2.sent] }), true);
+    const one = { name: live, holder: 'B', ttlMs: 30_000, expect: null, nextNonce: newNonce(), handoff: [b2.sent] };
+    const two = { ...one, nextNonce: newNonce() };
+    for (const r of [one, two]) {
+      const plan = planAccept([r]);
+      await store.q(plan.sql, plan.values);
+    }
+    const [[swapped]] = await admin.query('SELECT nonce FROM leasehold_leases WHERE name = ?', [live]);
+    assert.equal(swapped!['nonce'], one.nextNonce, 'the first acceptance swapped the nonce; the second found nothing to accept');
   });
 
   void it("the handed term's token is above every token issued for any name (the counter row), not only this name's", async () => {
@@ -184,10 +285,20 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     const a = await contend(t.store, handed, 'A', 30_000);
     const w = await contend(store, handed, 'B', 30_000, []);
     assert.equal(await t.store.release({ name: handed, holder: 'A', expect: [a.sent] }), true);
+    const [offer] = await t.store.list({ name: handed });
+    assert.equal(offer?.holder, 'B', 'offered to B');
+    const offerToken = offer!.token;
     assert.equal((await t.store.revoke(handed, 'test')).revoked, true);
     const c = await contend(store, handed, 'B', 30_000, [w.sent]);
-    assert.equal(c.outcome, 'acquired');
-    assert.equal(c.outcome === 'acquired' ? c.nonce : 'x', undefined, 'a new acquisition, under the nonce it sent');
+    // An accepted offer and a new acquisition both answer under the nonce the claim sent: the
+    // token tells them apart (the revoked offer's is not taken again).
+    const fresh = granted(c);
+    assert.equal(fresh.outcome, 'acquired');
+    assert.ok(fresh.token > offerToken, `a new acquisition (token ${fresh.token}), not the revoked offer (token ${offerToken})`);
+    assert.deepEqual(
+      (await t.store.history({ name: handed })).slice(-2).map((h) => [h.event, h.token]),
+      [['revoked', offerToken], ['acquired', fresh.token]],
+    );
   });
 
   void it('a batch release (releaseMany) hands over as a single release does', async () => {
@@ -201,7 +312,7 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     assert.equal(rows.find((r) => r.name === names[1])?.holder, null, 'the other was released');
   });
 
-  void it('the engine: the woken follower confirms with one SELECT, holds a larger token within the store expiry, and the release let the lock go in its own round trip', async () => {
+  void it('the engine: the woken follower accepts the handed term with one UPDATE, holds a larger token within the store expiry, and the release let the lock go in its own round trip', async () => {
     const name = uniq('engine');
     const holderStore = (await t.open()) as MysqlStore;
     const followerStore = (await t.open()) as MysqlStore;
@@ -237,8 +348,13 @@ void describe('MySQL store: one-write handover', { skip }, () => {
       );
       const claims = followerSent.slice(f0).filter((s) => /leasehold_leases/.test(s));
       assert.equal(claims.length, 1, `one claim by the follower: ${claims.join(' | ')}`);
-      assert.match(claims[0]!, /^SELECT COUNT\(\*\) INTO @lh_seen FROM leasehold_leases WHERE name IN \(\?\) LOCK IN SHARE MODE;\s*SELECT name, holder, nonce, token/, 'a read, which waits for the release to commit');
-      assert.doesNotMatch(claims[0]!, /INSERT|UPDATE|START TRANSACTION|FOR UPDATE/, 'and nothing else');
+      assert.match(
+        claims[0]!,
+        /^START TRANSACTION;\s*SELECT COUNT\(\*\) INTO @lh_seen FROM \(SELECT name FROM leasehold_leases WHERE name IN \(\?\) ORDER BY name FOR UPDATE\) x;\s*SET @lh_now = [^;]+;\s*UPDATE leasehold_leases l JOIN JSON_TABLE/,
+        'an acceptance: the rows locked in name order (the lock waits for the release to commit), the clock read after, one UPDATE',
+      );
+      assert.doesNotMatch(claims[0]!, /INSERT|leasehold_tokens/, 'and no acquisition');
+      assert.ok(remaining > 20_000 / 3, `the term runs the follower's own TTL once accepted, not the offer's third (${remaining}ms left)`);
       assert.equal(await lb.confirm(), second.token, 'it renews as any holder does');
       await lb.release();
     } finally {
@@ -282,6 +398,38 @@ void describe('MySQL store: one-write handover', { skip }, () => {
       await mysqlAdmin(`UPDATE ${db}.leasehold_schema_version SET version = ${MYSQL_SCHEMA_VERSION - 1}`);
       assert.equal((await s.migrate()).current, MYSQL_SCHEMA_VERSION, 'rerun over a procedure that exists: no error');
       assert.equal(await s.release({ name: 'n', holder: 'A', expect: [a.sent] }), true);
+    } finally {
+      await own.cleanup();
+    }
+  });
+
+  void it('on a database before migration 10 (no waiter_accepts) this version registers as the previous one did, is handed whole terms, and accepts them', async () => {
+    const own = await makeTestStore('mysql');
+    const db = new URL(own.url).pathname.slice(1);
+    try {
+      await mysqlAdmin(`ALTER TABLE ${db}.leasehold_leases DROP COLUMN waiter_accepts`);
+      // Migration 9's release procedure back, on the database's own connection (its statements name no database).
+      const conn = await (createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<Admin> }).createConnection(
+        own.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''),
+      );
+      try {
+        for (const stmt of MIGRATIONS[8]!) await conn.query(stmt);
+      } finally {
+        await conn.end();
+      }
+      await mysqlAdmin(`UPDATE ${db}.leasehold_schema_version SET version = 9`);
+      const s9 = own.store as MysqlStore;
+      const waiter = (await own.open()) as MysqlStore;
+      const a = await contend(s9, 'n', 'A', 30_000);
+      const b = await contend(waiter, 'n', 'B', 9000, []);
+      assert.equal(b.outcome, 'busy', 'registered without the column, not refused');
+      assert.equal(await s9.release({ name: 'n', holder: 'A', expect: [a.sent] }), true);
+      const [row] = await s9.list({ name: 'n' });
+      assert.equal(row?.holder, 'B');
+      assert.ok(row!.expiresAtMs! - row!.storeNowMs > 3000 + 1000, 'schema 9 hands a whole term');
+      const c = granted(await contend(waiter, 'n', 'B', 9000, [b.sent]));
+      assert.equal(c.token, row!.token, 'accepted, under its own nonce');
+      assert.deepEqual(await s9.migrate(), { current: MYSQL_SCHEMA_VERSION, expected: MYSQL_SCHEMA_VERSION });
     } finally {
       await own.cleanup();
     }

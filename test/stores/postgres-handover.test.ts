@@ -1,7 +1,10 @@
 /**
  * One-write handover on PostgreSQL (src/backends/postgres/handover.ts): a waiting follower's
  * 'busy' claim registers it, the holder's release hands it the term in the same statement, and
- * the follower confirms the term by a read, with no write transaction of its own.
+ * the follower accepts the term with its next claim. Until then the handed term is an offer that
+ * lapses a third of the waiter's TTL after the release (migration 17: a waiter that died between
+ * its registration and the release keeps nobody out for a whole TTL); the acceptance gives it the
+ * waiter's own TTL, and that write is the one migration 6 had saved.
  *
  * "No write" is observed directly: the store under test runs on a pool that wraps every
  * statement in its own transaction on one connection and reads `pg_current_xact_id_if_assigned()`
@@ -108,7 +111,7 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     return { ...r!, sent };
   };
 
-  void it('the release hands the term to the registered waiter; its confirming claim writes nothing and returns the handed nonce', async () => {
+  void it('the release hands the term to the registered waiter; its claim accepts it (a write: the waiter’s own TTL from now, under the claim’s own nonce)', async () => {
     const name = uniq('hand');
     const a = await contend(t.store as PostgresStore, name, 'A', 30_000);
     const tokenA = granted(a).token;
@@ -120,6 +123,8 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     const [row] = await t.store.list({ name });
     assert.equal(row?.holder, 'B', 'the release handed the term to the waiter');
     assert.ok(row!.token > tokenA, `the handed term's token ${row!.token} is above ${tokenA}`);
+    const offered = row!.expiresAtMs! - row!.storeNowMs;
+    assert.ok(offered > 0 && offered <= 20_000 / 3, `an offer of a third of B's TTL until B accepts it, not ${Math.round(offered)} ms`);
     assert.deepEqual(
       (await t.store.history({ name })).map((h) => [h.event, h.holder ?? h.previousHolder, h.token]),
       [
@@ -130,17 +135,18 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     );
 
     const before = obs.seen.length;
-    const c = granted(await contend(store, name, 'B', 20_000, [b.sent]));
+    const accepting = await contend(store, name, 'B', 20_000, [b.sent]);
+    const c = granted(accepting);
     assert.equal(c.outcome, 'acquired');
-    assert.equal(c.nonce, b.sent, 'the term is held under the nonce B registered, not the one this claim sent');
+    assert.equal(c.nonce, undefined, 'held under the nonce this claim sent: the acceptance swapped it for the registered one');
     assert.equal(c.token, row!.token);
-    assert.ok(c.expiresAtMs > c.storeNowMs && c.expiresAtMs - c.storeNowMs <= 20_000, 'the waiter’s own TTL, from the release');
+    assert.ok(c.expiresAtMs - c.storeNowMs > 20_000 / 3 && c.expiresAtMs - c.storeNowMs <= 20_000, 'accepted: the waiter’s own TTL, from its claim');
     const confirm = claimsOf(obs.seen.slice(before));
     assert.equal(confirm.length, 1);
-    assert.equal(confirm[0]!.xid, null, 'the confirming claim assigned a transaction id: it wrote');
+    assert.notEqual(confirm[0]!.xid, null, 'the accepting claim wrote: the acceptance is a write');
 
-    // B holds it as any acquirer would: it renews with the handed nonce, and A is out.
-    const [renewed] = await store.claim([{ name, holder: 'B', ttlMs: 20_000, expect: [b.sent], nextNonce: newNonce() }]);
+    // B holds it as any acquirer would: it renews with the nonce its accepting claim sent, and A is out.
+    const [renewed] = await store.claim([{ name, holder: 'B', ttlMs: 20_000, expect: [accepting.sent], nextNonce: newNonce() }]);
     assert.equal(renewed?.outcome, 'renewed');
     const [stale] = await t.store.claim([{ name, holder: 'A', ttlMs: 30_000, expect: [a.sent], nextNonce: newNonce() }]);
     assert.equal(stale?.outcome, 'lost');
@@ -274,13 +280,23 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
     const a = await contend(t.store as PostgresStore, name, 'A', 30_000);
     const b = await contend(store, name, 'B', 30_000, []);
     assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
+    const [offer] = await t.store.list({ name });
+    assert.equal(offer?.holder, 'B', 'offered to B');
+    const offerToken = offer!.token;
     assert.equal((await t.store.revoke(name, 'test')).revoked, true);
     const c = await contend(store, name, 'B', 30_000, [b.sent]);
-    assert.equal(c.outcome, 'acquired');
-    assert.equal(c.outcome === 'acquired' ? c.nonce : 'x', undefined, 'a new acquisition, under the nonce it sent');
+    // An accepted offer and a new acquisition both answer under the nonce the claim sent: the
+    // token tells them apart (the revoked offer's is not taken again).
+    const fresh = granted(c);
+    assert.equal(fresh.outcome, 'acquired');
+    assert.ok(fresh.token > offerToken, `a new acquisition (token ${fresh.token}), not the revoked offer (token ${offerToken})`);
+    assert.deepEqual(
+      (await t.store.history({ name })).slice(-2).map((h) => [h.event, h.token]),
+      [['revoked', offerToken], ['acquired', fresh.token]],
+    );
   });
 
-  void it('the engine: the follower takes a released lease with no write of its own, a larger token, a deadline within the store expiry, and the old holder is fenced', async () => {
+  void it('the engine: the follower takes a released lease with one accepting claim, a larger token, a deadline within the store expiry, and the old holder is fenced', async () => {
     const name = uniq('engine');
     const a = new Leasehold({ store: await t.open() });
     const b = new Leasehold({ store });
@@ -302,9 +318,9 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
       assert.ok(remaining <= row!.expiresAtMs! - row!.storeNowMs, `the local deadline (${remaining}ms away) is within the store's expiry (${row!.expiresAtMs! - row!.storeNowMs}ms away)`);
       const confirms = claimsOf(obs.seen.slice(before));
       assert.ok(confirms.length >= 1);
-      assert.equal(confirms.at(-1)!.xid, null, "the follower's confirming claim wrote (a transaction id was assigned)");
+      assert.ok(remaining > 20_000 / 3, `the term runs the follower's own TTL once accepted, not the offer's third (${remaining}ms left)`);
 
-      // The handed term writes through the same-database fence (its nonce is the handed one)...
+      // The accepted term writes through the same-database fence (its nonce is the accepting claim's)...
       await fencedTransaction(admin, { resource: name, term: second, table: fences }, async () => {});
       // ...and the old holder's token is refused.
       await assert.rejects(fencedTransaction(admin, { resource: name, token: first.token, table: fences }, async () => {}), FencedError);

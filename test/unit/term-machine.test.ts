@@ -81,3 +81,15 @@ void test('an ended machine ignores every input', () => {
   assert.equal(t.dueAt(), undefined);
   assert.equal(t.request(1003, 'n2'), undefined);
 });
+
+void test('a grant shorter than the TTL is renewed before its deadline, not after it', () => {
+  // A third of the TTL (3000): what a process of the previous version read back for a term
+  // handed to it as an offer on MySQL schema 10. Its first renewal was due at the renew interval,
+  // 1000 ms after the send, past the 700 ms deadline.
+  const t = TermMachine.granted(timing, { name: 'job', outcome: 'acquired', token: 7n, holder: 'h', expiresAtMs: 51_000, storeNowMs: 50_000 }, 'h', 'n0', 0, 10);
+  assert.ok(t !== undefined);
+  assert.equal(t.deadline, 700);
+  assert.ok(t.renewDueAt < t.deadline, `renewal due at ${t.renewDueAt}, deadline ${t.deadline}`);
+  assert.equal(t.renewDueAt, 700 - 500, 'half a renew interval before the deadline, as a renewal answer sets it');
+  assert.equal(granted(0, 10).renewDueAt, 1000, 'a full-TTL grant renews at the renew interval, as before');
+});

@@ -198,3 +198,35 @@ void test('progress timeout: no progress() within it ends the term as stalled an
     await w.close();
   }
 });
+
+void test('a term granted with a third of its TTL (an old process confirming a handover offer) renews in time: no suspicion, same identity', async () => {
+  const w = world();
+  try {
+    // The store answers the first acquisition with an expiry a third of the TTL away, as MySQL
+    // schema 10 offered a handed term to a waiter that confirmed it with a read (version 9's client).
+    const claim = w.store.claim.bind(w.store);
+    let shortened = false;
+    w.store.claim = async (requests, options) => {
+      const results = await claim(requests, options);
+      return results.map((r) => {
+        if (shortened || r.outcome !== 'acquired') return r;
+        shortened = true;
+        return { ...r, expiresAtMs: r.storeNowMs + TTL / 3 };
+      });
+    };
+    const lh = w.leasehold();
+    const holder = lh.holder;
+    const identities: string[] = [];
+    lh.on('identity', (_h: string, why: string) => identities.push(why));
+    const lease = lh.lease('job', TIMING);
+    const term = await lease.acquire();
+    assert.ok(shortened);
+    await w.clock.advance(TTL * 2);
+    assert.equal(term.signal.aborted, false, 'the term is still held');
+    assert.deepEqual(identities, [], 'no suspicion of a pause');
+    assert.equal(lh.holder, holder);
+    assert.equal(lease.token, term.token);
+  } finally {
+    await w.close();
+  }
+});

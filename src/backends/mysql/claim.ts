@@ -68,6 +68,17 @@ const HOLDER_COL = 'VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin';
 const NONCE_COL = 'VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin';
 const NONCES_COL = 'VARCHAR(600) CHARACTER SET ascii COLLATE ascii_bin';
 
+/** What a batch depends on about the server it goes to. */
+export interface ClaimServer {
+  database: string;
+  mariadb: boolean;
+  /**
+   * The schema has `waiter_accepts` (migration 10): a registration says that this process
+   * accepts offers. False on an older schema (../store.ts learns it from the server's refusal).
+   */
+  waiterAccepts?: boolean;
+}
+
 /** TTLs are honoured to the millisecond, as the rule rounds them. */
 const ttlUs = (r: ClaimRequest): number => Math.round(r.ttlMs) * 1000;
 
@@ -75,7 +86,7 @@ const ttlUs = (r: ClaimRequest): number => Math.round(r.ttlMs) * 1000;
  * The statements of one batch. `requests` in name order; `retry`: an earlier attempt of this
  * call may have renewed already, so a renewal also accepts its own fresh nonce.
  */
-export function planClaim(requests: readonly ClaimRequest[], retry: boolean, server: { database: string; mariadb: boolean } = { database: '', mariadb: true }): ClaimPlan {
+export function planClaim(requests: readonly ClaimRequest[], retry: boolean, server: ClaimServer = { database: '', mariadb: true }): ClaimPlan {
   const { database } = server;
   const parts: string[] = [];
   const values: unknown[] = [];
@@ -146,14 +157,28 @@ export function planClaim(requests: readonly ClaimRequest[], retry: boolean, ser
            waiter = IF(waiter <=> ?, NULL, waiter) WHERE name = ? AND @a${i}`,
         r.holder, r.nextNonce, ttlUs(r), r.holder, r.holder, r.holder, r.holder, r.name,
       );
+      if (r.handoff !== undefined && r.handoff.length > 0) {
+        // A term a release handed to this contender (under a nonce it registered under) is an
+        // offer until this claim accepts it: the waiter's own TTL from now, under this claim's
+        // nonce (planAccept says why). The clock @n was read after the row lock.
+        add(
+          `UPDATE ${T.leases} SET nonce = ?, expires_at_us = @n${i} + ?, renewed_at_us = @n${i}
+             WHERE name = ? AND NOT @a${i} AND holder = ? AND FIND_IN_SET(nonce, ?) > 0 AND expires_at_us > @n${i}`,
+          r.nextNonce, ttlUs(r), r.name, r.holder, r.handoff.join(','),
+        );
+      }
       if (r.handoff !== undefined) {
         // A contender that will wait, told 'busy': the waiter a release hands the term to
         // (sql/006-handover.ts), replacing any earlier one (the latest is the one seen alive). Never
         // the waiter of its own term: a row we hold under a nonce we registered is a handed term.
+        // `waiter_accepts` tells the release that this registration accepts offers
+        // (sql/010-handover-acceptance.ts): the registered nonce, so that a later registration by
+        // a process of the previous version, which does not know the column, never inherits it.
+        const accepts = server.waiterAccepts === false ? '' : ', waiter_accepts = ?';
         add(
-          `UPDATE ${T.leases} SET waiter = ?, waiter_nonce = ?, waiter_ttl_us = ?, waiter_until_us = @n${i} + 2 * ?
+          `UPDATE ${T.leases} SET waiter = ?, waiter_nonce = ?, waiter_ttl_us = ?, waiter_until_us = @n${i} + 2 * ?${accepts}
              WHERE name = ? AND NOT @a${i} AND @p${i} <> ?`,
-          r.holder, r.nextNonce, ttlUs(r), ttlUs(r), r.name, r.holder,
+          ...[r.holder, r.nextNonce, ttlUs(r), ttlUs(r)], ...(accepts === '' ? [] : [r.nextNonce]), r.name, r.holder,
         );
       }
       add(
@@ -264,8 +289,6 @@ export function readAnswers(requests: readonly ClaimRequest[], rows: readonly Le
       const expiresAtMs = Number(row.expires_at_us) / 1000;
       return { name: req.name, outcome: req.expect === null ? 'acquired' : 'renewed', token: BigInt(row.token), holder: req.holder, expiresAtMs, storeNowMs, ...tied(req, row) };
     }
-    const handed = row === undefined ? undefined : handedTerm(req, row);
-    if (handed !== undefined) return { ...handed, ...tied(req, row!) };
     if (releasedSince(req, row)) return { name: req.name, outcome: 'busy', holder: null, token: BigInt(row!.token), expiresAtMs: null, storeNowMs, releasedSince: true };
     const state = row === undefined || row.expires_at_us === null && row.holder === null && row.token === '0' ? undefined : rowState(row);
     const d = decideClaim(state, req, storeNowMs);
@@ -314,11 +337,12 @@ function tied(req: ClaimRequest, row: LeaseRow): { session?: boolean } {
 }
 
 /**
- * A term a release handed to this contender (sql/006-handover.ts): live, our holder id, and a
- * nonce we registered under. Answered 'acquired' with that nonce, as the term holds it.
+ * The answer to `req` when the row shows that an acceptance (planAccept) took: our holder id,
+ * the nonce that claim sent (the acceptance swapped it in, and nothing else sets it), live.
+ * Undefined otherwise: the caller then runs the whole claim.
  */
-export function handedTerm(req: ClaimRequest, row: LeaseRow): ClaimResult | undefined {
-  if (req.expect !== null || req.handoff === undefined || row.holder !== req.holder || row.nonce === null || !req.handoff.includes(row.nonce)) return undefined;
+export function acceptedTerm(req: ClaimRequest, row: LeaseRow): ClaimResult | undefined {
+  if (req.expect !== null || req.handoff === undefined || row.holder !== req.holder || row.nonce !== req.nextNonce) return undefined;
   if (row.expires_at_us === null || Number(row.expires_at_us) <= Number(row.now_us)) return undefined;
   return {
     name: req.name,
@@ -327,24 +351,48 @@ export function handedTerm(req: ClaimRequest, row: LeaseRow): ClaimResult | unde
     holder: req.holder,
     expiresAtMs: Number(row.expires_at_us) / 1000,
     storeNowMs: Number(row.now_us) / 1000,
-    nonce: row.nonce,
   };
 }
 
 /**
- * A woken waiter's claim, first as a read (no transaction, no write): when a release handed
- * every request its term, this is the whole claim. Otherwise (or when it fails) the caller runs
- * the claim. The release lets the named lock go right after its COMMIT has answered (./freed.ts,
- * releaseHere: InnoDB lets a committing transaction's row locks go before its redo flush, so a
- * wake before COMMIT could read a handed term not yet durable). The first statement still takes a
- * shared lock on the rows, held for that statement only, which waits for any commit in flight; the
- * second reads them, and the server's clock, after that (the clock a statement reads is its start
- * time): its result is the answer (CONFIRM_ROWS_AT).
+ * A woken waiter's claim, first as an acceptance of the terms a release handed it (no INSERT, no
+ * token, one UPDATE): when a release handed every request its term, this is the whole claim.
+ * Otherwise (or when it fails) the caller runs the claim, which accepts too. A handed term is an
+ * offer that lapses at the end of its acceptance window (sql/010-handover-acceptance.ts). In
+ * order:
+ *  1. The rows, locked in name order as every claim locks them (two batches never wait on each
+ *     other). The lock waits for a release's commit in flight (the release lets the named lock
+ *     go right after its COMMIT has answered: ./freed.ts).
+ *  2. The server's clock, read after the lock: an offer that lapsed while this claim waited for
+ *     the row is not accepted (a statement's clock is its start, so one read before the lock
+ *     would be the time the wait began).
+ *  3. The UPDATE: the waiter's own TTL from that clock, only while the row still holds the handed
+ *     term, unexpired, under one of the nonces the waiter registered under. It swaps the nonce
+ *     for this claim's next one, a compare-and-swap: of two clones that share the holder id and
+ *     the registered nonces, the first to accept holds the term, and the other finds a nonce it
+ *     never registered and is answered 'busy'.
+ *  4. The rows read back (ACCEPT_ROWS_AT), with that clock: acceptedTerm reads each.
  */
-export const CONFIRM_SQL =
-  `SELECT COUNT(*) INTO @lh_seen FROM ${T.leases} WHERE name IN (?) LOCK IN SHARE MODE;\n` +
-  `SELECT name, holder, nonce, token, expires_at_us, ended_by, ${NOW_US} AS now_us FROM ${T.leases} WHERE name IN (?)`;
-export const CONFIRM_ROWS_AT = 1;
+export function planAccept(requests: readonly ClaimRequest[]): { sql: string; values: unknown[] } {
+  const batch = requests.map((r) => [r.name, r.holder, (r.handoff ?? []).join(','), r.nextNonce, ttlUs(r)]);
+  const names = requests.map((r) => r.name);
+  return {
+    sql: [
+      'START TRANSACTION',
+      `SELECT COUNT(*) INTO @lh_seen FROM (SELECT name FROM ${T.leases} WHERE name IN (?) ORDER BY name FOR UPDATE) x`,
+      `SET @lh_now = ${NOW_US}`,
+      `UPDATE ${T.leases} l JOIN JSON_TABLE(?, '$[*]' COLUMNS (
+         name ${NAME_COL} PATH '$[0]', holder ${HOLDER_COL} PATH '$[1]', handoff ${NONCES_COL} PATH '$[2]',
+         nxt ${NONCE_COL} PATH '$[3]', ttl_us BIGINT PATH '$[4]')) r ON l.name = r.name
+       SET l.nonce = r.nxt, l.expires_at_us = @lh_now + r.ttl_us, l.renewed_at_us = @lh_now
+       WHERE l.holder = r.holder AND FIND_IN_SET(l.nonce, r.handoff) > 0 AND l.expires_at_us > @lh_now`,
+      `SELECT name, holder, nonce, token, expires_at_us, ended_by, @lh_now AS now_us FROM ${T.leases} WHERE name IN (?)`,
+      'COMMIT',
+    ].join(';\n'),
+    values: [names, JSON.stringify(batch), names],
+  };
+}
+export const ACCEPT_ROWS_AT = 4;
 
 /** Ends the terms two processes renewed (store.ts expectation 4b), each only if it is still so. */
 export function planConflicts(conflicts: readonly ClaimRequest[]): { sql: string; values: unknown[] } {

@@ -3,10 +3,11 @@
  * `max_allowed_packet` (error 1153): 16 MiB by default on MariaDB 10.2+, 64 MiB on MySQL 8.
  * mysql2's `query` inlines every value client-side (no server-side prepared statement, so the
  * 65,535-placeholder limit never applies), and the inlined values dominate the size: a contender
- * repeats its name and holder id in several statements (./claim.ts), so 2,000 contenders with
- * 200-character names and 512-character holder ids of 3-byte characters make 35 MB of SQL, while
- * 2,000 with short names make 4 MB. A batch is therefore cut into parts by an upper bound on its
- * bytes, each part one round trip, rather than sent whole and refused.
+ * repeats its name and holder id in several statements (./claim.ts), so 2,000 waiting contenders
+ * with 200-character names and 512-character holder ids of 3-byte characters make about 80 MB of
+ * SQL, while 2,000 with short names make 5 MB. A batch is therefore cut into parts by an upper
+ * bound on its bytes, each part one round trip, rather than sent whole and refused
+ * (test/unit/mysql-packet-bound.test.ts holds planClaim to the bound).
  */
 
 /** Until a session has read the server's max_allowed_packet: MySQL 5.7's default, the smallest in use. */
@@ -26,8 +27,10 @@ export function claimRequestBytes(r: { name: string; holder: string; expect: rea
   const name = bytes(r.name);
   const holder = bytes(r.holder);
   const nonces = bytes(r.nextNonce) + (r.expect ?? []).reduce((n, x) => n + bytes(x) + 1, 0) + (r.handoff ?? []).reduce((n, x) => n + bytes(x) + 1, 0);
-  // Contender: about 1,600 bytes of statement text, its name in 5 places and its holder in 8.
-  if (r.expect === null) return 2000 + 2 * (5 * name + 8 * holder + 3 * nonces);
+  // Contender, at its largest (waiting, so it accepts a handed term and registers, with liveness
+  // 'session'): about 3,600 bytes of statement text and 40 values, its name in 11 places (the
+  // session lock's name holds it too), its holder id in 10, and its nonces in 5.
+  if (r.expect === null) return 6000 + 2 * (11 * name + 10 * holder + 5 * nonces);
   // Renewal: one JSON entry (name, holder, nonces, TTL) and its name in the read-back's IN list.
   return 100 + 7 * (name + holder + nonces) + 2 * name;
 }

@@ -13,6 +13,7 @@ import { migration006 } from './sql/006-handover.js';
 import { migration007 } from './sql/007-schedules.js';
 import { migration008 } from './sql/008-session-liveness.js';
 import { migration009 } from './sql/009-release-procedure.js';
+import { migration010 } from './sql/010-handover-acceptance.js';
 
 export const T = {
   leases: 'leasehold_leases',
@@ -22,7 +23,7 @@ export const T = {
   version: 'leasehold_schema_version',
 } as const;
 
-export const MIGRATIONS: readonly (readonly string[])[] = [migration001, migration002, migration003, migration004, migration005, migration006, migration007, migration008, migration009];
+export const MIGRATIONS: readonly (readonly string[])[] = [migration001, migration002, migration003, migration004, migration005, migration006, migration007, migration008, migration009, migration010];
 
 /** The version a migrated database is at: every entry of MIGRATIONS has run. */
 export const MYSQL_SCHEMA_VERSION = MIGRATIONS.length;

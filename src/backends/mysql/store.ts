@@ -18,7 +18,7 @@ import type {
 } from '../store.js';
 import { checkClaimBatch, historyLimit } from '../checks.js';
 import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
-import { CONFIRM_ROWS_AT, CONFIRM_SQL, handedTerm, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
+import { ACCEPT_ROWS_AT, acceptedTerm, planAccept, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
 import { loadMysql2, MysqlConnector, run, sessionSetupSql, splitHostPort, type MysqlConnectionLike } from './driver.js';
 import { runBatch } from './batch.js';
 import { claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
@@ -119,15 +119,14 @@ export class MysqlStore implements LeaseStore {
     // A contender with a session (liveness 'session') runs the whole claim: it ties the term to its session.
     if (requests.every((r) => r.session === undefined) && this.freed.rang(requests)) {
       // Followers woken by their doorbell, each registered as its lease's waiter: the release that
-      // rang it has most likely handed them the term, which a read confirms (sql/006-handover.ts).
+      // rang it has most likely handed them the term, which they accept (sql/010-handover-acceptance.ts).
       // Only then: an idle follower's re-check would otherwise cost two round trips instead of one.
-      const names = requests.map((r) => r.name);
-      const r = (await this.q(CONFIRM_SQL, [names, names], options).catch(() => [])) as unknown[];
-      const rows = (r[CONFIRM_ROWS_AT] ?? []) as LeaseRow[];
+      const r = await this.withLockRetry(() => planAccept(requests), options).catch(() => [] as unknown[]);
+      const rows = (r[ACCEPT_ROWS_AT] ?? []) as LeaseRow[];
       const byName = new Map(rows.map((row) => [row.name, row]));
       const handed = requests.map((req) => {
         const row = byName.get(req.name);
-        return row === undefined ? undefined : handedTerm(req, row);
+        return row === undefined ? undefined : acceptedTerm(req, row);
       });
       if (handed.every((h) => h !== undefined)) {
         for (const h of handed) this.holding(h.name);
@@ -140,11 +139,7 @@ export class MysqlStore implements LeaseStore {
     const byName = new Map<string, ClaimResult>();
     for (const part of splitByPacket(sorted, claimRequestBytes, this.maxPacket)) {
       let rowsAt = 0;
-      const r = (await this.withLockRetry((retry) => {
-        const plan = planClaim(part, retry, { database: this.database, mariadb: this.connector.server?.mariadb ?? true });
-        rowsAt = plan.rowsAt;
-        return plan;
-      }, options)) as unknown[];
+      const r = await this.claimPart(part, (plan) => (rowsAt = plan.rowsAt), options);
       const rows = r[rowsAt] as LeaseRow[];
       const now = (r[rowsAt + 1] as { now_us: string }[])[0]!.now_us;
       const { results, conflicts } = readAnswers(part, rows, now);
@@ -158,6 +153,28 @@ export class MysqlStore implements LeaseStore {
       else void this.freed.unhold(res.name);
     }
     return results;
+  }
+
+  /** False once the schema turned out older than migration 10 (a process upgraded before `migrate`). */
+  private waiterAccepts = true;
+
+  /** One part of a claim (planClaim), rolled back and retried as ./batch.ts says; `planned` hears each plan sent. */
+  private async claimPart(part: readonly ClaimRequest[], planned: (plan: { rowsAt: number }) => void, options?: CallOptions): Promise<unknown[]> {
+    for (;;) {
+      const accepts = this.waiterAccepts;
+      try {
+        return await this.withLockRetry((retry) => {
+          const plan = planClaim(part, retry, { database: this.database, mariadb: this.connector.server?.mariadb ?? true, waiterAccepts: accepts });
+          planned(plan);
+          return plan;
+        }, options);
+      } catch (err) {
+        // A schema before migration 10 has no `waiter_accepts` (the batch was rolled back): register
+        // as the previous version does, and be handed whole terms by that schema's release.
+        if (!accepts || !(err instanceof SchemaError) || !/waiter_accepts/.test(err.message)) throw err;
+        this.waiterAccepts = false;
+      }
+    }
   }
 
   /**

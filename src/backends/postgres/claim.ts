@@ -47,7 +47,8 @@ export function toClaimResult(row: Record<string, unknown>): ClaimResult {
   const expiresAtMs = (row['expires_at_ms'] as number | null) ?? null;
   const storeNowMs = row['now_ms'] as number;
   if (outcome === 'acquired' || outcome === 'renewed') {
-    // A term a release handed to this contender (sql/006-handover.ts) carries the nonce it was handed under.
+    // A term a release handed to this contender and confirmed by a read (sql/006-handover.ts, schemas
+    // before 17) carries the nonce it was handed under; an accepted offer holds the one this claim sent.
     const nonce = (row['nonce'] as string | null | undefined) ?? undefined;
     const session = row['session'] == null ? {} : { session: row['session'] === true };
     return { name, outcome, token: token!, holder: holder!, expiresAtMs: expiresAtMs!, storeNowMs, ...(nonce === undefined ? {} : { nonce }), ...session };

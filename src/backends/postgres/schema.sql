@@ -170,8 +170,8 @@ DECLARE
   v_handed text[];
   v_rest text[];
 BEGIN
-  -- Terms handed to their contender: confirmed by this read alone, and kept out of the INSERT
-  -- and the row locks below, so a confirmation that is the whole batch writes nothing.
+  -- Terms handed to their contender (offered by a release, migration 17): kept out of the
+  -- INSERT below, so a batch made only of acceptances inserts nothing.
   SELECT coalesce(array_agg(l.name), '{}') INTO v_handed
     FROM unnest(p_names, p_holders, p_contend, p_handoff) AS r(name, holder, contend, handoff)
     JOIN SCHEMA.leases AS l ON l.name = r.name
@@ -179,19 +179,47 @@ BEGIN
      AND l.expires_at > v_now;
   v_rest := ARRAY(SELECT u FROM unnest(p_names) AS u WHERE u <> ALL (v_handed));
   IF cardinality(v_rest) = 0 THEN
-    -- Every request confirms a handed term (a woken follower, alone in its batch): answer from
-    -- a plain read, without claim_write. Read again, as claim_write does: 'busy' (no
-    -- write) if an operator or a clone ended the term since the read above.
-    RETURN QUERY
-    SELECT l.name, CASE WHEN x.ok THEN 'acquired' ELSE 'busy' END, NULL::text, l.token, l.holder,
-           (extract(epoch FROM l.expires_at) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8,
-           CASE WHEN x.ok THEN l.nonce END
-      FROM unnest(p_names, p_holders, p_handoff) WITH ORDINALITY AS r(name, holder, handoff, ord)
+    -- Every request accepts a handed term (a woken follower, alone in its batch). The rows
+    -- first, in name order as every claim locks them (two batches never wait on each other),
+    -- and then the clock: now() is the transaction's start, before any wait for a row lock, and
+    -- an offer that lapsed during that wait must not be accepted.
+    PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+    v_now := clock_timestamp();
+    IF NOT EXISTS (
+      SELECT 1 FROM unnest(p_names, p_holders, p_handoff) AS r(name, holder, handoff)
+        LEFT JOIN SCHEMA.leases AS l ON l.name = r.name
+       WHERE NOT coalesce(l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ',')) AND l.expires_at > v_now, false)
+    ) THEN
+      -- Still offered, under the lock: the acceptance is this UPDATE, which gives the term the
+      -- waiter's own TTL from now and swaps the registered nonce for the claim's next one (a
+      -- compare-and-swap: of two clones presenting the same registered nonce, one accepts, and
+      -- the other's claim finds a nonce it never registered).
+      RETURN QUERY
+      WITH acc AS (
+        UPDATE SCHEMA.leases AS l
+           SET nonce = r.nxt, expires_at = v_now + r.ttl_ms * interval '1 millisecond', renewed_at = v_now
+          FROM unnest(p_names, p_holders, p_next, p_ttl_ms, p_handoff) AS r(name, holder, nxt, ttl_ms, handoff)
+         WHERE l.name = r.name AND l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
+           AND l.expires_at > v_now
+        RETURNING l.name, l.expires_at
+      )
+      SELECT l.name, CASE WHEN a.name IS NOT NULL THEN 'acquired' ELSE 'busy' END, NULL::text, l.token, l.holder,
+             (extract(epoch FROM coalesce(a.expires_at, l.expires_at)) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8,
+             NULL::text
+        FROM unnest(p_names) WITH ORDINALITY AS r(name, ord)
+        JOIN SCHEMA.leases AS l ON l.name = r.name
+        LEFT JOIN acc AS a ON a.name = r.name
+       ORDER BY r.ord;
+      RETURN;
+    END IF;
+    -- An offer ended while this claim waited for its row (it lapsed, or an operator or a clone
+    -- ended it): the whole claim, which decides every row again under its lock.
+    SELECT coalesce(array_agg(l.name), '{}') INTO v_handed
+      FROM unnest(p_names, p_holders, p_contend, p_handoff) AS r(name, holder, contend, handoff)
       JOIN SCHEMA.leases AS l ON l.name = r.name
-     CROSS JOIN LATERAL (SELECT coalesce(l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
-                                         AND l.expires_at > v_now, false) AS ok) AS x
-     ORDER BY r.ord;
-    RETURN;
+     WHERE r.contend AND l.holder = r.holder AND l.nonce = ANY (string_to_array(r.handoff, ','))
+       AND l.expires_at > v_now;
+    v_rest := ARRAY(SELECT u FROM unnest(p_names) AS u WHERE u <> ALL (v_handed));
   END IF;
   RETURN QUERY
   SELECT * FROM SCHEMA.claim_write(p_names, p_holders, p_expect, p_next, p_ttl_ms, p_contend, p_handoff, v_handed, v_rest);
@@ -317,7 +345,12 @@ BEGIN
     v_floor := SCHEMA.timeline_token_floor();
     INSERT INTO SCHEMA.leases AS l (name) SELECT DISTINCT u FROM unnest(v_rest) AS u
       ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
-    PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (v_rest) ORDER BY l.name FOR UPDATE;
+    -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
+    PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+    -- Decided on the clock after the lock (now() is the transaction's start, before the wait):
+    -- an offer that lapsed while this claim waited is not accepted, and an expiry that passed
+    -- meanwhile counts.
+    v_now := clock_timestamp();
   END IF;
   RETURN QUERY
   WITH req AS (
@@ -329,11 +362,11 @@ BEGIN
     SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
            l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
            CASE
-             -- Not locked: read again, and answered 'busy' (no write) in the rare case that an
-             -- operator or a clone ended the handed term since the read above.
-             WHEN r.name = ANY (v_handed) THEN
-               CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
-                    THEN 'handed' ELSE 'busy' END
+             -- Read again under the lock. Not 'handed' if an operator or a clone ended the
+             -- handed term since the read in claim(), or its acceptance window ran out: then
+             -- decided as any contender's claim (an offer that lapsed leaves the lease free).
+             WHEN r.name = ANY (v_handed) AND l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
+               THEN 'handed'
              WHEN NOT r.contend THEN
                CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > v_now
                     THEN 'renewed' ELSE 'lost' END
@@ -344,6 +377,8 @@ BEGIN
   ), upd AS (
     UPDATE SCHEMA.leases AS l
        SET holder = c.holder,
+           -- An accepted handed term too: the acceptance swaps the registered nonce for this
+           -- claim's next one, so that of two clones presenting it only one accepts.
            nonce = c.nxt,
            token = CASE WHEN c.outcome = 'acquired' THEN GREATEST(l.token + 1, v_floor + 1) ELSE l.token END,
            expires_at = v_now + c.ttl_ms * interval '1 millisecond',
@@ -356,7 +391,7 @@ BEGIN
            waiter_ttl_ms = CASE WHEN l.waiter = c.holder THEN NULL ELSE l.waiter_ttl_ms END,
            waiter_until = CASE WHEN l.waiter = c.holder THEN NULL ELSE l.waiter_until END
       FROM cur c
-     WHERE l.name = c.name AND c.outcome IN ('acquired', 'renewed')
+     WHERE l.name = c.name AND c.outcome IN ('acquired', 'renewed', 'handed')
     RETURNING l.name, l.token, l.expires_at
   ), reg AS (
     -- A contender that will wait registers as the waiter a release hands the term to.
@@ -364,8 +399,7 @@ BEGIN
        SET waiter = c.holder, waiter_nonce = c.nxt, waiter_ttl_ms = c.ttl_ms,
            waiter_until = v_now + 2 * c.ttl_ms * interval '1 millisecond'
       FROM cur c
-     WHERE l.name = c.name AND c.outcome = 'busy' AND c.waits AND c.name <> ALL (v_handed)
-       AND c.cur_holder <> c.holder
+     WHERE l.name = c.name AND c.outcome = 'busy' AND c.waits AND c.cur_holder <> c.holder
   ), conflict AS (
     UPDATE SCHEMA.leases AS l
        SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'conflict'
@@ -396,7 +430,7 @@ BEGIN
          CASE WHEN u.name IS NOT NULL THEN c.holder ELSE c.cur_holder END,
          (extract(epoch FROM COALESCE(u.expires_at, c.cur_expires)) * 1000)::float8,
          (extract(epoch FROM v_now) * 1000)::float8,
-         CASE WHEN c.outcome = 'handed' THEN c.cur_nonce END
+         NULL::text
     FROM cur c LEFT JOIN upd u ON u.name = c.name
    ORDER BY c.ord;
 END
@@ -471,7 +505,8 @@ BEGIN
          SET holder = CASE WHEN c.hand THEN c.waiter WHEN c.ours THEN NULL ELSE l.holder END,
              nonce = CASE WHEN c.hand THEN c.waiter_nonce WHEN c.ours THEN NULL ELSE l.nonce END,
              token = CASE WHEN c.hand THEN GREATEST(l.token + 1, (SELECT f FROM floor) + 1) ELSE l.token END,
-             expires_at = CASE WHEN c.hand THEN now() + c.waiter_ttl_ms * interval '1 millisecond'
+             -- An offer until the waiter accepts it (its claim): the acceptance window (migration 17).
+             expires_at = CASE WHEN c.hand THEN now() + least(c.waiter_ttl_ms, greatest(c.waiter_ttl_ms / 3, 500)) * interval '1 millisecond'
                                WHEN c.ours THEN now() ELSE l.expires_at END,
              term_started_at = CASE WHEN c.hand THEN now() ELSE l.term_started_at END,
              renewed_at = CASE WHEN c.hand THEN now() ELSE l.renewed_at END,
@@ -556,7 +591,8 @@ BEGIN
       UPDATE SCHEMA.leases AS l
          SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
              token = GREATEST(l.token + 1, SCHEMA.timeline_token_floor() + 1),
-             expires_at = v_now + v_row.waiter_ttl_ms * interval '1 millisecond',
+             -- An offer until the waiter accepts it (its claim): the acceptance window (migration 17).
+             expires_at = v_now + least(v_row.waiter_ttl_ms, greatest(v_row.waiter_ttl_ms / 3, 500)) * interval '1 millisecond',
              term_started_at = v_now, renewed_at = v_now, ended_by = NULL,
              waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
        WHERE l.name = v_req.name
