@@ -290,8 +290,9 @@ export class Lease extends EventEmitter<LeaseEvents> {
             this.beginTerm(term);
             return term;
           }
-          // Too late to use: the row expires on its own, and until then every claim is answered
-          // with it again (a handed term is re-answered to its waiter), so wait out its time left.
+          // Too late to use: the term the store granted runs out on its own (an accepted offer
+          // holds this claim's nonce, which no later claim presents), and until then every claim
+          // is answered 'busy', so wait out its time left.
           const left = Math.max(0, result!.expiresAtMs! - result!.storeNowMs);
           this.host.logger.warn({ lease: this.name, token: String(result!.token), retryInMs: left }, 'leasehold: acquire answer arrived too late to use');
           await sleepOrFreed(this.clock, Math.min(left, Math.max(0, waitUntil - this.clock.monoNow())), this.host.waitForFreed(this.name, signal));

@@ -39,7 +39,8 @@ export interface ClaimRequest {
    * them was handed to it. Stores whose handed terms are offers (PostgreSQL schema 17, MySQL 10)
    * accept it: a write that gives it this claim's TTL and swaps the nonce for `nextNonce` (a
    * compare-and-swap, so of two clones presenting the registered nonce only one accepts), answered
-   * 'acquired' as an acquisition is. Older schemas answer it 'acquired' with that
+   * 'acquired' as an acquisition is. Older schemas (PostgreSQL before 17, MySQL before 10, where
+   * a handed term runs the waiter's whole TTL) answer it 'acquired' with that
    * {@link GrantedClaim nonce}, without a write. Stores that do not hand over ignore the field. At most {@link MAX_EXPECTED_NONCES}; base64url.
    */
   handoff?: readonly string[];
@@ -84,8 +85,8 @@ export type ClaimResult =
       storeNowMs: number;
       /**
        * The nonce the store holds for the term, when it is not the request's `nextNonce`: a term
-       * a release handed to this contender and confirmed without a write (schemas before the
-       * acceptance; see {@link ClaimRequest.handoff}). The caller renews and releases with it.
+       * a release handed to this contender and confirmed without a write (PostgreSQL before schema
+       * 17, MySQL before 10; see {@link ClaimRequest.handoff}). The caller renews and releases with it.
        */
       nonce?: string;
       /** Liveness 'session': true when the store tied the term to the request's session. */

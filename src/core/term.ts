@@ -143,11 +143,11 @@ export class TermMachine implements Term {
     const deadline = sentAt + (result.expiresAtMs - result.storeNowMs) - timing.marginMs;
     if (deadline <= now) return undefined;
     // The first renewal is due a renew interval after the send, but never after the point where
-    // the term would have to stand down without one, as for a renewal (answered). A grant need
-    // not run the whole TTL: a process of the previous version confirming a handed term with a
-    // read on MySQL schema 10 got an expiry a third of a TTL away. Due after its deadline, the
-    // term passed it while leading, which reads as a suspension (deadlineVerdict): every lease
-    // of the process stood down and its identity was replaced.
+    // the term would have to stand down without one, as for a renewal (answered). Defence in
+    // depth: every store grants a whole TTL today (MySQL offers only to waiters that registered
+    // to accept, `waiter_accepts`), but a grant shorter than a renew interval, renewed only
+    // after its deadline, would pass that deadline while leading, which reads as a suspension
+    // (deadlineVerdict): every lease of the process would stand down and its identity be replaced.
     const renewDueAt = Math.min(sentAt + timing.renewMs, deadline - timing.renewMs / 2);
     return new TermMachine(timing, {
       name: result.name,

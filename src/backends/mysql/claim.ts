@@ -361,7 +361,9 @@ export function acceptedTerm(req: ClaimRequest, row: LeaseRow): ClaimResult | un
  * offer that lapses at the end of its acceptance window (sql/010-handover-acceptance.ts). In
  * order:
  *  1. The rows, locked in name order as every claim locks them (two batches never wait on each
- *     other). The lock waits for a release's commit in flight (the release lets the named lock
+ *     other). The order is the primary key's: the `IN` list is read as a range scan of the
+ *     key, which is the name (MariaDB drops an ORDER BY inside a derived table, so the clause
+ *     documents the intent and the scan keeps it). The lock waits for a release's commit in flight (the release lets the named lock
  *     go right after its COMMIT has answered: ./freed.ts).
  *  2. The server's clock, read after the lock: an offer that lapsed while this claim waited for
  *     the row is not accepted (a statement's clock is its start, so one read before the lock

@@ -418,7 +418,7 @@ export class FreedChannel {
           // Stop following, but let the engine look once more first: its last claim may have
           // registered it as the lease's waiter (migration 6), and a term handed to it after
           // this loop ends would ring no doorbell; it would sit unseen, the lease held by nobody
-          // who knows it, until its TTL ran out. A 'busy' answer to this look follows again.
+          // who knows it, until its offer lapsed (schema 10; a whole TTL before). A 'busy' answer to this look follows again.
           this.ring(name);
           await letGo;
           break;

@@ -29,12 +29,16 @@
  *
  * A process of this version on a schema before 10 registers without the column (../store.ts
  * falls back when the server has none) and is handed full terms by migration 9's procedure,
- * which it accepts the same way: nothing changes for it.
+ * which it accepts the same way: nothing changes for it. (Only library users and CLI processes
+ * already running meet either mix: the CLI refuses to start on any schema but its own,
+ * src/cli/common.ts requireCurrentSchema.)
  *
  * The column is added as migration 6 added the waiter's: MySQL 8 has no ADD COLUMN IF NOT
  * EXISTS, so one ALTER through a prepared statement, only if information_schema does not list it.
  * MySQL has no CREATE OR REPLACE PROCEDURE (MariaDB has): DROP, then CREATE, each safe to run
- * again if the migration was cut short.
+ * again if the migration was cut short. A release sent between the two fails with error 1305
+ * (no such procedure) and, like any release that fails, leaves the term to run out on its own,
+ * as migration 9's did.
  *
  * Frozen once a database has run it (none had when this text was last changed): a change to the
  * release is a new, numbered migration that replaces the procedure.
