@@ -42,6 +42,8 @@ export interface MysqlStoreOptions {
 /** innodb_lock_wait_timeout and MariaDB's idle_transaction_timeout on every session of the store. */
 const LOCK_WAIT_S = 2;
 const IDLE_TRANSACTION_S = 5;
+/** How long registrations leave out `waiter_accepts` after the schema was found without it (see omitAcceptsUntil). */
+const ACCEPTS_RETRY_MS = 60_000;
 
 /**
  * Leases in a MySQL or MariaDB database (InnoDB), beside the application's own tables: a claim
@@ -155,13 +157,20 @@ export class MysqlStore implements LeaseStore {
     return results;
   }
 
-  /** False once the schema turned out older than migration 10 (a process upgraded before `migrate`). */
-  private waiterAccepts = true;
+  /**
+   * Until when (performance.now()) registrations leave out `waiter_accepts`: set when the schema
+   * turned out older than migration 10 (a process upgraded before `migrate`). Not for ever: a
+   * long-lived process would otherwise keep being handed whole terms, and a dead waiter of it keep
+   * others out a whole TTL, long after the database was migrated. So the column is tried again
+   * after ACCEPTS_RETRY_MS (one refused batch, rolled back and resent, per that interval while the
+   * schema is old), and at once after this store's own migrate().
+   */
+  private omitAcceptsUntil = 0;
 
   /** One part of a claim (planClaim), rolled back and retried as ./batch.ts says; `planned` hears each plan sent. */
   private async claimPart(part: readonly ClaimRequest[], planned: (plan: { rowsAt: number }) => void, options?: CallOptions): Promise<unknown[]> {
     for (;;) {
-      const accepts = this.waiterAccepts;
+      const accepts = performance.now() >= this.omitAcceptsUntil;
       try {
         return await this.withLockRetry((retry) => {
           const plan = planClaim(part, retry, { database: this.database, mariadb: this.connector.server?.mariadb ?? true, waiterAccepts: accepts });
@@ -172,7 +181,7 @@ export class MysqlStore implements LeaseStore {
         // A schema before migration 10 has no `waiter_accepts` (the batch was rolled back): register
         // as the previous version does, and be handed whole terms by that schema's release.
         if (!accepts || !(err instanceof SchemaError) || !/waiter_accepts/.test(err.message)) throw err;
-        this.waiterAccepts = false;
+        this.omitAcceptsUntil = performance.now() + ACCEPTS_RETRY_MS;
       }
     }
   }
@@ -362,6 +371,7 @@ export class MysqlStore implements LeaseStore {
    */
   async migrate(options?: MigrateOptions): Promise<MigrateResult> {
     this.check(options);
+    this.omitAcceptsUntil = 0;
     const minToken = options?.minToken === undefined ? undefined : validateMinToken(options.minToken, MAX_SQL_FLOOR, 'MySQL');
     let conn;
     try {
