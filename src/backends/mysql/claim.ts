@@ -69,7 +69,7 @@ const NONCE_COL = 'VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin';
 const NONCES_COL = 'VARCHAR(600) CHARACTER SET ascii COLLATE ascii_bin';
 
 /** What a batch depends on about the server it goes to. */
-export interface ClaimServer {
+interface ClaimServer {
   database: string;
   mariadb: boolean;
   /**
