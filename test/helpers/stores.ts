@@ -136,6 +136,19 @@ export function downUrl(kind: StoreKind): string | undefined {
   }
 }
 
+/** A connection of its own to a test store's database (mysql2's promise API): lockers, lookers, old schemas. */
+export interface MysqlConnection {
+  query(sql: string, v?: unknown[]): Promise<[Record<string, unknown>[]]>;
+  end(): Promise<void>;
+}
+
+/** Opens a {@link MysqlConnection} to the database a test store's `url` names (its query string left out). */
+export async function mysqlConnection(url: string): Promise<MysqlConnection> {
+  const { createRequire } = await import('node:module');
+  const mysql = createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<MysqlConnection> };
+  return mysql.createConnection(url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''));
+}
+
 /** Runs one statement as the test server's administrator (on the URL's own database). */
 export async function mysqlAdmin(sql: string): Promise<void> {
   const { createRequire } = await import('node:module');

@@ -15,7 +15,6 @@
  * host makes a test slower, not wrong.
  */
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, it } from 'node:test';
@@ -23,7 +22,7 @@ import pg from 'pg';
 import { newNonce } from '../../src/core/identity.js';
 import type { ClaimResult } from '../../src/core/port.js';
 import type { LeaseStore } from '../../src/backends/store.js';
-import { makeTestStore, selectedStores, TEST_PG_URL, type StoreKind, type TestStore } from '../helpers/stores.js';
+import { makeTestStore, mysqlConnection, selectedStores, TEST_PG_URL, type StoreKind, type TestStore } from '../helpers/stores.js';
 
 const uniq = (p: string): string => `${p}-${randomBytes(4).toString('hex')}`;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -46,10 +45,7 @@ async function lockRow(kind: StoreKind, url: string, name: string): Promise<{ co
       },
     };
   }
-  const mysql = createRequire(import.meta.url)('mysql2/promise') as {
-    createConnection(uri: string): Promise<{ query(sql: string, v?: unknown[]): Promise<unknown>; end(): Promise<void> }>;
-  };
-  const c = await mysql.createConnection(url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''));
+  const c = await mysqlConnection(url);
   await c.query('START TRANSACTION');
   await c.query('SELECT 1 FROM leasehold_leases WHERE name = ? FOR UPDATE', [name]);
   return {

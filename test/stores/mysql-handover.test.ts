@@ -10,7 +10,6 @@
  * each connection mysql2 hands out.
  */
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Leasehold } from '../../src/core/leasehold.js';
@@ -20,16 +19,13 @@ import { MysqlStore } from '../../src/backends/mysql/store.js';
 import { MIGRATIONS, MYSQL_SCHEMA_VERSION, NOW_US } from '../../src/backends/mysql/schema.js';
 import { planAccept } from '../../src/backends/mysql/claim.js';
 import type { ClaimResult } from '../../src/core/port.js';
-import { makeTestStore, mysqlAdmin, selectedStores, type TestStore } from '../helpers/stores.js';
+import { makeTestStore, mysqlAdmin, mysqlConnection, selectedStores, type MysqlConnection, type TestStore } from '../helpers/stores.js';
 
 const skip = selectedStores().includes('mysql') ? false : 'mysql not selected (LEASEHOLD_TEST_STORES)';
 const uniq = (p: string): string => `h25-${p}-${randomBytes(4).toString('hex')}`;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-interface Admin {
-  query(sql: string, v?: unknown[]): Promise<[Record<string, unknown>[]]>;
-  end(): Promise<void>;
-}
+type Admin = MysqlConnection;
 
 function granted(r: ClaimResult | undefined): Extract<ClaimResult, { outcome: 'acquired' | 'renewed' }> {
   assert.ok(r !== undefined && (r.outcome === 'acquired' || r.outcome === 'renewed'), `expected a granted claim, got ${r?.outcome}`);
@@ -69,8 +65,7 @@ void describe('MySQL store: one-write handover', { skip }, () => {
   before(async () => {
     t = await makeTestStore('mysql');
     store = (await t.open()) as MysqlStore;
-    const mysql = createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<Admin> };
-    admin = await mysql.createConnection(t.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''));
+    admin = await mysqlConnection(t.url);
   });
   after(async () => {
     await store?.close();
@@ -168,9 +163,7 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     const b = await contend(store, name, 'B', 3000, []);
     assert.equal(await t.store.release({ name, holder: 'A', expect: [a.sent] }), true);
     const [offer] = await t.store.list({ name });
-    const locker = await (createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<Admin> }).createConnection(
-      t.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''),
-    );
+    const locker = await mysqlConnection(t.url);
     const req = { name, holder: 'B', ttlMs: 3000, expect: null, nextNonce: newNonce(), handoff: [b.sent] };
     let pending: Promise<unknown> | undefined;
     let queuedAt = Infinity;
@@ -417,9 +410,7 @@ void describe('MySQL store: one-write handover', { skip }, () => {
     try {
       await mysqlAdmin(`ALTER TABLE ${db}.leasehold_leases DROP COLUMN waiter_accepts`);
       // Migration 9's release procedure back, on the database's own connection (its statements name no database).
-      const conn = await (createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<Admin> }).createConnection(
-        own.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''),
-      );
+      const conn = await mysqlConnection(own.url);
       try {
         for (const stmt of MIGRATIONS[8]!) await conn.query(stmt);
       } finally {
@@ -447,9 +438,7 @@ void describe('MySQL store: one-write handover', { skip }, () => {
       assert.equal(a2.outcome, 'acquired');
       const b2 = await contend(waiter, 'n', 'B', 9000, []);
       assert.equal(b2.outcome, 'busy');
-      const look = await (createRequire(import.meta.url)('mysql2/promise') as { createConnection(uri: string): Promise<Admin> }).createConnection(
-        own.url.replace(/^mariadb:/, 'mysql:').replace(/\?.*$/, ''),
-      );
+      const look = await mysqlConnection(own.url);
       try {
         const [[reg]] = await look.query(`SELECT waiter_nonce, waiter_accepts FROM leasehold_leases WHERE name = 'n'`);
         assert.ok(reg?.['waiter_nonce'] !== null && reg?.['waiter_nonce'] !== undefined, 'B registered as the waiter');
