@@ -66,15 +66,27 @@ void describe('leasehold run --wait: a store that is down at start', { skip: !st
     const later = await laterProxy('127.0.0.1', Number(new URL(direct).port || 5432));
     const r = sb.start(['run', '--name', 'outage-pg', '--store', viaPort(direct, later.port), '--ttl', '3s', '--wait', '30s', '--', 'sh', '-c', 'echo ran-$LEASEHOLD_TOKEN']);
     pids.push(r.pid);
-    // Eight seconds down: a line at once and one ~5s later, not one per attempt.
-    await sleep(8000);
+    // Down until the runner has said so twice: a line at its first attempt and the next one 5 s
+    // (STORE_WAIT_LINE_EVERY_MS) later, though it tries every 2 s at most. The outage is timed by
+    // the runner's own lines, not by a sleep from its spawn: a fixed 8 s from spawn left a loaded
+    // host's runner (slow to start) under 7 s of outage, with no attempt between its 5th and the
+    // store's return, so it rightly printed one line. Bounds: its start on a loaded host (30 s),
+    // then 5 s plus one retry of at most 2 s plus a refused connect (15 s is a hang detector).
+    const said = (): string[] => r.stderr.split('\n').filter((l) => /unreachable/.test(l));
+    await until('the runner says the store is unreachable', () => said().length >= 1, 30_000);
+    await until('the runner says so a second time', () => said().length >= 2, 15_000);
     assert.equal(r.proc.exitCode, null, `run gave up during the outage: ${r.stderr}`);
     await later.up();
     const d = await r.done;
     assert.equal(d.code, 0, d.stderr);
     assert.match(d.stdout, /ran-\d+/);
     const lines = d.stderr.split('\n').filter((l) => /unreachable/.test(l));
-    assert.ok(lines.length >= 2 && lines.length <= 4, `expected a line every ~5s of the outage, got:\n${d.stderr}`);
+    // Not one per attempt: each line says how much of the 30 s wait is left, and consecutive lines
+    // are at least 5 s apart (whole seconds once above 10 s left, so 4 after rounding).
+    const left = lines.map((l) => Number(/retrying for (\d+(?:\.\d+)?)s more/.exec(l)?.[1] ?? NaN));
+    assert.ok(left.every((x) => Number.isFinite(x)), `every line says what is left of the wait:\n${d.stderr}`);
+    for (let i = 1; i < left.length; i++) assert.ok(left[i - 1]! - left[i]! >= 4, `lines ${i} and ${i + 1} are under 5 s apart:\n${d.stderr}`);
+    assert.ok(lines.length <= 4, `one line per 5 s of the outage, got:\n${d.stderr}`);
     assert.match(d.stderr, /the store answers after/);
   });
 
@@ -126,12 +138,14 @@ void describe('leasehold run --wait: Redis down at start', { skip: !stores.inclu
     const later = await laterProxy('127.0.0.1', Number(new URL(base).port || 6379));
     const r = sb.start(['run', '--name', `outage-redis-${Math.random().toString(36).slice(2, 8)}`, '--store', viaPort(base, later.port), '--wait', '30s', '--', 'echo', 'ran']);
     pids.push(r.pid);
-    await sleep(3000);
+    // Down until the runner has found it down (a fixed 3 s from spawn let a runner slow to start
+    // on a loaded host find Redis already up); 30 s bounds its start there.
+    await until('the runner says Redis is unreachable', () => /unreachable/.test(r.stderr), 30_000);
     assert.equal(r.proc.exitCode, null, `run gave up during the outage: ${r.stderr}`);
     await later.up();
     const d = await r.done;
     assert.equal(d.code, 0, d.stderr);
     assert.match(d.stdout, /ran/);
-    assert.match(d.stderr, /unreachable/);
+    assert.match(d.stderr, /the store answers after/);
   });
 });

@@ -149,11 +149,15 @@ for (const kind of selectedStores()) {
         const clockFile = join(dir, `${name}.faketime`);
         setFakeOffset(clockFile, '+0');
         const w = new Worker('faketime leader', { url: t.url, name, ttl, mode: 'lead' }, faketimeEnv(clockFile));
-        const first = await w.next('acquired');
-        await w.next('renewed', w.events.indexOf(first));
+        await w.next('renewed', w.events.indexOf(await w.next('acquired')));
         // Right after a renewal: the wall-clock watchdog (every 500ms) sees the jump before the
         // next renewal (at ~ttl/3) could.
         const from = w.cursor;
+        // The term the jump lands on is the one held now: on a loaded host a 2 s etcd term can end
+        // and be taken again between the first acquisition and this point (a stressed run saw the
+        // abort carry a later token than the first acquisition's).
+        const first = w.events.filter((e) => e.event === 'acquired' || e.event === 'aborted').at(-1)!;
+        assert.equal(first.event, 'acquired', `a term is held when the clock jumps; events ${w.dump()}`);
         const wokeAt = monoMs();
         setFakeOffset(clockFile, '+1h');
 
@@ -206,25 +210,28 @@ for (const kind of selectedStores()) {
       // a new term. What must not survive is the restored term in two processes.
       const leading = statuses.filter((st) => st['isLeader'] === true && st['token'] === snap['token']);
       assert.ok(leading.length <= 1, `at most one clone still leads the restored term one renew interval after the restore; ${leading.length} do`);
-      const stoodDown = clones
-        .map((c, i) => c.events.slice(froms[i]).find((e) => e.event === 'aborted' && e['token'] === snap['token']))
-        .filter((e): e is Ev => e !== undefined)
-        .sort((x, y) => x.mono - y.mono);
-      assert.ok(stoodDown.length >= 1, 'a clone stood down within one renew interval');
-      // The first to stand down is told it is a clone; the other may then see the first one's
-      // new term ("another holder") before the conflict itself.
-      assert.equal(stoodDown[0]!['reason'], 'superseded');
-      assert.match(s(stoodDown[0]!, 'message'), /restored snapshot|clone|fork/);
-
-      // Expectation 4b: the store ended the term for both; the other clone's next renewal fails too.
+      // Expectation 4b: both clones' terms end. The bound is the restored term's own: each clone's
+      // local deadline is at most one TTL after the snapshot's last renewal, whatever the store
+      // answers; 2 s more for the event to reach this process on a loaded host. (The renew interval
+      // is what it takes on a quiet one, printed below: a stressed run saw neither clone's abort
+      // arrive within renewMs + 500 ms, while neither still led the restored term.)
+      const restored = (e: Ev): boolean => e['token'] === snap['token'];
       const ends = await Promise.all(
         clones.map((c, i) =>
-          c.next('aborted', froms[i], 2 * renewMs + 2000, (e) => e['token'] === snap['token']).catch((err: unknown) => {
+          c.next('aborted', froms[i], ttl + 2000, restored).catch((err: unknown) => {
             throw new Error(`expectation 4b: both clones' terms end; ${(err as Error).message}`);
           }),
         ),
       );
-      for (const e of ends) assert.equal(e['reason'], 'superseded', s(e, 'message'));
+      // Each ends as a clone ('superseded': the store refused the restored term) or, on a loaded
+      // host, as 'store-unreachable': its renewal went unanswered until its deadline and it stood
+      // down without knowing (unknown is not yes). At least one must have been refused by the store,
+      // or the run did not test clone detection; the first refused is told it is a clone (the other
+      // may then see the first one's new term, "another holder", before the conflict itself).
+      for (const e of ends) assert.ok(e['reason'] === 'superseded' || e['reason'] === 'store-unreachable', `${String(e['reason'])}: ${s(e, 'message')}`);
+      const refused = ends.filter((e) => e['reason'] === 'superseded').sort((x, y) => x.mono - y.mono);
+      assert.ok(refused.length >= 1, `the store refused neither clone: both stood down unanswered (${ends.map((e) => s(e, 'message')).join('; ')}); the run did not test clone detection`);
+      assert.match(s(refused[0]!, 'message'), /restored snapshot|clone|fork/);
       for (const [i, c] of clones.entries()) {
         const id = await c.next('identity', froms[i]);
         assert.notEqual(id['holder'], snap['holder'], `${c.label} re-contends under a new identity`);
