@@ -30,7 +30,9 @@
  *     acceptance a compare-and-swap: two clones (one holder id, the same registered nonces) could
  *     both confirm the old handed term; now the first accepts, and the other's claim finds a
  *     nonce it never registered. An offer that ended while the claim waited is decided as any
- *     contender's claim (claim_write, which now also decides on the clock after its lock).
+ *     contender's claim (claim_write, which now also decides on the clock after its lock, and
+ *     from the row as locked alone: an offer a release committed while the claim waited for the
+ *     row is accepted, not answered 'busy' under the waiter's own holder id).
  *     The answer is the acceptance: the engine begins a term only from it, so the waiter never
  *     acts on a term before its acceptance round trip answered, and its deadline is computed
  *     from its own TTL as for any acquisition.
@@ -136,22 +138,22 @@ CREATE OR REPLACE FUNCTION ${s}.claim_write(p_names text[], p_holders text[], p_
 AS $fn$
 #variable_conflict use_column
 DECLARE
-  v_now timestamptz := now();
+  v_now timestamptz;
   v_floor bigint;
-  v_handed text[] := p_handed;
-  v_rest text[] := p_rest;
 BEGIN
-  IF cardinality(v_rest) > 0 THEN
-    v_floor := ${s}.timeline_token_floor();
-    INSERT INTO ${s}.leases AS l (name) SELECT DISTINCT u FROM unnest(v_rest) AS u
+  -- p_handed (the names claim() read as handed, before any lock) only spares those rows the
+  -- INSERT (they exist); what each row's outcome is is decided below, from the row as locked.
+  v_floor := ${s}.timeline_token_floor();
+  IF cardinality(p_rest) > 0 THEN
+    INSERT INTO ${s}.leases AS l (name) SELECT DISTINCT u FROM unnest(p_rest) AS u
       ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
-    -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
-    PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
-    -- Decided on the clock after the lock (now() is the transaction's start, before the wait):
-    -- an offer that lapsed while this claim waited is not accepted, and an expiry that passed
-    -- meanwhile counts.
-    v_now := clock_timestamp();
   END IF;
+  -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
+  PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+  -- Decided on the clock after the lock (now() is the transaction's start, before the wait):
+  -- an offer that lapsed while this claim waited is not accepted, and an expiry that passed
+  -- meanwhile counts.
+  v_now := clock_timestamp();
   RETURN QUERY
   WITH req AS (
     SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.nxt, r.ttl_ms, r.contend,
@@ -162,10 +164,12 @@ BEGIN
     SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
            l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
            CASE
-             -- Read again under the lock. Not 'handed' if an operator or a clone ended the
-             -- handed term since the read in claim(), or its acceptance window ran out: then
-             -- decided as any contender's claim (an offer that lapsed leaves the lease free).
-             WHEN r.name = ANY (v_handed) AND l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
+             -- From the row as locked alone, never from claim()'s read before the lock: a release
+             -- that committed while this claim waited for the row has handed it the term (read
+             -- before, the row was the old holder's, and the waiter was answered 'busy' under its
+             -- own id); an offer an operator or a clone ended meanwhile, or whose window ran out,
+             -- is decided as any contender's claim (an offer that lapsed leaves the lease free).
+             WHEN r.contend AND l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
                THEN 'handed'
              WHEN NOT r.contend THEN
                CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > v_now
