@@ -6,7 +6,8 @@
  * accepts it; an offer nobody accepts keeps another contender out only that long, the next
  * term's token is larger, and the waiter's late acceptance is refused; an acceptance is a
  * compare-and-swap of the registered nonce, decided on the clock after the row lock and on the
- * row as locked (a release that commits while the waiter's claim waits for the row is accepted).
+ * row as locked (a release that commits while the waiter's claim waits for the row is accepted);
+ * the release's window starts on its own clock after its row lock.
  * The engine's side (a process SIGKILLed with its registration kept) is in
  * test/engine/dead-kept-waiter.test.ts; MySQL's previous-version waiters in
  * test/stores/mysql-handover.test.ts.
@@ -308,6 +309,50 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
       assert.equal(r.outcome, 'acquired', `B’s claim accepts the offer the release committed while it waited: ${r.outcome}, holder ${r.holder}`);
       assert.ok(r.outcome === 'acquired' && r.token === row!.token, 'the offered term, not a new acquisition');
       assert.equal(row!.expiresAtMs! - row!.storeNowMs > windowOf(WAITER_TTL), true, 'accepted: B’s TTL, not what was left of the window');
+    });
+
+    void it('the offer’s window starts when the release holds the row, not when it was sent (single and batched releases)', async () => {
+      // A 1 s window (TTL 3 s), the row held 100 ms past it: under MySQL's 2 s lock-wait limit.
+      const WAITER_TTL = 3000;
+      const window = windowOf(WAITER_TTL);
+      const offerTo = async (name: string): Promise<string> => {
+        const a = await contend(t.store, name, 'A', 30_000);
+        assert.equal(a.outcome, 'acquired');
+        const b = await contend(other, name, 'B', WAITER_TTL, []);
+        assert.equal(b.outcome, 'busy', 'B registered as the waiter');
+        return a.sent;
+      };
+      // One release (PostgreSQL: release_many_rows), then a batch of 10 (PostgreSQL: release_many's set-based statement).
+      for (const size of [1, 10]) {
+        const names = Array.from({ length: size }, (_, i) => uniq(`release-wait-${size}-${i}`)).sort();
+        const nonces: string[] = [];
+        for (const name of names) nonces.push(await offerTo(name));
+        // The first row in name order: every release locks rows in that order.
+        const lock = await lockRow(kind, t.url, names[0]!);
+        let released: Promise<boolean[]> | undefined;
+        let freedAt = Infinity;
+        try {
+          const sentAt = await t.store.now();
+          const reqs = names.map((name, i) => ({ name, holder: 'A', expect: [nonces[i]!] }));
+          released = size === 1 ? t.store.release(reqs[0]!).then((r) => [r]) : t.store.releaseMany!(reqs);
+          void released.catch(() => {});
+          await untilStorePast(sentAt + window + 100);
+          freedAt = await t.store.now();
+        } finally {
+          await lock.commit();
+        }
+        assert.deepEqual(await released, names.map(() => true));
+        for (const row of await Promise.all(names.map(async (name) => (await t.store.list({ name }))[0]))) {
+          assert.equal(row?.holder, 'B', 'handed to B');
+          // The release took the row after `freedAt` (the lock was let go after that reading, on
+          // the store's clock), so a window read from its clock after the lock ends at least a
+          // window later. From the clock before its lock wait, it had ended before the release committed.
+          assert.ok(
+            row!.expiresAtMs! >= freedAt + window,
+            `${size === 1 ? 'single' : 'batched'} release: the offer ends ${Math.round(row!.expiresAtMs! - freedAt)} ms after the row was let go; the window is ${window} ms`,
+          );
+        }
+      }
     });
   });
 }
