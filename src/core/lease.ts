@@ -14,7 +14,7 @@ import {
 } from './errors.js';
 import { ContentionMachine } from './contention.js';
 import { KeptRegistration } from './kept-registration.js';
-import { InFlight, claimWithinWait, ranOutOfWait, sleepOrFreed, wakeOnAbort, withSignal } from './waits.js';
+import { InFlight, afterLateGrant, claimWithinWait, ranOutOfWait, sleepOrFreed, wakeOnAbort, withSignal } from './waits.js';
 import type { AcquireOptions, LeaseEvents, LeaseOptions, LeaseSnapshot, LeaseState } from './lease-types.js';
 import { snapshotOfTerm, termFromSnapshot } from './snapshot.js';
 import { newNonce } from './identity.js';
@@ -290,12 +290,12 @@ export class Lease extends EventEmitter<LeaseEvents> {
             this.beginTerm(term);
             return term;
           }
-          // Too late to use: the term the store granted runs out on its own (an accepted offer
-          // holds this claim's nonce, which no later claim presents), and until then every claim
-          // is answered 'busy', so wait out its time left.
+          // Too late to use: handed back (./waits.ts afterLateGrant); with unlessReleasedSince waited out
+          // instead, as a term granted since then and released reads as done to every contender.
           const left = Math.max(0, result!.expiresAtMs! - result!.storeNowMs);
-          this.host.logger.warn({ lease: this.name, token: String(result!.token), retryInMs: left }, 'leasehold: acquire answer arrived too late to use');
-          await sleepOrFreed(this.clock, Math.min(left, Math.max(0, waitUntil - this.clock.monoNow())), this.host.waitForFreed(this.name, signal));
+          const handBack = options.unlessReleasedSince === undefined ? () => this.host.release({ name: this.name, holder, expect: [step.nonce] }) : undefined;
+          this.host.logger.warn({ lease: this.name, token: String(result!.token), handBack: handBack !== undefined, timeLeftMs: left }, 'leasehold: acquire answer arrived too late to use');
+          await afterLateGrant(this.clock, Math.min(left, Math.max(0, waitUntil - this.clock.monoNow())), handBack, () => this.host.waitForFreed(this.name, signal));
           continue;
         }
         if (step.busy !== undefined) this.emit('busy', step.busy.holder, step.busy.remainingMs);

@@ -64,6 +64,22 @@ export async function sleepOrFreed(clock: Clock, ms: number, freed: { promise: P
   }
 }
 
+/**
+ * After an acquisition answered too late to use (its local deadline had passed: a slow store, a
+ * paused process). The store holds that term under the claim's nonce (an accepted offer holds
+ * the one the accepting claim sent, which no later claim presents), and answers every claim
+ * 'busy' until it ends: a whole TTL from the grant. So `handBack` releases it under that nonce:
+ * the release is fenced by the holder id and the nonce, so it ends this term only, never one
+ * granted since (a takeover after its expiry holds another nonce), and the lease is free, or
+ * offered to the next waiter, at once. Resolves when a claim is worth sending again: at once
+ * once the store said it ended the term; otherwise (no `handBack`, refused, or the store
+ * unreachable) after `leftMs`, the term's time left, or a freed wake-up.
+ */
+export async function afterLateGrant(clock: Clock, leftMs: number, handBack: (() => Promise<boolean>) | undefined, freed: () => { promise: Promise<void>; cancel(): void }): Promise<void> {
+  if (handBack !== undefined && (await handBack().catch(() => false))) return;
+  await sleepOrFreed(clock, leftMs, freed());
+}
+
 /** A freed wake-up that also fires when `signal` aborts (undefined: the wake-up as it is). */
 export function wakeOnAbort(freed: { promise: Promise<void>; cancel(): void }, signal: AbortSignal | undefined): { promise: Promise<void>; cancel(): void } {
   if (signal === undefined) return freed;

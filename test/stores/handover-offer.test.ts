@@ -5,7 +5,9 @@
  * (a third of the waiter's TTL, at least 500 ms, at most the TTL) unless the waiter's claim
  * accepts it; an offer nobody accepts keeps another contender out only that long, the next
  * term's token is larger, and the waiter's late acceptance is refused; an acceptance is a
- * compare-and-swap of the registered nonce, decided on the clock after the row lock.
+ * compare-and-swap of the registered nonce, decided on the clock after the row lock and on the
+ * row as locked (a release that commits while the waiter's claim waits for the row is accepted);
+ * the release's window starts on its own clock after its row lock.
  * The engine's side (a process SIGKILLed with its registration kept) is in
  * test/engine/dead-kept-waiter.test.ts; MySQL's previous-version waiters in
  * test/stores/mysql-handover.test.ts.
@@ -54,6 +56,77 @@ async function lockRow(kind: StoreKind, url: string, name: string): Promise<{ co
       await c.end();
     },
   };
+}
+
+/**
+ * `holder`'s release of `name`, run in a transaction of its own and left open until `commit`:
+ * the row is locked and already holds what the release wrote (the offer), uncommitted.
+ */
+async function releaseLeftOpen(kind: StoreKind, url: string, name: string, holder: string, expect: string[]): Promise<{ commit(): Promise<void> }> {
+  if (kind === 'postgres') {
+    const schema = new URL(url).searchParams.get('schema')!;
+    const c = new pg.Client({ connectionString: TEST_PG_URL });
+    await c.connect();
+    await c.query('BEGIN');
+    const r = await c.query<{ released: boolean }>(`SELECT "${schema}".release($1, $2, $3::text[]) AS released`, [name, holder, expect]);
+    assert.equal(r.rows[0]?.released, true, 'precondition: the open release ended the term');
+    return {
+      commit: async () => {
+        await c.query('COMMIT');
+        await c.end();
+      },
+    };
+  }
+  const c = await mysqlConnection(url);
+  await c.query('START TRANSACTION');
+  await c.query('CALL leasehold_release(?, ?, ?)', [name, holder, expect.join(',')]);
+  const [[seen]] = await c.query('SELECT @lh_prev AS prev');
+  assert.equal(seen?.['prev'], holder, 'precondition: the open release ended the term');
+  return {
+    commit: async () => {
+      await c.query('COMMIT');
+      await c.end();
+    },
+  };
+}
+
+/**
+ * Whether a claim on this test store's namespace is seen waiting for a row lock within 3 s.
+ * PostgreSQL names the wait; MariaDB does not list it (INNODB_TRX shows no LOCK WAIT for some
+ * of the claim's statements), so there it is the claim's statement still executing on the
+ * leases table while the row is held (the holder's connection sits idle in its transaction).
+ */
+async function seenWaiting(kind: StoreKind, url: string): Promise<boolean> {
+  const sleep10 = (): Promise<void> => new Promise((r) => setTimeout(r, 10));
+  if (kind === 'postgres') {
+    const schema = new URL(url).searchParams.get('schema')!;
+    const c = new pg.Client({ connectionString: TEST_PG_URL });
+    await c.connect();
+    try {
+      for (let i = 0; i < 300; i++) {
+        const r = await c.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [`%"${schema}".claim(%`]);
+        if (r.rows[0]!.n > 0) return true;
+        await sleep10();
+      }
+      return false;
+    } finally {
+      await c.end();
+    }
+  }
+  const c = await mysqlConnection(url);
+  try {
+    for (let i = 0; i < 300; i++) {
+      const [[r]] = await c.query(
+        `SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST
+          WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE '%leasehold\\_leases%'`,
+      );
+      if (Number(r!['n']) > 0) return true;
+      await sleep10();
+    }
+    return false;
+  } finally {
+    await c.end();
+  }
 }
 
 for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mysql')) {
@@ -206,6 +279,80 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
         r.outcome !== 'acquired' || r.token > offer.token,
         `not the offered term (token ${offer.token}): ${r.outcome} ${r.outcome === 'busy' || r.outcome === 'acquired' ? r.token : ''}`,
       );
+    });
+
+    void it('a release that commits while the waiter’s claim waits for the row lock is accepted by that claim, not answered busy under the waiter’s own id', async () => {
+      const name = uniq('release-in-flight');
+      // A 10 s window (TTL 30 s): the claim waits only as long as this test takes to see it
+      // waiting and commit the release, which must not outlast the offer.
+      const WAITER_TTL = 30_000;
+      const a = await contend(t.store, name, 'A', 30_000);
+      assert.equal(a.outcome, 'acquired');
+      const b = await contend(other, name, 'B', WAITER_TTL, []);
+      assert.equal(b.outcome, 'busy', 'B registered as the waiter');
+      // The release has run and holds the row; B's claim reads the row before its lock (A's
+      // term, as committed) and then waits for the lock until the release commits.
+      const release = await releaseLeftOpen(kind, t.url, name, 'A', [a.sent]);
+      let pending: Promise<ClaimResult & { sent: string }> | undefined;
+      let waited = false;
+      try {
+        pending = contend(other, name, 'B', WAITER_TTL, [b.sent]);
+        void pending.catch(() => {});
+        waited = await seenWaiting(kind, t.url);
+      } finally {
+        await release.commit();
+      }
+      const r = await pending;
+      assert.ok(waited, 'precondition: B’s claim was seen waiting for the row the open release held');
+      const [row] = await t.store.list({ name });
+      assert.equal(row?.holder, 'B', 'handed to B');
+      assert.equal(r.outcome, 'acquired', `B’s claim accepts the offer the release committed while it waited: ${r.outcome}, holder ${r.holder}`);
+      assert.ok(r.outcome === 'acquired' && r.token === row!.token, 'the offered term, not a new acquisition');
+      assert.equal(row!.expiresAtMs! - row!.storeNowMs > windowOf(WAITER_TTL), true, 'accepted: B’s TTL, not what was left of the window');
+    });
+
+    void it('the offer’s window starts when the release holds the row, not when it was sent (single and batched releases)', async () => {
+      // A 1 s window (TTL 3 s), the row held 100 ms past it: under MySQL's 2 s lock-wait limit.
+      const WAITER_TTL = 3000;
+      const window = windowOf(WAITER_TTL);
+      const offerTo = async (name: string): Promise<string> => {
+        const a = await contend(t.store, name, 'A', 30_000);
+        assert.equal(a.outcome, 'acquired');
+        const b = await contend(other, name, 'B', WAITER_TTL, []);
+        assert.equal(b.outcome, 'busy', 'B registered as the waiter');
+        return a.sent;
+      };
+      // One release (PostgreSQL: release_many_rows), then a batch of 10 (PostgreSQL: release_many's set-based statement).
+      for (const size of [1, 10]) {
+        const names = Array.from({ length: size }, (_, i) => uniq(`release-wait-${size}-${i}`)).sort();
+        const nonces: string[] = [];
+        for (const name of names) nonces.push(await offerTo(name));
+        // The first row in name order: every release locks rows in that order.
+        const lock = await lockRow(kind, t.url, names[0]!);
+        let released: Promise<boolean[]> | undefined;
+        let freedAt = Infinity;
+        try {
+          const sentAt = await t.store.now();
+          const reqs = names.map((name, i) => ({ name, holder: 'A', expect: [nonces[i]!] }));
+          released = size === 1 ? t.store.release(reqs[0]!).then((r) => [r]) : t.store.releaseMany!(reqs);
+          void released.catch(() => {});
+          await untilStorePast(sentAt + window + 100);
+          freedAt = await t.store.now();
+        } finally {
+          await lock.commit();
+        }
+        assert.deepEqual(await released, names.map(() => true));
+        for (const row of await Promise.all(names.map(async (name) => (await t.store.list({ name }))[0]))) {
+          assert.equal(row?.holder, 'B', 'handed to B');
+          // The release took the row after `freedAt` (the lock was let go after that reading, on
+          // the store's clock), so a window read from its clock after the lock ends at least a
+          // window later. From the clock before its lock wait, it had ended before the release committed.
+          assert.ok(
+            row!.expiresAtMs! >= freedAt + window,
+            `${size === 1 ? 'single' : 'batched'} release: the offer ends ${Math.round(row!.expiresAtMs! - freedAt)} ms after the row was let go; the window is ${window} ms`,
+          );
+        }
+      }
     });
   });
 }

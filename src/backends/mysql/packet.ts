@@ -35,6 +35,15 @@ export function claimRequestBytes(r: { name: string; holder: string; expect: rea
   return 100 + 7 * (name + holder + nonces) + 2 * name;
 }
 
+/**
+ * At most the bytes one acceptance adds to planAccept's batch (./claim.ts): one JSON entry (name,
+ * holder, nonces, TTL) escaped twice, as a renewal's, and its name in two `IN` lists.
+ */
+export function acceptRequestBytes(r: { name: string; holder: string; nextNonce: string; handoff?: readonly string[] }): number {
+  const nonces = bytes(r.nextNonce) + (r.handoff ?? []).reduce((n, x) => n + bytes(x) + 1, 0);
+  return 100 + 7 * (bytes(r.name) + bytes(r.holder) + nonces) + 4 * bytes(r.name);
+}
+
 /** At most the bytes one release adds to a releaseMany (./release.ts): its name in 5 places, holder and nonces in 2. */
 export function releaseRequestBytes(r: { name: string; holder: string; expect: readonly string[] }): number {
   return 2500 + 2 * (5 * bytes(r.name) + 2 * bytes(r.holder) + 2 * r.expect.reduce((n, x) => n + bytes(x) + 1, 0));

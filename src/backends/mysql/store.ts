@@ -21,7 +21,7 @@ import { MAX_SQL_FLOOR, validateMinToken } from '../min-token.js';
 import { ACCEPT_ROWS_AT, acceptedTerm, planAccept, planClaim, planConflicts, readAnswers, type LeaseRow } from './claim.js';
 import { loadMysql2, MysqlConnector, run, sessionSetupSql, splitHostPort, type MysqlConnectionLike } from './driver.js';
 import { runBatch } from './batch.js';
-import { claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
+import { acceptRequestBytes, claimRequestBytes, DEFAULT_MAX_PACKET, releaseRequestBytes, splitByPacket } from './packet.js';
 import { FreedChannel, knockTargets } from './freed.js';
 import { planReleaseMany, releaseCall, revokeStatements } from './release.js';
 import { mapMysqlError } from './errors.js';
@@ -123,13 +123,20 @@ export class MysqlStore implements LeaseStore {
       // Followers woken by their doorbell, each registered as its lease's waiter: the release that
       // rang it has most likely handed them the term, which they accept (sql/010-handover-acceptance.ts).
       // Only then: an idle follower's re-check would otherwise cost two round trips instead of one.
-      const r = await this.withLockRetry(() => planAccept(requests), options).catch(() => [] as unknown[]);
-      const rows = (r[ACCEPT_ROWS_AT] ?? []) as LeaseRow[];
-      const byName = new Map(rows.map((row) => [row.name, row]));
-      const handed = requests.map((req) => {
+      // Cut by packet size as the claim is: a woken batch too large for one packet was refused
+      // whole, every time, and only the claim after it accepted. Each part is a transaction of
+      // its own; after a part not all accepted, the claim runs (it accepts too), so no more go.
+      const byName = new Map<string, LeaseRow>();
+      const accepted = (req: ClaimRequest): ClaimResult | undefined => {
         const row = byName.get(req.name);
         return row === undefined ? undefined : acceptedTerm(req, row);
-      });
+      };
+      for (const part of splitByPacket(requests, acceptRequestBytes, this.maxPacket)) {
+        const r = await this.withLockRetry(() => planAccept(part), options).catch(() => [] as unknown[]);
+        for (const row of (r[ACCEPT_ROWS_AT] ?? []) as LeaseRow[]) byName.set(row.name, row);
+        if (!part.every((req) => accepted(req) !== undefined)) break;
+      }
+      const handed = requests.map(accepted);
       if (handed.every((h) => h !== undefined)) {
         for (const h of handed) this.holding(h.name);
         return handed;

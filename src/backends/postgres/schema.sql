@@ -336,22 +336,22 @@ CREATE OR REPLACE FUNCTION SCHEMA.claim_write(p_names text[], p_holders text[], 
 AS $function$
 #variable_conflict use_column
 DECLARE
-  v_now timestamptz := now();
+  v_now timestamptz;
   v_floor bigint;
-  v_handed text[] := p_handed;
-  v_rest text[] := p_rest;
 BEGIN
-  IF cardinality(v_rest) > 0 THEN
-    v_floor := SCHEMA.timeline_token_floor();
-    INSERT INTO SCHEMA.leases AS l (name) SELECT DISTINCT u FROM unnest(v_rest) AS u
+  -- p_handed (the names claim() read as handed, before any lock) only spares those rows the
+  -- INSERT (they exist); what each row's outcome is is decided below, from the row as locked.
+  v_floor := SCHEMA.timeline_token_floor();
+  IF cardinality(p_rest) > 0 THEN
+    INSERT INTO SCHEMA.leases AS l (name) SELECT DISTINCT u FROM unnest(p_rest) AS u
       ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
-    -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
-    PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
-    -- Decided on the clock after the lock (now() is the transaction's start, before the wait):
-    -- an offer that lapsed while this claim waited is not accepted, and an expiry that passed
-    -- meanwhile counts.
-    v_now := clock_timestamp();
   END IF;
+  -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
+  PERFORM 1 FROM SCHEMA.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+  -- Decided on the clock after the lock (now() is the transaction's start, before the wait):
+  -- an offer that lapsed while this claim waited is not accepted, and an expiry that passed
+  -- meanwhile counts.
+  v_now := clock_timestamp();
   RETURN QUERY
   WITH req AS (
     SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.nxt, r.ttl_ms, r.contend,
@@ -362,10 +362,12 @@ BEGIN
     SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
            l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
            CASE
-             -- Read again under the lock. Not 'handed' if an operator or a clone ended the
-             -- handed term since the read in claim(), or its acceptance window ran out: then
-             -- decided as any contender's claim (an offer that lapsed leaves the lease free).
-             WHEN r.name = ANY (v_handed) AND l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
+             -- From the row as locked alone, never from claim()'s read before the lock: a release
+             -- that committed while this claim waited for the row has handed it the term (read
+             -- before, the row was the old holder's, and the waiter was answered 'busy' under its
+             -- own id); an offer an operator or a clone ended meanwhile, or whose window ran out,
+             -- is decided as any contender's claim (an offer that lapsed leaves the lease free).
+             WHEN r.contend AND l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
                THEN 'handed'
              WHEN NOT r.contend THEN
                CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > v_now
@@ -485,10 +487,12 @@ BEGIN
       SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.ord
         FROM unnest(p_names, p_holders, p_expects) WITH ORDINALITY AS r(name, holder, expect, ord)
        ORDER BY r.name
-    ), cur AS MATERIALIZED (
+    ), locked AS MATERIALIZED (
+      -- The clock is read per row once its lock is held (the join emits the row only after the
+      -- lateral locked it): now() is the transaction's start, before any wait for a row lock, and
+      -- an offer's window started there could end before the release commits.
       SELECT r.ord, r.name, r.holder AS req_holder, c.token, c.ours,
-             c.ours AND c.waiter IS NOT NULL AND c.waiter <> r.holder AND c.waiter_until > now() AS hand,
-             c.waiter, c.waiter_nonce, c.waiter_ttl_ms
+             c.waiter, c.waiter_nonce, c.waiter_ttl_ms, c.waiter_until, clock_timestamp() AS at
         FROM r, LATERAL (
           SELECT l.token, coalesce(l.holder = r.holder AND l.nonce = ANY (r.expect), false) AS ours,
                  l.waiter, l.waiter_nonce, l.waiter_ttl_ms, l.waiter_until
@@ -497,6 +501,9 @@ BEGIN
              AND ((l.holder = r.holder AND l.nonce = ANY (r.expect)) OR (l.waiter = r.holder AND l.waiter_nonce = ANY (r.expect)))
              FOR UPDATE
         ) AS c
+    ), cur AS MATERIALIZED (
+      SELECT k.*, k.ours AND k.waiter IS NOT NULL AND k.waiter <> k.req_holder AND k.waiter_until > k.at AS hand
+        FROM locked AS k
     ), floor AS MATERIALIZED (
       -- Once per batch, and only when some row is handed over (an uncorrelated subquery runs once).
       SELECT SCHEMA.timeline_token_floor() AS f WHERE EXISTS (SELECT 1 FROM cur WHERE cur.hand)
@@ -506,10 +513,10 @@ BEGIN
              nonce = CASE WHEN c.hand THEN c.waiter_nonce WHEN c.ours THEN NULL ELSE l.nonce END,
              token = CASE WHEN c.hand THEN GREATEST(l.token + 1, (SELECT f FROM floor) + 1) ELSE l.token END,
              -- An offer until the waiter accepts it (its claim): the acceptance window (migration 17).
-             expires_at = CASE WHEN c.hand THEN now() + least(c.waiter_ttl_ms, greatest(c.waiter_ttl_ms / 3, 500)) * interval '1 millisecond'
-                               WHEN c.ours THEN now() ELSE l.expires_at END,
-             term_started_at = CASE WHEN c.hand THEN now() ELSE l.term_started_at END,
-             renewed_at = CASE WHEN c.hand THEN now() ELSE l.renewed_at END,
+             expires_at = CASE WHEN c.hand THEN c.at + least(c.waiter_ttl_ms, greatest(c.waiter_ttl_ms / 3, 500)) * interval '1 millisecond'
+                               WHEN c.ours THEN c.at ELSE l.expires_at END,
+             term_started_at = CASE WHEN c.hand THEN c.at ELSE l.term_started_at END,
+             renewed_at = CASE WHEN c.hand THEN c.at ELSE l.renewed_at END,
              ended_by = CASE WHEN c.hand THEN NULL WHEN c.ours THEN 'released' ELSE l.ended_by END,
              waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
         FROM cur AS c
@@ -517,12 +524,12 @@ BEGIN
       RETURNING l.name, l.token
     ), hist AS (
       INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
-      SELECT h.name, h.event, h.holder, h.previous_holder, h.token, now(), h.detail
+      SELECT h.name, h.event, h.holder, h.previous_holder, h.token, h.at, h.detail
         FROM (
-          SELECT c.name, 0 AS step, 'released' AS event, NULL::text AS holder, c.req_holder AS previous_holder, c.token, NULL::text AS detail
+          SELECT c.name, 0 AS step, 'released' AS event, NULL::text AS holder, c.req_holder AS previous_holder, c.token, c.at, NULL::text AS detail
             FROM cur AS c WHERE c.ours
           UNION ALL
-          SELECT c.name, 1, 'acquired', c.waiter, NULL, u.token, 'handed over by the release'
+          SELECT c.name, 1, 'acquired', c.waiter, NULL, u.token, c.at, 'handed over by the release'
             FROM cur AS c JOIN upd AS u ON u.name = c.name WHERE c.hand
         ) AS h
        ORDER BY h.name, h.step
@@ -552,11 +559,12 @@ CREATE OR REPLACE FUNCTION SCHEMA.release_many_rows(p_names text[], p_holders te
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_now timestamptz := now();
+  v_now timestamptz;
   v_req record;
   v_row record;
   v_expect text[];
   v_token bigint;
+  v_hand boolean;
   v_handed boolean := false;
 BEGIN
   FOR v_req IN
@@ -569,8 +577,7 @@ BEGIN
     v_expect := string_to_array(v_req.expect, ',');
     SELECT l.token,
            coalesce(l.holder = v_req.holder AND l.nonce = ANY (v_expect), false) AS ours,
-           coalesce(l.waiter IS NOT NULL AND l.waiter <> v_req.holder AND l.waiter_until > v_now, false) AS hand,
-           l.waiter, l.waiter_nonce, l.waiter_ttl_ms
+           l.waiter, l.waiter_nonce, l.waiter_ttl_ms, l.waiter_until
       INTO v_row
       FROM SCHEMA.leases AS l
      WHERE l.name = v_req.name
@@ -580,6 +587,10 @@ BEGIN
       RETURN NEXT;
       CONTINUE;
     END IF;
+    -- The clock after the row's lock: now() is the transaction's start, before the wait for it,
+    -- and an offer's window started there could end before this release commits.
+    v_now := clock_timestamp();
+    v_hand := coalesce(v_row.waiter IS NOT NULL AND v_row.waiter <> v_req.holder AND v_row.waiter_until > v_now, false);
     IF NOT v_row.ours THEN
       -- The caller is the registered waiter, stopping: withdraw it.
       UPDATE SCHEMA.leases AS l SET waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
@@ -587,7 +598,7 @@ BEGIN
       RETURN NEXT;
       CONTINUE;
     END IF;
-    IF v_row.hand THEN
+    IF v_hand THEN
       UPDATE SCHEMA.leases AS l
          SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
              token = GREATEST(l.token + 1, SCHEMA.timeline_token_floor() + 1),

@@ -13,9 +13,11 @@
  *  1. The release (release_many, release_many_rows; `release` calls them) hands the term as
  *     before (a new token by the acquisition's rule, the waiter's nonce, history 'released' then
  *     'acquired', NOTIFY), but it expires at the end of the acceptance window: a third of the
- *     waiter's TTL, at least 500 ms, at most the TTL. A third is the default renew interval: a
- *     live waiter that is waiting hears the release at once (NOTIFY) and answers in one round
- *     trip, as a holder renews well within that. The floor is for short TTLs (a 300 ms TTL would
+ *     waiter's TTL, at least 500 ms, at most the TTL, from the clock the release reads once it
+ *     holds the row's lock (clock_timestamp(): now() is the transaction's start, before any wait
+ *     for the lock, and a window started there could end before the release commits). A third
+ *     is the default renew interval: a live waiter that is waiting hears the release at once
+ *     (NOTIFY) and answers in one round trip, as a holder renews well within that. The floor is for short TTLs (a 300 ms TTL would
  *     leave 100 ms): the waiter's answer also waits for its event loop, which the engine lets
  *     run up to 250 ms late before it calls the process paused (TermMachine.deadlineVerdict),
  *     and for a round trip on a loaded store; 500 ms covers both. Missing the window costs only
@@ -30,7 +32,9 @@
  *     acceptance a compare-and-swap: two clones (one holder id, the same registered nonces) could
  *     both confirm the old handed term; now the first accepts, and the other's claim finds a
  *     nonce it never registered. An offer that ended while the claim waited is decided as any
- *     contender's claim (claim_write, which now also decides on the clock after its lock).
+ *     contender's claim (claim_write, which now also decides on the clock after its lock, and
+ *     from the row as locked alone: an offer a release committed while the claim waited for the
+ *     row is accepted, not answered 'busy' under the waiter's own holder id).
  *     The answer is the acceptance: the engine begins a term only from it, so the waiter never
  *     acts on a term before its acceptance round trip answered, and its deadline is computed
  *     from its own TTL as for any acquisition.
@@ -136,22 +140,22 @@ CREATE OR REPLACE FUNCTION ${s}.claim_write(p_names text[], p_holders text[], p_
 AS $fn$
 #variable_conflict use_column
 DECLARE
-  v_now timestamptz := now();
+  v_now timestamptz;
   v_floor bigint;
-  v_handed text[] := p_handed;
-  v_rest text[] := p_rest;
 BEGIN
-  IF cardinality(v_rest) > 0 THEN
-    v_floor := ${s}.timeline_token_floor();
-    INSERT INTO ${s}.leases AS l (name) SELECT DISTINCT u FROM unnest(v_rest) AS u
+  -- p_handed (the names claim() read as handed, before any lock) only spares those rows the
+  -- INSERT (they exist); what each row's outcome is is decided below, from the row as locked.
+  v_floor := ${s}.timeline_token_floor();
+  IF cardinality(p_rest) > 0 THEN
+    INSERT INTO ${s}.leases AS l (name) SELECT DISTINCT u FROM unnest(p_rest) AS u
       ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
-    -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
-    PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
-    -- Decided on the clock after the lock (now() is the transaction's start, before the wait):
-    -- an offer that lapsed while this claim waited is not accepted, and an expiry that passed
-    -- meanwhile counts.
-    v_now := clock_timestamp();
   END IF;
+  -- Every row of the batch, the handed ones too (their acceptance writes): in name order.
+  PERFORM 1 FROM ${s}.leases AS l WHERE l.name = ANY (p_names) ORDER BY l.name FOR UPDATE;
+  -- Decided on the clock after the lock (now() is the transaction's start, before the wait):
+  -- an offer that lapsed while this claim waited is not accepted, and an expiry that passed
+  -- meanwhile counts.
+  v_now := clock_timestamp();
   RETURN QUERY
   WITH req AS (
     SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.nxt, r.ttl_ms, r.contend,
@@ -162,10 +166,12 @@ BEGIN
     SELECT r.*, l.holder AS cur_holder, l.nonce AS cur_nonce, l.token AS cur_token,
            l.expires_at AS cur_expires, l.ended_by AS cur_ended_by,
            CASE
-             -- Read again under the lock. Not 'handed' if an operator or a clone ended the
-             -- handed term since the read in claim(), or its acceptance window ran out: then
-             -- decided as any contender's claim (an offer that lapsed leaves the lease free).
-             WHEN r.name = ANY (v_handed) AND l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
+             -- From the row as locked alone, never from claim()'s read before the lock: a release
+             -- that committed while this claim waited for the row has handed it the term (read
+             -- before, the row was the old holder's, and the waiter was answered 'busy' under its
+             -- own id); an offer an operator or a clone ended meanwhile, or whose window ran out,
+             -- is decided as any contender's claim (an offer that lapsed leaves the lease free).
+             WHEN r.contend AND l.holder = r.holder AND l.nonce = ANY (r.handoff) AND l.expires_at > v_now
                THEN 'handed'
              WHEN NOT r.contend THEN
                CASE WHEN l.holder = r.holder AND l.nonce = ANY (r.expect) AND l.expires_at > v_now
@@ -255,10 +261,12 @@ BEGIN
       SELECT r.name, r.holder, string_to_array(r.expect, ',') AS expect, r.ord
         FROM unnest(p_names, p_holders, p_expects) WITH ORDINALITY AS r(name, holder, expect, ord)
        ORDER BY r.name
-    ), cur AS MATERIALIZED (
+    ), locked AS MATERIALIZED (
+      -- The clock is read per row once its lock is held (the join emits the row only after the
+      -- lateral locked it): now() is the transaction's start, before any wait for a row lock, and
+      -- an offer's window started there could end before the release commits.
       SELECT r.ord, r.name, r.holder AS req_holder, c.token, c.ours,
-             c.ours AND c.waiter IS NOT NULL AND c.waiter <> r.holder AND c.waiter_until > now() AS hand,
-             c.waiter, c.waiter_nonce, c.waiter_ttl_ms
+             c.waiter, c.waiter_nonce, c.waiter_ttl_ms, c.waiter_until, clock_timestamp() AS at
         FROM r, LATERAL (
           SELECT l.token, coalesce(l.holder = r.holder AND l.nonce = ANY (r.expect), false) AS ours,
                  l.waiter, l.waiter_nonce, l.waiter_ttl_ms, l.waiter_until
@@ -267,6 +275,9 @@ BEGIN
              AND ((l.holder = r.holder AND l.nonce = ANY (r.expect)) OR (l.waiter = r.holder AND l.waiter_nonce = ANY (r.expect)))
              FOR UPDATE
         ) AS c
+    ), cur AS MATERIALIZED (
+      SELECT k.*, k.ours AND k.waiter IS NOT NULL AND k.waiter <> k.req_holder AND k.waiter_until > k.at AS hand
+        FROM locked AS k
     ), floor AS MATERIALIZED (
       -- Once per batch, and only when some row is handed over (an uncorrelated subquery runs once).
       SELECT ${s}.timeline_token_floor() AS f WHERE EXISTS (SELECT 1 FROM cur WHERE cur.hand)
@@ -276,10 +287,10 @@ BEGIN
              nonce = CASE WHEN c.hand THEN c.waiter_nonce WHEN c.ours THEN NULL ELSE l.nonce END,
              token = CASE WHEN c.hand THEN GREATEST(l.token + 1, (SELECT f FROM floor) + 1) ELSE l.token END,
              -- An offer until the waiter accepts it (its claim): the acceptance window (migration 17).
-             expires_at = CASE WHEN c.hand THEN now() + least(c.waiter_ttl_ms, greatest(c.waiter_ttl_ms / 3, 500)) * interval '1 millisecond'
-                               WHEN c.ours THEN now() ELSE l.expires_at END,
-             term_started_at = CASE WHEN c.hand THEN now() ELSE l.term_started_at END,
-             renewed_at = CASE WHEN c.hand THEN now() ELSE l.renewed_at END,
+             expires_at = CASE WHEN c.hand THEN c.at + least(c.waiter_ttl_ms, greatest(c.waiter_ttl_ms / 3, 500)) * interval '1 millisecond'
+                               WHEN c.ours THEN c.at ELSE l.expires_at END,
+             term_started_at = CASE WHEN c.hand THEN c.at ELSE l.term_started_at END,
+             renewed_at = CASE WHEN c.hand THEN c.at ELSE l.renewed_at END,
              ended_by = CASE WHEN c.hand THEN NULL WHEN c.ours THEN 'released' ELSE l.ended_by END,
              waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
         FROM cur AS c
@@ -287,12 +298,12 @@ BEGIN
       RETURNING l.name, l.token
     ), hist AS (
       INSERT INTO ${s}.history (name, event, holder, previous_holder, token, at, detail)
-      SELECT h.name, h.event, h.holder, h.previous_holder, h.token, now(), h.detail
+      SELECT h.name, h.event, h.holder, h.previous_holder, h.token, h.at, h.detail
         FROM (
-          SELECT c.name, 0 AS step, 'released' AS event, NULL::text AS holder, c.req_holder AS previous_holder, c.token, NULL::text AS detail
+          SELECT c.name, 0 AS step, 'released' AS event, NULL::text AS holder, c.req_holder AS previous_holder, c.token, c.at, NULL::text AS detail
             FROM cur AS c WHERE c.ours
           UNION ALL
-          SELECT c.name, 1, 'acquired', c.waiter, NULL, u.token, 'handed over by the release'
+          SELECT c.name, 1, 'acquired', c.waiter, NULL, u.token, c.at, 'handed over by the release'
             FROM cur AS c JOIN upd AS u ON u.name = c.name WHERE c.hand
         ) AS h
        ORDER BY h.name, h.step
@@ -322,11 +333,12 @@ CREATE OR REPLACE FUNCTION ${s}.release_many_rows(p_names text[], p_holders text
  LANGUAGE plpgsql
 AS $fn$
 DECLARE
-  v_now timestamptz := now();
+  v_now timestamptz;
   v_req record;
   v_row record;
   v_expect text[];
   v_token bigint;
+  v_hand boolean;
   v_handed boolean := false;
 BEGIN
   FOR v_req IN
@@ -339,8 +351,7 @@ BEGIN
     v_expect := string_to_array(v_req.expect, ',');
     SELECT l.token,
            coalesce(l.holder = v_req.holder AND l.nonce = ANY (v_expect), false) AS ours,
-           coalesce(l.waiter IS NOT NULL AND l.waiter <> v_req.holder AND l.waiter_until > v_now, false) AS hand,
-           l.waiter, l.waiter_nonce, l.waiter_ttl_ms
+           l.waiter, l.waiter_nonce, l.waiter_ttl_ms, l.waiter_until
       INTO v_row
       FROM ${s}.leases AS l
      WHERE l.name = v_req.name
@@ -350,6 +361,10 @@ BEGIN
       RETURN NEXT;
       CONTINUE;
     END IF;
+    -- The clock after the row's lock: now() is the transaction's start, before the wait for it,
+    -- and an offer's window started there could end before this release commits.
+    v_now := clock_timestamp();
+    v_hand := coalesce(v_row.waiter IS NOT NULL AND v_row.waiter <> v_req.holder AND v_row.waiter_until > v_now, false);
     IF NOT v_row.ours THEN
       -- The caller is the registered waiter, stopping: withdraw it.
       UPDATE ${s}.leases AS l SET waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
@@ -357,7 +372,7 @@ BEGIN
       RETURN NEXT;
       CONTINUE;
     END IF;
-    IF v_row.hand THEN
+    IF v_hand THEN
       UPDATE ${s}.leases AS l
          SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
              token = GREATEST(l.token + 1, ${s}.timeline_token_floor() + 1),
