@@ -40,12 +40,14 @@ void describe('per-slot: a try answered after the winner released', () => {
     // after the other replica's no-op job at `slot` and its release.
     const slow = new Proxy(cw.store, {
       get(target, prop) {
+        // A store that ignores unlessReleasedSince (the reference store honours it, and would
+        // refuse the late try outright), and says so: the late term and its read are what is
+        // under test.
+        if (prop === 'honoursReleasedSince') return undefined;
         const v: unknown = Reflect.get(target, prop, target);
         if (typeof v !== 'function') return v;
         const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
         if (prop !== 'claim') return f;
-        // A store that ignores unlessReleasedSince (the reference store honours it, and would
-        // refuse the late try outright): the late term and its read are what is under test.
         const ignoring = (reqs: ClaimRequest[]): unknown => f(reqs.map(({ unlessReleasedSince: _u, ...r }) => r));
         return (reqs: ClaimRequest[]) => new Promise((resolve) => cw.clock.setTimeout(() => resolve(ignoring(reqs)), 300));
       },
