@@ -50,6 +50,7 @@ import { cronPruner, cronRetention } from './retention.js';
 import { scheduleNoter } from './schedule-record.js';
 import { SessionWatch } from './session-watch.js';
 import { StoreOffset } from './store-offset.js';
+import { earlyClaim, sendsClaimEarly } from './early-claim.js';
 import { slotStatus, trySlotTerm } from './slot-wait.js';
 import { FINAL_SLOT_STATUSES, ledgerCall, slotIdempotencyKey, slotKey, type SlotClaimResult, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
@@ -336,22 +337,22 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
    * is over.
    */
   async function slotTerm(term: Term, lease: Lease, what: 'startup' | 'late' | number, since: number | undefined): Promise<number | 'early' | undefined> {
-    /**
-     * An on-time slot's claim, sent with the ledger reads rather than after them: the job then
-     * starts one round trip after the term is won, not one per read more. The claim rule decides
-     * the slot's row whatever the reads find (an ended term's 'claimed' row is rerun or skipped,
-     * a final one is 'done'), and a slot owed from before still runs first: its claim result is
-     * only used when runAll reaches the slot. Only on a store that refuses a contender once the
-     * slot's winner has released (LeasePort.honoursReleasedSince): elsewhere a term won that late
-     * reads the slot done, and its claim would be one more write for nothing (per-slot-late.test.ts).
-     */
+    /** The on-time slot's claim, when it went out with the reads (./early-claim.ts). */
     let ahead: Promise<SlotClaimResult | undefined> | undefined;
+    const claimAhead = sendsClaimEarly(leasehold.store, catchUp, onInterrupted) ? (t: number) => (ahead = earlyClaim(claimSlot(term, t))) : undefined;
+    let cursor: number | 'early' | undefined;
     try {
-      return await owedThen(term, lease, what, since, leasehold.store.honoursReleasedSince === true ? (t) => (ahead = claimSlot(term, t)) : undefined);
-    } finally {
-      // Settled before the term moves on (it is released next), whether the slot ran or not.
+      cursor = await owedThen(term, lease, what, since, claimAhead);
+    } catch (e) {
+      // Settled before the term moves on (it is released next); the first error is the one told.
       await ahead?.catch(() => undefined);
+      throw e;
     }
+    // A claim whose answer the term never used (it ended first, or the reads said nothing was
+    // left to do) still says a ledger that rejects claims: that goes where any ledger error goes
+    // (the cron stops), rather than the next slot's term finding out the same way.
+    await ahead;
+    return cursor;
   }
 
   /** slotTerm's work; `claimAhead`, when given, sends the on-time slot's claim (slotTerm settles it). */
