@@ -16,27 +16,39 @@
  * steady state (the slots before the first kill).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
 import { fileURLToPath } from 'node:url';
 import { openSlotLedger, openStore } from '../src/backends/index.js';
-import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
+import { makeTestStore, TEST_PG_URL, type StoreKind } from '../test/helpers/stores.js';
 import type { CronMode } from '../src/scheduler/cron.js';
 import { sleep, stat, uniq, type Recorder, type Stat } from './lib.js';
 import type { CronReplicaConfig } from './cron-replica.js';
 import type { PeerReplicaConfig } from './cron-peer-replica.js';
+import type { FloorReplicaConfig } from './cron-floor-replica.js';
 import { randomKey, redisClient } from './peers.js';
 import { TEST_REDIS_URL } from '../test/helpers/redis-store.js';
 
 const replicaJs = fileURLToPath(new URL('./cron-replica.js', import.meta.url));
 const peerJs = fileURLToPath(new URL('./cron-peer-replica.js', import.meta.url));
+const floorJs = fileURLToPath(new URL('./cron-floor-replica.js', import.meta.url));
 const PERIOD_MS = 1000;
+
+/** Slots run after the start-up ones in a run with no kill (bench/cron-released-since.ts --slots). */
+export const cronRun = { steadySlots: 8 };
 
 interface Replica {
   proc: ChildProcess;
   ran: string[];
-  /** Peers: each job start, [slot ms, start ms by this host's clock]. */
+  /** Each job start, [slot ms, start ms by this host's clock]. */
   starts: Array<[number, number]>;
-  /** leasehold: when it sent each contender's claim (this host's clock). */
+  /** leasehold and the floor: when it sent each contender's claim (this host's clock). */
   fires: number[];
+  /** leasehold with `trace`: each store and ledger call, [method, sent ms, answered ms]. */
+  calls: Array<[string, number, number]>;
   requests: number;
   /** Its requests by method (`store.acquire`, `ledger.claim`, `store.acquire!NotAcquiredError` for the refused). */
   byMethod: Record<string, number>;
@@ -44,10 +56,10 @@ interface Replica {
   ranAt: number;
 }
 
-function startReplica(config: CronReplicaConfig | PeerReplicaConfig): Promise<Replica> {
-  const js = 'peer' in config ? peerJs : replicaJs;
+function startReplica(config: CronReplicaConfig | PeerReplicaConfig | FloorReplicaConfig): Promise<Replica> {
+  const js = 'peer' in config ? peerJs : 'floor' in config ? floorJs : (config.replicaJs ?? replicaJs);
   const proc = spawn(process.execPath, [js, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const r: Replica = { proc, ran: [], starts: [], fires: [], requests: 0, byMethod: {}, ranAt: 0 };
+  const r: Replica = { proc, ran: [], starts: [], fires: [], calls: [], requests: 0, byMethod: {}, ranAt: 0 };
   let buf = '';
   return new Promise((resolve, reject) => {
     proc.stdout!.on('data', (d: Buffer) => {
@@ -57,6 +69,13 @@ function startReplica(config: CronReplicaConfig | PeerReplicaConfig): Promise<Re
       for (const l of lines) {
         if (l === 'up') resolve(r);
         else if (l.startsWith('fire ')) r.fires.push(Number(l.slice(5)));
+        else if (l.startsWith('start ')) {
+          const [slot, at] = l.slice(6).split(' ');
+          r.starts.push([Number(slot), Number(at)]);
+        } else if (l.startsWith('call ')) {
+          const [m, sent, answered] = l.slice(5).split(' ');
+          r.calls.push([m!, Number(sent), Number(answered)]);
+        }
         else if (l.startsWith('ran ')) {
           const [slot, at] = l.slice(4).split(' ');
           r.ran.push(slot!);
@@ -86,10 +105,79 @@ export interface Outcome {
   steadyDuplicates: number;
   steadyMisses: number;
   /**
-   * Per-slot mode: per slot run, its start (the ledger claim's store time) minus the first
-   * replica's fire for it (the earliest contender's claim sent from 20 ms before the slot to half a period after).
+   * Per-slot mode and the floor: per slot run, its job's start minus the first replica's fire
+   * for it (the earliest contender's claim sent from 20 ms before the slot to half a period
+   * after), both by this host's clock.
    */
   afterFirstFire?: Stat;
+  /** Per-slot mode with `trace`: where the winner's milliseconds went (see winnerSplit). */
+  split?: Record<string, Stat>;
+  /** Per-slot mode and the floor: per slot, its first fire after the slot's time (timers, and what a replica does before its claim goes out). */
+  firstFireLate?: Stat;
+}
+
+/** Per slot in [from, to], the first replica's fire for it after the slot's time. */
+function firstFiresLate(all: Replica[], from: number, to: number): number[] {
+  const fires = all.flatMap((r) => r.fires).sort((a, b) => a - b);
+  const out: number[] = [];
+  for (let slot = from; slot <= to; slot += PERIOD_MS) {
+    const f = fires.find((t) => t >= slot - 20 && t < slot + PERIOD_MS / 2);
+    if (f !== undefined) out.push(f - slot);
+  }
+  return out;
+}
+
+/** Per slot started (once, the earliest start), its start minus the first replica's fire for it. */
+function startsAfterFirstFire(all: Replica[], counts: (slot: number) => boolean): number[] {
+  const fires = all.flatMap((r) => r.fires).sort((a, b) => a - b);
+  const first = new Map<number, number>();
+  for (const [slot, at] of all.flatMap((r) => r.starts)) if (counts(slot)) first.set(slot, Math.min(first.get(slot) ?? Infinity, at));
+  return [...first].flatMap(([slot, at]) => {
+    // From just before the slot (one host's clock, a few ms of timer and offset error): a
+    // replica started mid-period sends its startup claim earlier, and that is no fire for it.
+    const f = fires.find((t) => t >= slot - 20 && t < slot + PERIOD_MS / 2);
+    return f === undefined ? [] : [at - f];
+  });
+}
+
+/**
+ * Where the winner's milliseconds go, per slot in [from, to] (by the replicas' traces, one
+ * host's clock): 'timer' the first fire after the slot's time (the timer's lateness and
+ * whatever the engine does before its claim goes out); 'winner fired' the winner's own fire
+ * after the first; 'acquire' its lease claim's round trip; 'ledger calls' how many store calls
+ * it sent between that answer and the job's start, and 'ledger ms' how long one was in flight
+ * then; 'rest' the remainder of that stretch (CPU, awaits); 'total' the job's start after the
+ * first fire.
+ */
+function winnerSplit(all: Replica[], from: number, to: number): Record<string, Stat> {
+  const fires = all.flatMap((r) => r.fires).sort((a, b) => a - b);
+  const parts: Record<string, number[]> = { timer: [], 'winner fired': [], acquire: [], 'ledger calls': [], 'ledger ms': [], rest: [], total: [] };
+  for (const r of all) {
+    for (const [slot, at] of r.starts) {
+      if (slot < from || slot > to) continue;
+      const first = fires.find((t) => t >= slot - 20 && t < slot + PERIOD_MS / 2);
+      const own = r.fires.filter((t) => t >= slot - 20 && t <= at).at(-1);
+      const acquire = own === undefined ? undefined : r.calls.find(([m, sent]) => m === 'store.claim' && sent >= own);
+      if (first === undefined || own === undefined || acquire === undefined) continue;
+      const between = r.calls.filter(([m, sent]) => m.startsWith('ledger.') && sent >= acquire[2] - 0.5 && sent < at);
+      // The time some ledger call was in flight (calls sent together overlap).
+      let ledgerMs = 0;
+      let covered = -Infinity;
+      for (const [, sent, answered] of [...between].sort((a, b) => a[1] - b[1])) {
+        const end = Math.min(answered, at);
+        if (end > covered) ledgerMs += end - Math.max(sent, covered);
+        covered = Math.max(covered, end);
+      }
+      parts['timer']!.push(first - slot);
+      parts['winner fired']!.push(own - first);
+      parts['acquire']!.push(acquire[2] - acquire[1]);
+      parts['ledger calls']!.push(between.length);
+      parts['ledger ms']!.push(ledgerMs);
+      parts['rest']!.push(at - acquire[2] - ledgerMs);
+      parts['total']!.push(at - first);
+    }
+  }
+  return Object.fromEntries(Object.entries(parts).map(([k, v]) => [k, stat(v)]));
 }
 
 function sumBy(rs: Replica[]): Record<string, number> {
@@ -149,8 +237,8 @@ async function drive(start: () => Promise<Replica>, live: Replica[], replicas: n
     await sleep(ttl);
     await waitSlots(2);
   }
-  // With no kills: a steady run of 8 slots, for the contention cost alone.
-  await waitSlots(kills === 0 ? 8 : 2);
+  // With no kills: a steady run of slots, for the contention cost alone.
+  await waitSlots(kills === 0 ? cronRun.steadySlots : 2);
   const lastSlot = Math.floor(Date.now() / PERIOD_MS) * PERIOD_MS - PERIOD_MS;
   // The request counts of the dead are their last report (at most 200 ms old).
   const requests = all.reduce((n, r) => n + r.requests, 0);
@@ -205,16 +293,11 @@ export async function oneMode(kind: StoreKind, mode: CronMode, kills: number, tt
     const steadyTo = d.killAts.length > 0 ? Math.floor(d.killAts[0]! / PERIOD_MS) * PERIOD_MS : lastSlot;
     let steadyMisses = 0;
     for (let t = firstSlot; t <= steadyTo; t += PERIOD_MS) if (!keptAt.has(t)) steadyMisses++;
-    const fires = d.all.flatMap((r) => r.fires).sort((a, b) => a - b);
-    const afterFirstFire = rows.flatMap((r) => {
-      if (r.status !== 'succeeded' || r.startedAtMs === null) return [];
-      // From just before the slot (one host's clock, a few ms of timer and offset error): a
-      // replica started mid-period sends its startup claim earlier, and that is no fire for it.
-      const first = fires.find((f) => f >= r.slotAtMs! - 20 && f < r.slotAtMs! + PERIOD_MS / 2);
-      return first === undefined ? [] : [r.startedAtMs - first];
-    });
+    // The job starts of slots the ledger has succeeded (by this host's clock, as the fires are).
+    const succeeded = new Set(rows.filter((r) => r.status === 'succeeded').map((r) => r.slotAtMs!));
+    const afterFirstFire = startsAfterFirstFire(d.all, (slot) => succeeded.has(slot));
     return {
-      ...(mode === 'per-slot' ? { afterFirstFire: stat(afterFirstFire) } : {}),
+      ...(mode === 'per-slot' ? { afterFirstFire: stat(afterFirstFire), firstFireLate: stat(firstFiresLate(d.all, firstSlot, lastSlot)), ...(config.trace === true ? { split: winnerSplit(d.all, firstSlot, lastSlot) } : {}) } : {}),
       lateness: stat(lateness),
       perSlotByMethod: d.perSlotByMethod,
       lostPerKill: kills === 0 ? slots - kept : (slots - kept) / kills,
@@ -275,6 +358,82 @@ export async function onePeer(peer: Peer, kills: number, ttl: number, replicas: 
     } finally {
       redis.disconnect();
     }
+  }
+}
+
+/** The stores the raw floor (cron-floor-replica.ts) has a one-call claim for. */
+export const FLOOR_STORES: readonly StoreKind[] = ['redis', 'sqlite', 'postgres'];
+
+/**
+ * The raw floor of per-slot cron's start, driven as oneMode drives leasehold: `replicas`
+ * processes, each firing on every slot boundary and claiming the slot with one store call, no
+ * kill. Its afterFirstFire is measured as leasehold's is.
+ */
+export async function oneFloor(kind: StoreKind, replicas: number, ttl: number): Promise<Outcome> {
+  const space = randomKey('floor').replace(/-/g, '_');
+  let target: string;
+  let drop: () => Promise<void>;
+  if (kind === 'redis') {
+    target = TEST_REDIS_URL;
+    drop = async () => {
+      const redis = redisClient();
+      try {
+        for (let cursor = '0'; ; ) {
+          const [next, keys] = await redis.scan(cursor, 'MATCH', `${space}:*`, 'COUNT', 1000);
+          if (keys.length > 0) await redis.del(...keys);
+          cursor = next;
+          if (cursor === '0') break;
+        }
+      } finally {
+        redis.disconnect();
+      }
+    };
+  } else if (kind === 'sqlite') {
+    const dir = mkdtempSync(join(tmpdir(), 'lh-floor-'));
+    target = join(dir, 'floor.db');
+    const Database = createRequire(import.meta.url)('better-sqlite3') as new (file: string) => { exec(sql: string): void; pragma(s: string): unknown; close(): void };
+    const db = new Database(target);
+    db.pragma('journal_mode = WAL');
+    db.exec(`CREATE TABLE ${space} (slot INTEGER PRIMARY KEY)`);
+    db.close();
+    drop = () => Promise.resolve(rmSync(dir, { recursive: true, force: true }));
+  } else if (kind === 'postgres') {
+    target = TEST_PG_URL;
+    const sql = async (text: string): Promise<void> => {
+      const c = new pg.Client({ connectionString: TEST_PG_URL });
+      await c.connect();
+      try {
+        await c.query(text);
+      } finally {
+        await c.end();
+      }
+    };
+    await sql(`CREATE TABLE ${space} (slot bigint PRIMARY KEY)`);
+    drop = () => sql(`DROP TABLE IF EXISTS ${space}`);
+  } else throw new Error(`no raw floor for ${kind}`);
+  const config: FloorReplicaConfig = { floor: kind, target, space, periodMs: PERIOD_MS, ttlMs: ttl };
+  const live: Replica[] = [];
+  try {
+    const d = await drive(() => startReplica(config), live, replicas, 0, ttl, 0);
+    const { firstSlot, lastSlot } = d;
+    const inSpanSlot = (slot: number): boolean => slot >= firstSlot && slot <= lastSlot;
+    const starts = d.all.flatMap((r) => r.starts).filter(([s]) => inSpanSlot(s));
+    const slots = (lastSlot - firstSlot) / PERIOD_MS + 1;
+    return {
+      afterFirstFire: stat(startsAfterFirstFire(d.all, inSpanSlot)),
+      firstFireLate: stat(firstFiresLate(d.all, firstSlot, lastSlot)),
+      lateness: stat(starts.map(([s, at]) => at - s)),
+      perSlotByMethod: {},
+      lostPerKill: slots - new Set(starts.map(([s]) => s)).size,
+      requestsPerSlot: d.requests,
+      slots,
+      takeover: stat([]),
+      steadyDuplicates: duplicates(d.all, firstSlot, lastSlot),
+      steadyMisses: 0,
+    };
+  } finally {
+    for (const r of live) r.proc.kill('SIGKILL');
+    await drop();
   }
 }
 

@@ -46,11 +46,13 @@ import type { Lease, Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
 import { slotsBetween } from './schedule.js';
 import { CronHandle, type CronOptions, type SlotEvent, type SlotJob } from './cron-handle.js';
-import { cronRetention, pruneLedger } from './retention.js';
+import { cronPruner, cronRetention } from './retention.js';
 import { scheduleNoter } from './schedule-record.js';
 import { SessionWatch } from './session-watch.js';
+import { StoreOffset } from './store-offset.js';
+import { earlyClaim, sendsClaimEarly } from './early-claim.js';
 import { slotStatus, trySlotTerm } from './slot-wait.js';
-import { FINAL_SLOT_STATUSES, ledgerCall, slotIdempotencyKey, slotKey, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
+import { FINAL_SLOT_STATUSES, ledgerCall, slotIdempotencyKey, slotKey, type SlotClaimResult, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
 
@@ -71,9 +73,6 @@ const RECHECK_AFTER_MS = 250;
 /** After a slot's claim got no answer (a store error): when to try the slot again. */
 const ERROR_RETRY_MS = 500;
 
-/** A host clock further than this from the store's is logged (the lag of etcd's clock bound included). */
-const SKEW_WARN_MS = 2000;
-
 /**
  * Runs `job` once per slot of `options.schedule` across every replica that calls this with the
  * same `name` and store. `ledger` must live in the same store as the leases (its claims check the
@@ -86,7 +85,6 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   const onInterrupted = options.onInterrupted ?? 'rerun';
   if (onInterrupted !== 'rerun' && onInterrupted !== 'skip') throw new ConfigError(`onInterrupted ${JSON.stringify(onInterrupted)} is not rerun or skip`);
   const windowMs = parseDuration(options.catchUpWindow ?? '1h', 'catchUpWindow');
-  const retention = cronRetention(options.retention, windowMs, ledger);
   const mode = options.mode ?? 'per-slot';
   if (mode !== 'per-slot' && mode !== 'leader') throw new ConfigError(`mode ${JSON.stringify(mode)} is not per-slot or leader`);
   const stop = new AbortController();
@@ -95,6 +93,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   // A schedule with no next slot would have this replica lead for ever and run nothing.
   if (schedule.next(leasehold.clock.wallNow()) === null) throw new ConfigError(`schedule ${schedule.description} has no next slot: it never fires`);
   const clock = leasehold.clock;
+  const prune = cronPruner(ledger, name, cronRetention(options.retention, windowMs, ledger), { catchUpWindowMs: windowMs, clock, logger: leasehold.logger, signal });
   const emit = (e: SlotEvent): void => void handle.emit('slot', e);
   /** Not retryable (schema, SQL): running without a working ledger would run slots unrecorded. */
   const fail = (e: unknown): void => {
@@ -127,24 +126,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     handle = new CronHandle({ name, schedule, ledger }, mode, lease, undefined, stop);
   }
 
-  /** Store time minus local wall time, from the last ledger answer. */
-  let offsetMs = 0;
-  /** The offset last warned about: said once, and again when it moves by a bound. */
-  let warnedOffsetMs = 0;
-  const noteStoreNow = (storeNowMs: number): number => {
-    offsetMs = storeNowMs - clock.wallNow();
-    // Slots are judged by the store's clock whatever this host's says; a host far off it is
-    // still worth saying (its logs, and any job that reads the local time, are that far off).
-    if (Math.abs(offsetMs) > SKEW_WARN_MS && Math.abs(offsetMs - warnedOffsetMs) > SKEW_WARN_MS) {
-      warnedOffsetMs = offsetMs;
-      leasehold.logger.warn(
-        { lease: name, offsetMs: Math.round(offsetMs) },
-        `leasehold: this host's clock is ${(Math.abs(offsetMs) / 1000).toFixed(1)}s ${offsetMs < 0 ? 'ahead of' : 'behind'} the store's; slots are judged by the store's clock`,
-      );
-    }
-    return storeNowMs;
-  };
-  const storeNow = (): number => clock.wallNow() + offsetMs;
+  const offset = new StoreOffset(clock, leasehold.logger, name);
+  const noteStoreNow = (storeNowMs: number): number => offset.note(storeNowMs);
+  const storeNow = (): number => offset.now();
 
   const call = <T>(term: Term, fn: () => Promise<T>): Promise<T | undefined> => ledgerCall(leasehold, name, term, fn);
   /** The schedule's record (cron ls, the dashboard): written when it changes, not per slot. */
@@ -353,8 +337,30 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
    * is over.
    */
   async function slotTerm(term: Term, lease: Lease, what: 'startup' | 'late' | number, since: number | undefined): Promise<number | 'early' | undefined> {
+    /** The on-time slot's claim, when it went out with the reads (./early-claim.ts). */
+    let ahead: Promise<SlotClaimResult | undefined> | undefined;
+    const claimAhead = sendsClaimEarly(leasehold.store, catchUp, onInterrupted) ? (t: number) => (ahead = earlyClaim(claimSlot(term, t))) : undefined;
+    let cursor: number | 'early' | undefined;
+    try {
+      cursor = await owedThen(term, lease, what, since, claimAhead);
+    } catch (e) {
+      // Settled before the term moves on (it is released next); the first error is the one told.
+      await ahead?.catch(() => undefined);
+      throw e;
+    }
+    // A claim whose answer the term never used (it ended first, or the reads said nothing was
+    // left to do) still says a ledger that rejects claims: that goes where any ledger error goes
+    // (the cron stops), rather than the next slot's term finding out the same way.
+    await ahead;
+    return cursor;
+  }
+
+  /** slotTerm's work; `claimAhead`, when given, sends the on-time slot's claim (slotTerm settles it). */
+  async function owedThen(term: Term, lease: Lease, what: 'startup' | 'late' | number, since: number | undefined, claimAhead?: (t: number) => Promise<SlotClaimResult | undefined>): Promise<number | 'early' | undefined> {
     const who: SlotTerm = { name, holder: term.holder, token: term.token };
     let lower: number;
+    /** The on-time slot's claim, when it went out with the reads. */
+    let ahead: Promise<SlotClaimResult | undefined> | undefined;
     let upTo = typeof what === 'number' ? what : storeNow();
     let rows: SlotRecord[];
     if (since === undefined) {
@@ -365,11 +371,13 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       if (typeof what !== 'number') upTo = now;
       // Timed by this host's clock before any store answer: not due yet by the store's.
       else if (what > now) return 'early';
+      if (typeof what === 'number') ahead = claimAhead?.(what);
       const windowStart = now - windowMs;
-      const recent = await call(term, () => ledger.records(name, { sinceMs: windowStart, limit: 1_000_000 }));
-      if (recent === undefined) return undefined;
-      const older = await call(term, () => ledger.records(name, { sinceMs: 0, untilMs: windowStart, limit: 1 }));
-      if (older === undefined) return undefined;
+      const [recent, older] = await Promise.all([
+        call(term, () => ledger.records(name, { sinceMs: windowStart, limit: 1_000_000 })),
+        call(term, () => ledger.records(name, { sinceMs: 0, untilMs: windowStart, limit: 1 })),
+      ]);
+      if (recent === undefined || older === undefined) return undefined;
       rows = recent;
       // Slots before the name's first row were never owed (as in lead()): a name the ledger has
       // never seen starts with this slot, or at startup with the next one.
@@ -380,6 +388,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       // one itself): nothing to read. The common case for a replica that wins twice in a row.
       if (slotsBetween(schedule, lower, upTo).filter((t) => t !== what).length === 0) rows = [];
       else {
+        if (typeof what === 'number') ahead = claimAhead?.(what);
         const read = await call(term, () => ledger.records(name, { sinceMs: lower, untilMs: upTo, limit: 1_000_000 }));
         if (read === undefined) return undefined;
         rows = read;
@@ -402,10 +411,10 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     // The read says an earlier term finished this slot: this replica's try was answered after
     // that term had released (on SQLite, ten processes' write locks queue for longer than a
     // short job's whole term). That term settled what was owed before the slot first, so with
-    // nothing missing or interrupted here either, there is nothing to do, and the claim (on
-    // SQLite a write lock the other replicas queue behind) would only repeat what the read said.
+    // nothing missing or interrupted here either, there is nothing to do. (A first term's claim
+    // went out with its reads and says 'done' too; one that claimed after all is run.)
     const own = typeof what === 'number' ? known.get(slotKey(what)) : undefined;
-    if (typeof what === 'number' && own !== undefined && own.token < term.token && FINAL_SLOT_STATUSES.has(own.status) && missed.length === 0 && interrupted.length === 0 && !rows.some((r) => r.status === 'claimed' && r.token < term.token)) {
+    if (typeof what === 'number' && own !== undefined && own.token < term.token && FINAL_SLOT_STATUSES.has(own.status) && missed.length === 0 && interrupted.length === 0 && !rows.some((r) => r.status === 'claimed' && r.token < term.token) && (await ahead)?.outcome !== 'claimed') {
       emit({ name, slot: slotKey(what), slotAtMs: what, token: term.token, event: 'done-already', reason: own.reason ?? own.status });
       return Math.max(lower, what);
     }
@@ -426,9 +435,13 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     }
     const owed = [...new Set([...interrupted, ...run])].sort((a, b) => a - b);
     const catchingUp = owed.filter((t) => t !== what);
-    await note(term, catchingUp, storeNow());
+    // The schedule's record says a catch-up before it runs; with none, it is written (a replica's
+    // first term) beside the job, not before it.
+    const noted = note(term, catchingUp, storeNow());
+    if (catchingUp.length > 0) await noted;
     if (typeof what === 'number' && !owed.includes(what)) owed.push(what);
-    const cursor = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower), typeof what === 'number' ? what : undefined);
+    const cursor = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower), typeof what === 'number' ? what : undefined, ahead);
+    await noted;
     if (cursor !== undefined && catchingUp.length > 0) await note(term, [], storeNow());
     return cursor;
   }
@@ -438,20 +451,27 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
    * overlap. Resolves with the new cursor (everything up to it is handled), or undefined when
    * the term is over.
    */
-  async function runAll(term: Term, lease: Lease, slots: number[], cursor: number, own?: number): Promise<number | undefined> {
+  async function runAll(term: Term, lease: Lease, slots: number[], cursor: number, own?: number, ownClaim?: Promise<SlotClaimResult | undefined>): Promise<number | undefined> {
     const last = Math.max(cursor, ...slots);
     let ended = last;
     for (const t of slots) {
-      const e = await runSlot(term, lease, t, t === own);
+      const e = await runSlot(term, lease, t, t === own, t === own ? ownClaim : undefined);
       if (e === undefined) {
         // Drained before reaching the slot this term was won for: it still gets its row.
-        if (own !== undefined && t !== own && slots.includes(own) && handle.draining.signal.aborted && !term.signal.aborted) await runSlot(term, lease, own, true);
+        if (own !== undefined && t !== own && slots.includes(own) && handle.draining.signal.aborted && !term.signal.aborted) await runSlot(term, lease, own, true, ownClaim);
         return undefined;
       }
       ended = Math.max(ended, e);
     }
     if (!(await skip(term, slotsBetween(schedule, last, ended), `overlap: the job of an earlier slot was still running`))) return undefined;
     return ended;
+  }
+
+  /** One claim of the slot; its store time is noted as it arrives (a claim sent ahead may be used later). */
+  async function claimSlot(term: Term, slotAtMs: number): Promise<SlotClaimResult | undefined> {
+    const c = await call(term, () => ledger.claim({ name, holder: term.holder, token: term.token, key: slotKey(slotAtMs), slotAtMs, onInterrupted, rerunFailed: false }));
+    if (c !== undefined) noteStoreNow(c.storeNowMs);
+    return c;
   }
 
   /** Records `slots` skipped; false when the term is over (fenced or aborted). */
@@ -468,20 +488,18 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
    * Claims, runs and completes one slot. Resolves with the store's time at completion (the slot's
    * own time when there was nothing to run), or undefined when the term is over.
    */
-  async function runSlot(term: Term, lease: Lease, slotAtMs: number, own = false): Promise<number | undefined> {
+  async function runSlot(term: Term, lease: Lease, slotAtMs: number, own = false, claimed?: Promise<SlotClaimResult | undefined>): Promise<number | undefined> {
     const key = slotKey(slotAtMs);
     const base = { name, slot: key, slotAtMs, token: term.token };
-    for (;;) {
+    for (let ahead = claimed; ; ahead = undefined) {
       // Draining: claim nothing more (a claimed slot would only be recorded interrupted), except
       // the on-time slot a per-slot term was won for. Every other replica read that term as the
       // slot's winner and left the slot to it: unrecorded, nobody would run it; 'interrupted',
       // the next term reruns it (per onInterrupted).
       if (handle.draining.signal.aborted && !own) return undefined;
-      const claim = await call(term, () =>
-        ledger.claim({ name, holder: term.holder, token: term.token, key, slotAtMs, onInterrupted, rerunFailed: false }),
-      );
+      // The claim sent with the term's reads (slotTerm), else one now.
+      const claim = await (ahead ?? claimSlot(term, slotAtMs));
       if (claim === undefined || claim.outcome === 'fenced') return undefined;
-      noteStoreNow(claim.storeNowMs);
       if (claim.outcome === 'early') {
         await sleepOn(clock, Math.min(MAX_TIMER_MS, Math.max(1, slotAtMs - claim.storeNowMs)), term.signal);
         continue;
@@ -555,24 +573,6 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     noteStoreNow(done.storeNowMs);
     emit({ ...base, event: done.completed ? status : 'completion-refused', exitCode, ...(reason === null ? {} : { reason }) });
     return done.storeNowMs;
-  }
-
-  /**
-   * Retention, by the replica that has just run a slot (so not every replica at once), at most
-   * once per `every` here. Not awaited: a prune is batches of short deletes that never touch
-   * what a term reads, and a failed one is only said (the next one tries again).
-   */
-  let prunedAt: number | undefined;
-  let pruning = false;
-  function prune(): void {
-    if (retention === undefined || pruning || (prunedAt !== undefined && clock.monoNow() - prunedAt < retention.everyMs)) return;
-    pruning = true;
-    prunedAt = clock.monoNow();
-    pruneLedger(ledger, { name, olderThan: retention.olderThanMs, keep: retention.keep, catchUpWindow: windowMs, signal })
-      .catch((e: unknown) => {
-        if (!signal.aborted) leasehold.logger.warn({ lease: name, err: errorMessage(e) }, 'leasehold: pruning the slot ledger failed; the next prune tries again');
-      })
-      .finally(() => (pruning = false));
   }
 
   // Started last: the loop reads the state above (the store-clock offset) from its first line.

@@ -18,7 +18,9 @@
  * the running schedules' claims in, so a prune of 100,000 rows does not stall them.
  */
 import { parseDuration, type Duration } from '../core/config.js';
-import { ConfigError } from '../core/errors.js';
+import type { Clock } from '../core/clock.js';
+import { ConfigError, errorMessage } from '../core/errors.js';
+import type { LoggerLike } from '../core/logger.js';
 import type { CronRetention } from './cron-handle.js';
 import type { SlotLedgerPort } from './ledger.js';
 
@@ -128,4 +130,30 @@ export function cronRetention(r: CronRetention | false | undefined, windowMs: nu
   const keep = r?.keep ?? DEFAULT_RETENTION.keep;
   if (!Number.isInteger(keep) || keep < 1) throw new ConfigError(`retention.keep must be a whole number of rows, at least 1; got ${keep}`);
   return { olderThanMs, keep, everyMs: parseHorizon(r?.every ?? '1h', 'retention.every') };
+}
+
+/**
+ * startCron's retention: called by the replica that has just run a slot (so not every replica at
+ * once), it prunes at most once per `every` here. Not awaited: a prune is batches of short deletes
+ * that never touch what a term reads, and a failed one is only said (the next one tries again).
+ */
+export function cronPruner(
+  ledger: SlotLedgerPort,
+  name: string,
+  retention: ReturnType<typeof cronRetention>,
+  how: { catchUpWindowMs: number; clock: Clock; logger: LoggerLike; signal: AbortSignal },
+): () => void {
+  let prunedAt: number | undefined;
+  let pruning = false;
+  return () => {
+    const { clock, signal } = how;
+    if (retention === undefined || pruning || (prunedAt !== undefined && clock.monoNow() - prunedAt < retention.everyMs)) return;
+    pruning = true;
+    prunedAt = clock.monoNow();
+    pruneLedger(ledger, { name, olderThan: retention.olderThanMs, keep: retention.keep, catchUpWindow: how.catchUpWindowMs, signal })
+      .catch((e: unknown) => {
+        if (!signal.aborted) how.logger.warn({ lease: name, err: errorMessage(e) }, 'leasehold: pruning the slot ledger failed; the next prune tries again');
+      })
+      .finally(() => (pruning = false));
+  };
 }
