@@ -6,7 +6,7 @@
 // stores with LEASEHOLD_TEST_STORES=postgres,sqlite. LEASEHOLD_TEST_NODE=/path/to/node runs the tests
 // (and every process they start) with another Node binary: scripts/node-versions.mjs does, for 22 and 24.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 
@@ -245,11 +245,26 @@ function printTimes(wallSeconds) {
     }
   }
   rows.sort((a, b) => b.ms - a.ms);
-  const table = rows.map((r) => `${(r.ms / 1000).toFixed(1).padStart(7)} s  ${r.phase.padEnd(8)}  ${r.passed}  ${r.file}`);
+  const row = (r) => `${(r.ms / 1000).toFixed(1).padStart(7)} s  ${r.phase.padEnd(8)}  ${r.passed}  ${r.file}`;
+  const table = rows.map(row);
   const keep = process.env.LEASEHOLD_TEST_TIMES || join(tmpdir(), 'leasehold-test-times.txt');
-  writeFileSync(keep, `${table.join('\n')}\n`);
+  // This run's rows replace the same files' rows of the kept table, and the rest stay: a run of a
+  // few files (the Node-version legs in .ci/run, a contributor's one file) would otherwise leave
+  // a table of those few, and the next whole run would order its files by folder.
+  const ran = new Set(rows.map((r) => r.file));
+  const kept = [];
+  try {
+    for (const line of readFileSync(keep, 'utf8').split('\n')) {
+      const m = /^\s*([\d.]+) s\s+(\S+)\s+(\S+)\s+(.+)$/.exec(line);
+      if (m !== null && !ran.has(m[4]) && existsSync(join(root, m[4]))) kept.push({ ms: Number(m[1]) * 1000, phase: m[2], passed: m[3], file: m[4] });
+    }
+  } catch {
+    // no earlier table
+  }
+  const whole = [...rows, ...kept].sort((a, b) => b.ms - a.ms);
+  writeFileSync(keep, `${whole.map(row).join('\n')}\n`);
   rmSync(timesDir, { recursive: true, force: true });
-  log(`wall time ${wallSeconds.toFixed(0)} s; the slowest files (all ${rows.length} in ${keep}):`);
+  log(`wall time ${wallSeconds.toFixed(0)} s; the slowest files (all ${rows.length} of this run in ${keep}${kept.length > 0 ? `, beside ${kept.length} kept from earlier runs` : ''}):`);
   for (const line of table.slice(0, 15)) log(line);
 }
 
