@@ -112,6 +112,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         everyone.push(restarted);
         const before = resourceLines();
         await until('two more slots with the restarted replica up', () => resourceLines() >= before + 2, 20_000);
+        // A SIGTERM that arrives while a replica is still loading (before its handlers are armed)
+        // kills it by the signal, not exit 143: a stressed run saw the restarted one still loading
+        // after those two slots. Its "scheduled:" line comes after the handlers are armed.
+        await until('every replica has scheduled the cron', () => replicas.every((r) => r.stderr.includes('scheduled:')), 60_000);
         for (const r of replicas) r.proc.kill('SIGTERM');
         const ends = await Promise.all(replicas.map((r) => r.done));
         for (const e of ends) assert.equal(e.code, 143, e.stderr);
