@@ -53,7 +53,16 @@ for (const kind of selectedStores()) {
         const lease = lh.lease(name, { ttl });
         await lease.acquire();
         await watcher.start();
-        assert.equal(watcher.current.get(name)?.state, 'held');
+        // The watcher's first read sees the lease held, unless the host stalled past the TTL
+        // between the acquisition and that read (a stressed run saw it read 'free'): then the
+        // lease is taken again and the watcher's next reads (one per TTL at most) must see it
+        // held; 10 TTLs bound one wait, 3 tries in all.
+        for (let attempt = 1; watcher.current.get(name)?.state !== 'held'; attempt++) {
+          assert.ok(attempt <= 3, `the watcher never saw the lease held: ${JSON.stringify(watcher.current.get(name))}`);
+          t.diagnostic(`${kind}: attempt ${attempt}: the watcher read the lease ${watcher.current.get(name)?.state ?? 'absent'} after its acquisition (the host stalled past its TTL); taking it again`);
+          if (!lease.isLeader) await lease.acquire();
+          await until('the watcher sees the lease held', () => watcher.current.get(name)?.state === 'held' || !lease.isLeader, 10 * ttl).catch(() => undefined);
+        }
         // The release must follow a renewal. Under load the lease can be lost first (a stall past its
         // TTL; CI at load 20 waited for a 'renewed' that never came): take it again, at most 3 times.
         // 10 TTLs bounds one wait: a held lease renews every TTL/3.
