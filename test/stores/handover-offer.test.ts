@@ -32,14 +32,20 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 /** The acceptance window the release gives a waiter of `ttlMs` (the migrations' rule). */
 const windowOf = (ttlMs: number): number => Math.min(ttlMs, Math.max(ttlMs / 3, 500));
 
-/** Holds the lease row `name` locked (FOR UPDATE) in a transaction of its own until `commit`. */
-async function lockRow(kind: StoreKind, url: string, name: string): Promise<{ commit(): Promise<void> }> {
+/**
+ * A transaction of its own on the test store, left open until `commit`: `inside` runs its
+ * statements (PostgreSQL: the schema's name is given; MySQL: its database is the connection's).
+ */
+async function openTransaction(
+  kind: StoreKind,
+  url: string,
+  inside: { postgres(c: pg.Client, schema: string): Promise<void>; mysql(c: Awaited<ReturnType<typeof mysqlConnection>>): Promise<void> },
+): Promise<{ commit(): Promise<void> }> {
   if (kind === 'postgres') {
-    const schema = new URL(url).searchParams.get('schema')!;
     const c = new pg.Client({ connectionString: TEST_PG_URL });
     await c.connect();
     await c.query('BEGIN');
-    await c.query(`SELECT 1 FROM "${schema}".leases WHERE name = $1 FOR UPDATE`, [name]);
+    await inside.postgres(c, new URL(url).searchParams.get('schema')!);
     return {
       commit: async () => {
         await c.query('COMMIT');
@@ -49,7 +55,7 @@ async function lockRow(kind: StoreKind, url: string, name: string): Promise<{ co
   }
   const c = await mysqlConnection(url);
   await c.query('START TRANSACTION');
-  await c.query('SELECT 1 FROM leasehold_leases WHERE name = ? FOR UPDATE', [name]);
+  await inside.mysql(c);
   return {
     commit: async () => {
       await c.query('COMMIT');
@@ -58,36 +64,30 @@ async function lockRow(kind: StoreKind, url: string, name: string): Promise<{ co
   };
 }
 
+/** Holds the lease row `name` locked (FOR UPDATE) in a transaction of its own until `commit`. */
+function lockRow(kind: StoreKind, url: string, name: string): Promise<{ commit(): Promise<void> }> {
+  return openTransaction(kind, url, {
+    postgres: async (c, schema) => void (await c.query(`SELECT 1 FROM "${schema}".leases WHERE name = $1 FOR UPDATE`, [name])),
+    mysql: async (c) => void (await c.query('SELECT 1 FROM leasehold_leases WHERE name = ? FOR UPDATE', [name])),
+  });
+}
+
 /**
  * `holder`'s release of `name`, run in a transaction of its own and left open until `commit`:
  * the row is locked and already holds what the release wrote (the offer), uncommitted.
  */
-async function releaseLeftOpen(kind: StoreKind, url: string, name: string, holder: string, expect: string[]): Promise<{ commit(): Promise<void> }> {
-  if (kind === 'postgres') {
-    const schema = new URL(url).searchParams.get('schema')!;
-    const c = new pg.Client({ connectionString: TEST_PG_URL });
-    await c.connect();
-    await c.query('BEGIN');
-    const r = await c.query<{ released: boolean }>(`SELECT "${schema}".release($1, $2, $3::text[]) AS released`, [name, holder, expect]);
-    assert.equal(r.rows[0]?.released, true, 'precondition: the open release ended the term');
-    return {
-      commit: async () => {
-        await c.query('COMMIT');
-        await c.end();
-      },
-    };
-  }
-  const c = await mysqlConnection(url);
-  await c.query('START TRANSACTION');
-  await c.query('CALL leasehold_release(?, ?, ?)', [name, holder, expect.join(',')]);
-  const [[seen]] = await c.query('SELECT @lh_prev AS prev');
-  assert.equal(seen?.['prev'], holder, 'precondition: the open release ended the term');
-  return {
-    commit: async () => {
-      await c.query('COMMIT');
-      await c.end();
+function releaseLeftOpen(kind: StoreKind, url: string, name: string, holder: string, expect: string[]): Promise<{ commit(): Promise<void> }> {
+  return openTransaction(kind, url, {
+    postgres: async (c, schema) => {
+      const r = await c.query<{ released: boolean }>(`SELECT "${schema}".release($1, $2, $3::text[]) AS released`, [name, holder, expect]);
+      assert.equal(r.rows[0]?.released, true, 'precondition: the open release ended the term');
     },
-  };
+    mysql: async (c) => {
+      await c.query('CALL leasehold_release(?, ?, ?)', [name, holder, expect.join(',')]);
+      const [[seen]] = await c.query('SELECT @lh_prev AS prev');
+      assert.equal(seen?.['prev'], holder, 'precondition: the open release ended the term');
+    },
+  });
 }
 
 /**
