@@ -65,6 +65,18 @@ export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOpti
 const HOLD_FOR_NEXT_MS = 250;
 
 /**
+ * Per-slot: a first term the ledger told 'early' for the slot it was won for keeps the lease and
+ * runs that slot when the store says it is due, if that is at most this far off. The other
+ * replicas tried the slot and found this term holding it, so nobody else will; released unused,
+ * it would read to a store that refuses a contender after a release (unlessReleasedSince) as the
+ * slot handled, and the slot would be lost. The usual cause is etcd's store time, a lower bound
+ * from its HTTP Date header that lags by up to a second plus a round trip on a replica's first
+ * answers (src/backends/etcd/clock.ts); two seconds covers that with room. A host further ahead
+ * than this lets the lease go as before, and the slot goes to a replica on time.
+ */
+const EARLY_HOLD_MS = 2_000;
+
+/**
  * Per-slot: a replica that found the lease held looks again this long after that term's expiry
  * (by the store's clock, as its busy answer gave it), so the look finds the term over.
  */
@@ -291,6 +303,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       owed = false;
       if (term === undefined) continue;
       try {
+        /** The on-time slot this term was won for, when its first answer said it was not due yet. */
+        let earlyFor: number | undefined;
         for (let slot: typeof what = what; ; ) {
           const r = await slotTerm(term, lease, slot, checkedThrough);
           // Not due by the store's clock: this slot was timed by this host's clock before any
@@ -299,6 +313,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
           // clock (a host 30 s ahead would otherwise take this slot, its lead away, as the cursor
           // and sleep through every slot in between).
           if (r === 'early') {
+            if (typeof slot === 'number') earlyFor = slot;
             slot = 'startup';
             continue;
           }
@@ -311,7 +326,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
           // ended just before the next slot) would find the lease still held on every other
           // replica, and be missed: this term runs it instead, as a leader would.
           const next = schedule.next(cursor);
-          if (next === null || next - storeNow() > HOLD_FOR_NEXT_MS || term.signal.aborted || handle.draining.signal.aborted) break;
+          // Up to the slot it was won for, a term told 'early' holds longer (EARLY_HOLD_MS).
+          const holdFor = earlyFor !== undefined && next !== null && next <= earlyFor ? EARLY_HOLD_MS : HOLD_FOR_NEXT_MS;
+          if (next === null || next - storeNow() > holdFor || term.signal.aborted || handle.draining.signal.aborted) break;
           if (next > storeNow()) await sleepOn(clock, next - storeNow(), term.signal);
           // Drained while holding over: the next slot is left to the others, as if never held.
           if (term.signal.aborted || handle.draining.signal.aborted) break;
