@@ -2,7 +2,7 @@
  * Conformance for two optional parts of a claim's answer, which a per-slot cron contender uses
  * (src/scheduler/slot-wait.ts):
  *  - ClaimRequest.unlessReleasedSince, on stores that set `honoursReleasedSince` (the reference
- *    store, SQLite, Redis, MySQL/MariaDB; PostgreSQL and etcd grant as usual). A refusal saves a
+ *    store, SQLite, Redis, MySQL/MariaDB, etcd; PostgreSQL grants as usual). A refusal saves a
  *    term, never makes one safe: so the cases check both that it refuses exactly a term begun
  *    since and released by its holder, and that it grants everything it would grant without.
  *  - ClaimResult.grantedAtMs on a busy answer, on every store that reports it: the holding

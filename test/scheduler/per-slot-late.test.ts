@@ -47,7 +47,7 @@ async function lateTerm(cw: World, honours: boolean, lateOptions: { onInterrupte
     get(target, prop) {
       // A store that ignores unlessReleasedSince (the reference store honours it, and would
       // refuse the late try outright): the late term and its read are what is under test.
-      // Without `honours` it says so, as PostgreSQL and etcd do.
+      // Without `honours` it says so, as PostgreSQL does.
       if (prop === 'honoursReleasedSince' && !honours) return undefined;
       const v: unknown = Reflect.get(target, prop, target);
       if (typeof v !== 'function') return v;

@@ -57,7 +57,7 @@ function slow(cw: World, ledger: RecordingLedger): RecordingLedger {
 /**
  * The world's store with this replica's lease claims sent `delay.ms` late (the replica that loses
  * the slots it should); `acquires` gets the world's time as each contender's claim reaches it.
- * Without `honours`, it says it does not honour unlessReleasedSince, as PostgreSQL and etcd do not.
+ * Without `honours`, it says it does not honour unlessReleasedSince, as PostgreSQL does not.
  */
 function lagging(cw: World, delay: { ms: number }, acquires: number[], honours: boolean): LeasePort {
   const store = cw.store as LeasePort;

@@ -96,6 +96,28 @@ export interface SeenState {
   ended: boolean;
   /** The last read found the term key present, and the watch has not reported it deleted since. */
   termHeld?: boolean;
+  /** The state key read says its term was released by its holder: when that term began. */
+  releasedStartedAtMs?: number;
+}
+
+/**
+ * ClaimRequest.unlessReleasedSince, judged on the state key as last read: its term released by
+ * its holder and begun at or after the contender's time (the granting claimant's clock, as
+ * grantedAtMs is). Such a contender is sent the reads alone, and refused from them: the create's
+ * compare (state key unchanged since `seen`) is what makes a grant safe, so a seen state that
+ * would refuse never goes out with a create.
+ *
+ * The start is a host's wall clock and the contender's time is the ledger's (etcd's, from its
+ * Date header): a host running ahead would have its term for an earlier slot read as begun since,
+ * and refuse for as long as it is ahead (a replica 30 s ahead: test/scheduler/clock-ahead.test.ts).
+ * So it grants as usual, as before, on a start later than this claimant's own clock (`nowMs`: the
+ * granter was ahead of it) and on a term of the contender's own holder id (the same host's clock
+ * on both sides: a replica alone and ahead would refuse itself every slot). A refusal only ever
+ * saves a term.
+ */
+function refusedSince(req: ClaimRequest, seen: SeenState, nowMs: number): boolean {
+  const started = seen.releasedStartedAtMs;
+  return req.expect === null && req.unlessReleasedSince !== undefined && started !== undefined && started >= req.unlessReleasedSince && started <= nowMs && seen.holder !== req.holder;
 }
 
 interface ClaimContext {
@@ -184,7 +206,7 @@ export async function claimBatch(ctx: ClaimContext, requests: readonly ClaimRequ
   let pending: Pending[] = (pass?.rest ?? requests.map((_, i) => i)).map((index) => {
     const req = requests[index]!;
     const seen = ctx.seen.get(req.name) ?? NEVER_SEEN;
-    return { index, req, seen, quiet: req.expect === null && watched && seen.termHeld === true };
+    return { index, req, seen, quiet: req.expect === null && ((watched && seen.termHeld === true) || refusedSince(req, seen, ctx.client.clock.wallNow())) };
   });
   let checked = false;
   for (let round = 0; pending.length > 0; round++) {
@@ -459,7 +481,12 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
   const seen: SeenState =
     l.state === undefined
       ? NEVER_SEEN
-      : { rev: l.state.mod_revision, holder: stateVal?.holder ?? null, ended: stateVal === null || stateVal.endedBy !== undefined };
+      : {
+          rev: l.state.mod_revision,
+          holder: stateVal?.holder ?? null,
+          ended: stateVal === null || stateVal.endedBy !== undefined,
+          ...(stateVal?.endedBy === 'released' && typeof stateVal.startedAtMs === 'number' ? { releasedStartedAtMs: stateVal.startedAtMs } : {}),
+        };
   // Marked held only by a contender's read: the next contention may then be quiet (see above).
   ctx.seen.set(req.name, req.expect === null && l.term !== undefined ? { ...seen, termHeld: true } : seen);
 
@@ -488,7 +515,8 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
       const granted = stateVal?.holder === term.holder && stateVal.endedBy === undefined && stateVal.startedAtMs !== undefined ? { grantedAtMs: stateVal.startedAtMs } : {};
       const result: ClaimResult = { name: req.name, outcome: 'busy', holder: term.holder, token, expiresAtMs: null, storeNowMs, ...granted };
       // Quiet: its follower waits on the watch; the expiry stays unknown rather than cost a lookup.
-      return p.grant === undefined ? { result } : { result, ttlLookup: lookup };
+      // Not one sent the reads for unlessReleasedSince: its caller looks again at that expiry.
+      return p.grant === undefined && !refusedSince(req, p.seen, p.atMs) ? { result } : { result, ttlLookup: lookup };
     }
     if (term.holder === req.holder) {
       // Our holder id, a nonce we do not hold, a live term: two processes renew one term.
@@ -500,7 +528,11 @@ function decide(ctx: ClaimContext, p: Plan, l: Leaf, revision: string, storeNowM
   }
 
   // No live term: free (never held, released, revoked) or its etcd lease ran out.
-  if (req.expect === null) return { retry: seen };
+  if (req.expect === null) {
+    // Released by a term begun since the contender's time: nothing written, nobody holds it.
+    if (refusedSince(req, seen, storeNowMs)) return { result: { name: req.name, outcome: 'busy', holder: null, token: stateToken(l.state!, stateVal!, ctx.keys), expiresAtMs: null, storeNowMs, releasedSince: true } };
+    return { retry: seen };
+  }
   const token = l.state !== undefined && stateVal !== null ? stateToken(l.state, stateVal, ctx.keys) : null;
   let reason: LostReason;
   let holder: string | null = null;

@@ -22,7 +22,7 @@ export function endWrite(
   how: 'released' | 'revoked',
   detail: string | null,
   endedId: string,
-): { token: bigint; ops: EtcdRequestOp[]; compare: NonNullable<EtcdTxnRequest['compare']> } {
+): { token: bigint; startedAtMs: number; ops: EtcdRequestOp[]; compare: NonNullable<EtcdTxnRequest['compare']> } {
   const T = k.term(name);
   const S = k.state(name);
   const token = k.token(termKv.create_revision!);
@@ -38,6 +38,7 @@ export function endWrite(
   const entry: HistoryValue = { name, event: how, holder: null, previousHolder: term.holder, token: token.toString(), atMs, detail, seq: 0 };
   return {
     token,
+    startedAtMs: ended.startedAtMs,
     ops: [
       { request_delete_range: { key: T } },
       { request_put: { key: S, value: json(ended) } },
@@ -83,7 +84,7 @@ export async function releaseBatch(ctx: ReleaseContext, requests: readonly Relea
       schemaOk(k, read);
       // undefined: changed between the read and the write, released on its own below.
       const out: (boolean | undefined)[] = part.map(() => false);
-      const writes: { i: number; name: string; holder: string; endedId: string; op: EtcdRequestOp }[] = [];
+      const writes: { i: number; name: string; holder: string; startedAtMs: number; endedId: string; op: EtcdRequestOp }[] = [];
       const atMs = ctx.wallNow();
       part.forEach((req, i) => {
         const termKv = first(read.responses[2 * i]);
@@ -98,7 +99,7 @@ export async function releaseBatch(ctx: ReleaseContext, requests: readonly Relea
         if (!ours) return;
         const endedId = newNonce();
         const w = endWrite(k, atMs, req.name, termKv, stateKv, term, parseState(stateKv), 'released', null, endedId);
-        writes.push({ i, name: req.name, holder: term.holder, endedId, op: { request_txn: { compare: w.compare, success: w.ops, failure: [] } } });
+        writes.push({ i, name: req.name, holder: term.holder, startedAtMs: w.startedAtMs, endedId, op: { request_txn: { compare: w.compare, success: w.ops, failure: [] } } });
       });
       if (writes.length > 0) {
         const write = await ctx.txn(guarded(k, writes.map((w) => w.op)), 'release');
@@ -106,7 +107,8 @@ export async function releaseBatch(ctx: ReleaseContext, requests: readonly Relea
         const revision = write.header?.revision ?? '0';
         const released = (w: (typeof writes)[number], rev: string): void => {
           ctx.sessions.forget(w.name);
-          ctx.seen.set(w.name, { rev, holder: w.holder, ended: true });
+          // Released: a contender's unlessReleasedSince is judged on this as on a read (claim.ts).
+          ctx.seen.set(w.name, { rev, holder: w.holder, ended: true, releasedStartedAtMs: w.startedAtMs });
           out[w.i] = true;
         };
         const failed: typeof writes = [];

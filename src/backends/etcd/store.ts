@@ -63,6 +63,7 @@ export class EtcdStore implements LeaseStore {
   readonly kind = 'etcd';
   /** etcd deletes a term key when its etcd lease runs out, and the watch sees that delete too. */
   readonly freedCoversExpiry = true as const;
+  readonly honoursReleasedSince = true as const; // port.ts: refused from the state key's read (claim.ts, refusedSince)
   readonly description: string;
   readonly prefix: string;
   private readonly client: MemberPool;
@@ -421,7 +422,7 @@ export class EtcdStore implements LeaseStore {
           token: stateKv !== undefined && state !== null ? stateToken(stateKv, state, k) : termKv === undefined ? null : k.token(termKv.create_revision!),
         };
       }
-      const { token, ops, compare } = endWrite(k, this.client.clock.wallNow(), name, termKv, stateKv, term, state, how, detail, endedId);
+      const { token, startedAtMs, ops, compare } = endWrite(k, this.client.clock.wallNow(), name, termKv, stateKv, term, state, how, detail, endedId);
       const write = await this.txn(
         guarded(k, ops, compare),
         deadline,
@@ -429,7 +430,7 @@ export class EtcdStore implements LeaseStore {
       );
       if (schemaOk(k, write)) {
         this.sessions.forget(name);
-        this.seen.set(name, { rev: write.header?.revision ?? '0', holder: term.holder, ended: true });
+        this.seen.set(name, { rev: write.header?.revision ?? '0', holder: term.holder, ended: true, ...(how === 'released' ? { releasedStartedAtMs: startedAtMs } : {}) });
         return { ended: true, previousHolder: term.holder, token };
       }
       // Someone renewed, ended or took the term between our read and write: look again.
