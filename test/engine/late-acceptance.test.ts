@@ -34,7 +34,13 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
       await t.cleanup();
     });
 
-    void it('is released under its nonce at once, before it would have run out, and the waiter claims a new term', async () => {
+    /**
+     * One run of the scenario. Resolves with why it could not be run as meant (a precondition that
+     * load can break), else asserts the property. On a loaded host the accepting claim itself can
+     * fail in flight (its answer lost to a call deadline): its term then runs out unused and B's
+     * next claim is a takeover, so the late answer is not an acceptance and the run tests nothing.
+     */
+    async function scenario(): Promise<string | undefined> {
       const name = uniq('late-accept');
       const a = new Leasehold({ store: await t.open(), closeStore: true, suspension: false });
       leaseholds.push(a);
@@ -70,7 +76,10 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
       const history = await t.store.history({ name });
       const lines = history.map((h) => `${h.event} ${h.holder ?? h.previousHolder} ${h.token}`);
       const handed = history.find((h) => h.event === 'acquired' && h.holder !== null && h.token === late!.token);
-      assert.ok(handed !== undefined && handed.token > ta.token, `precondition: the late answer was the offer’s acceptance (${lines.join(', ')})`);
+      if (handed === undefined || handed.token <= ta.token) {
+        await lb.release();
+        return `the late answer was not the offer’s acceptance (${lines.join(', ')})`;
+      }
       const released = history.find((h) => h.event === 'released' && h.token === late!.token);
       assert.ok(released !== undefined, `the late term was released (${lines.join(', ')})`);
       // Released while 700 ms of it were left (see the header): kept, it would have run to its expiry.
@@ -79,6 +88,19 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
       // Kept, the late term would have been waited out for its whole TTL (3 s) after the answer.
       assert.ok(tookMs < TTL_MS / 2, `B held a new term ${Math.round(tookMs)} ms after the late answer; its TTL is ${TTL_MS} ms`);
       await lb.release();
+      return undefined;
+    }
+
+    void it('is released under its nonce at once, before it would have run out, and the waiter claims a new term', async (ctx) => {
+      // A run whose precondition load broke is run again (three runs at most), and says so.
+      const missed: string[] = [];
+      for (let run = 0; run < 3; run++) {
+        const why = await scenario();
+        if (why === undefined) return;
+        missed.push(why);
+        ctx.diagnostic(`run ${run + 1} did not test it: ${why}`);
+      }
+      assert.fail(`precondition: no run of three had the late answer be the offer’s acceptance:\n${missed.join('\n')}`);
     });
   });
 }
