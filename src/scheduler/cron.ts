@@ -52,38 +52,10 @@ import { SessionWatch } from './session-watch.js';
 import { StoreOffset } from './store-offset.js';
 import { earlyClaim, sendsClaimEarly } from './early-claim.js';
 import { slotStatus, trySlotTerm } from './slot-wait.js';
+import { EARLY_HOLD_MS, ERROR_RETRY_MS, HOLD_FOR_NEXT_MS, RECHECK_AFTER_MS } from './per-slot-timing.js';
 import { FINAL_SLOT_STATUSES, ledgerCall, slotIdempotencyKey, slotKey, type SlotClaimResult, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
-
-/**
- * Per-slot: a term keeps the lease for a slot due within this much of its end, and runs it. Its
- * release takes a round trip to land, and the other replicas' one attempt at that slot must not
- * find the lease still held; this is many round trips of every supported store (a round trip
- * over it is a store in trouble, and the slot is then recorded missed by the next winner).
- */
-const HOLD_FOR_NEXT_MS = 250;
-
-/**
- * Per-slot: a first term the ledger told 'early' for the slot it was won for keeps the lease and
- * runs that slot when the store says it is due, if that is at most this far off. The other
- * replicas tried the slot and found this term holding it, so nobody else will; released unused,
- * it would read to a store that refuses a contender after a release (unlessReleasedSince) as the
- * slot handled, and the slot would be lost. The usual cause is etcd's store time, a lower bound
- * from its HTTP Date header that lags by up to a second plus a round trip on a replica's first
- * answers (src/backends/etcd/clock.ts); two seconds covers that with room. A host further ahead
- * than this lets the lease go as before, and the slot goes to a replica on time.
- */
-const EARLY_HOLD_MS = 2_000;
-
-/**
- * Per-slot: a replica that found the lease held looks again this long after that term's expiry
- * (by the store's clock, as its busy answer gave it), so the look finds the term over.
- */
-const RECHECK_AFTER_MS = 250;
-
-/** After a slot's claim got no answer (a store error): when to try the slot again. */
-const ERROR_RETRY_MS = 500;
 
 /**
  * Runs `job` once per slot of `options.schedule` across every replica that calls this with the

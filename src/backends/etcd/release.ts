@@ -1,6 +1,6 @@
 import { newNonce } from '../../core/identity.js';
 import type { ReleaseRequest } from '../store.js';
-import type { SeenState } from './claim.js';
+import type { SeenState } from './seen.js';
 import type { EtcdKeyValue, EtcdRequestOp, EtcdTxnRequest, EtcdTxnResponse } from './client.js';
 import { json, parseState, parseTerm, type EtcdKeys, type HistoryValue, type StateValue } from './keys.js';
 import type { SessionBook } from './session-book.js';

@@ -16,7 +16,8 @@ import type {
   MigrateOptions,
   MigrateResult,
 } from '../store.js';
-import { claimBatch, estimateExpiry, leaseRemaining, type Grant, type SeenState } from './claim.js';
+import { claimBatch, estimateExpiry, leaseRemaining, type Grant } from './claim.js';
+import type { SeenState } from './seen.js';
 import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { MemberPool } from './members.js';
 import { EtcdKeys, SCHEMA_VERSION, parseRenew, parseSession, parseState, parseTerm, prefixEnd, stateToken, type HistoryValue } from './keys.js';
@@ -63,7 +64,7 @@ export class EtcdStore implements LeaseStore {
   readonly kind = 'etcd';
   /** etcd deletes a term key when its etcd lease runs out, and the watch sees that delete too. */
   readonly freedCoversExpiry = true as const;
-  readonly honoursReleasedSince = true as const; // port.ts: refused from the state key's read (claim.ts, refusedSince)
+  readonly honoursReleasedSince = true as const; // port.ts: refused from the state key's read (seen.ts, refusedSince)
   readonly description: string;
   readonly prefix: string;
   private readonly client: MemberPool;
