@@ -55,8 +55,10 @@ void describe('dashboard limits (sqlite)', () => {
     const warnings: string[] = [];
     const board = new Board(ts.store, { maxClients: 3, clientTimeoutMs, warn: (m) => warnings.push(m) });
     await board.start();
-    // Request deadlines far shorter than the test: they bound receiving a request, never an event stream.
-    const server: Server = limitedServer(boardHandler(board, true), { maxConnections: board.maxConnections, headersTimeoutMs: 1000, requestTimeoutMs: 1000 });
+    // Request deadlines far shorter than the streams (which live through the client timeout, 8 s,
+    // and over twenty changes): they bound receiving a request, never an event stream. Longer than
+    // a loaded host takes to read one: at 1 s a stressed run's stalled client was answered 408.
+    const server: Server = limitedServer(boardHandler(board, true), { maxConnections: board.maxConnections, headersTimeoutMs: 3000, requestTimeoutMs: 3000 });
     const byPeerPort = new Map<number, Socket>();
     server.on('connection', (s: Socket) => byPeerPort.set(s.remotePort!, s));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
