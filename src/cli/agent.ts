@@ -5,7 +5,7 @@
  */
 import { Leasehold } from '../core/leasehold.js';
 import { errorMessage, type LeaseLostError } from '../core/errors.js';
-import { Agent, DEFAULT_HEARTBEAT_MS, DEFAULT_STALE_AFTER_MS } from '../fleet/agent.js';
+import { Agent, DEFAULT_HEARTBEAT_MS, DEFAULT_STALE_AFTER_MS, resolveAgentTiming } from '../fleet/agent.js';
 import { parseLabels, validateNewAgentId } from '../fleet/labels.js';
 import { openFleet } from '../fleet/open.js';
 import {
@@ -18,13 +18,13 @@ import {
   openStoreFromFlags,
   out,
   portOption,
-  requireCurrentSchema,
   setLogContext,
   toJsonLine,
   usageError,
 } from './common.js';
 import { HTTP_HOST_FLAG, LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { livenessOption } from './run-args.js';
+import { storeOnceReachable } from './store-wait.js';
 
 export const AGENT_SPEC = defineCommand({
   name: 'agent',
@@ -50,10 +50,10 @@ exits 76; restart it to rejoin.`,
       type: 'string',
       value: 'D',
       or: 'no-wait',
-      help: 'how long to wait while another process holds agent/ID (a crashed predecessor\'s lease runs out)',
+      help: "how long to wait while the store is unreachable or another process holds agent/ID (a crashed predecessor's lease runs out)",
       default: '--stale-after + --heartbeat',
     },
-    'no-wait': { type: 'boolean', help: 'exit 75 at once if another process is agent ID' },
+    'no-wait': { type: 'boolean', help: 'exit 75 at once if another process is agent ID, and 3 if the store does not answer the first try' },
     liveness: {
       type: 'string',
       value: 'MODE',
@@ -83,8 +83,9 @@ exits 76; restart it to rejoin.`,
     ...LOG_FLAGS,
   },
   footer: `Exit 0 after SIGTERM/SIGINT (deregistered); 2 usage (stale-after below 2x heartbeat, bad id
-or labels); 3 store unreachable or schema missing; 75 another process is agent ID (--no-wait,
-or --wait ran out); 76 the liveness lease was lost (the agent stood down).`,
+or labels); 3 store unreachable (at once with --no-wait, else when --wait runs out) or schema
+missing; 75 another process is agent ID (--no-wait, or --wait ran out); 76 the liveness lease was
+lost (the agent stood down).`,
 });
 
 export async function agentCommand(argv: string[]): Promise<number> {
@@ -111,15 +112,38 @@ export async function agentCommand(argv: string[]): Promise<number> {
   const healthPort = portOption(values['health-port'], 'health-port', 'LEASEHOLD_HEALTH_PORT', process.env);
   const httpHost = flagOrEnv(values['http-host'], 'LEASEHOLD_HTTP_HOST')?.value ?? '127.0.0.1';
 
-  const { store } = await openStoreFromFlags(values);
-  const leasehold = new Leasehold({ store, closeStore: true, holderLabel: `agent:${values.id}` });
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
   process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
   void import('./parent-watch.js').then((m) => m.stopWhenLauncherExits()); // npx's exit stops this as SIGTERM would
+  // An unreachable store is waited for within --wait (its default, as the lease's: --stale-after
+  // + --heartbeat), as `leasehold run` does: an agent started during an outage (a node rebooted
+  // while the database fails over, a loaded store's call deadline) starts once the store answers
+  // instead of exiting 3 at once. A missing schema is exit 3 at once. What is left of the wait
+  // then bounds the wait for agent/ID.
+  const timing = resolveAgentTiming({ ...(heartbeat === undefined ? {} : { heartbeat }), ...(staleAfter === undefined ? {} : { staleAfter }) });
+  const storeWait = wait === false ? false : (wait ?? timing.staleAfterMs + timing.heartbeatMs);
+  const waitStartedMs = performance.now();
+  let reached: Awaited<ReturnType<typeof openStoreFromFlags>> | undefined;
+  try {
+    reached = await storeOnceReachable(() => openStoreFromFlags(values), storeWait, stop.signal, {
+      event: (event, msg, fields) => (json ? out(toJsonLine({ event, id: values.id, ...fields })) : cliLog().info(`agent ${values.id}: ${msg}`, fields)),
+      problem: (event, msg, fields) => (json ? out(toJsonLine({ event, id: values.id, ...fields, message: msg })) : cliLog().warn(`agent ${values.id}: ${msg}`, fields)),
+    });
+  } catch (err) {
+    process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+    throw err;
+  }
+  if (reached === undefined) {
+    // Stopped by a signal while the store was down: never registered, nothing to undo.
+    process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+    return EXIT.OK;
+  }
+  const { store } = reached;
+  const waitLeft = typeof storeWait === 'number' ? Math.max(1, storeWait - Math.round(performance.now() - waitStartedMs)) : storeWait;
+  const leasehold = new Leasehold({ store, closeStore: true, holderLabel: `agent:${values.id}` });
   let probes: { close(): Promise<void> } | undefined;
   try {
-    await requireCurrentSchema(store);
     const fleet = await openFleet(store);
     let agent: Agent;
     try {
@@ -128,7 +152,7 @@ export async function agentCommand(argv: string[]): Promise<number> {
         labels,
         ...(heartbeat === undefined ? {} : { heartbeat }),
         ...(staleAfter === undefined ? {} : { staleAfter }),
-        ...(wait === undefined ? {} : { wait }),
+        wait: waitLeft,
         liveness,
         signal: stop.signal,
       });

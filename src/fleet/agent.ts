@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { parseDuration, type Duration } from '../core/config.js';
-import { ConfigError, LeaseLostError, errorMessage } from '../core/errors.js';
+import { ConfigError, LeaseLostError, errorMessage, isRetryableError } from '../core/errors.js';
+import { sleepOn } from '../core/clock.js';
 import type { Lease, Term } from '../core/lease.js';
 import type { Leasehold } from '../core/leasehold.js';
 import type { Liveness } from '../core/liveness.js';
@@ -11,6 +12,8 @@ import { AGENT_LEASE_OPTIONS, AGENT_LEASE_PREFIX, type Labels } from './port.js'
 
 export const DEFAULT_HEARTBEAT_MS = 10_000;
 export const DEFAULT_STALE_AFTER_MS = 30_000;
+/** Registration retries back off from 100 ms to this (a store that is failing over is not hammered). */
+const REGISTER_RETRY_MAX_MS = 2_000;
 
 export interface AgentOptions {
   id: string;
@@ -133,11 +136,22 @@ export class Agent extends EventEmitter<AgentEvents> {
       await lease.close();
       throw err;
     }
-    try {
-      await fleet.port.registerAgent(id, labels, { signal: options.signal });
-    } catch (err) {
-      await lease.close();
-      throw err;
+    // A store error as the agent registers (a loaded store's call deadline, a failover) is tried
+    // again while the liveness term lasts: the registration writes this agent's own row, so a
+    // second try of one that landed unseen changes nothing. When the store stays away the term
+    // ends (its renewals go unanswered) and the error is thrown, the lease released.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await fleet.port.registerAgent(id, labels, { signal: options.signal });
+        break;
+      } catch (err) {
+        if (!isRetryableError(err) || term.signal.aborted || options.signal?.aborted === true) {
+          await lease.close();
+          throw err;
+        }
+        leasehold.logger.warn({ agent: id, attempt: attempt + 1, err: errorMessage(err) }, 'leasehold: could not register the agent; trying again while its liveness lease is held');
+        await sleepOn(leasehold.clock, Math.min(REGISTER_RETRY_MAX_MS, 100 * 2 ** attempt), term.signal);
+      }
     }
     return new Agent(leasehold.logger, fleet, lease, term, id, labels, heartbeatMs, staleAfterMs);
   }
