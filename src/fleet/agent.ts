@@ -140,7 +140,7 @@ export class Agent extends EventEmitter<AgentEvents> {
     // again while the liveness term lasts: the registration writes this agent's own row, so a
     // second try of one that landed unseen changes nothing. When the store stays away the term
     // ends (its renewals go unanswered) and the error is thrown, the lease released.
-    for (let attempt = 0; ; attempt++) {
+    for (let attempt = 0; !term.signal.aborted; attempt++) {
       try {
         await fleet.port.registerAgent(id, labels, { signal: options.signal });
         break;
@@ -152,6 +152,14 @@ export class Agent extends EventEmitter<AgentEvents> {
         leasehold.logger.warn({ agent: id, attempt: attempt + 1, err: errorMessage(err) }, 'leasehold: could not register the agent; trying again while its liveness lease is held');
         await sleepOn(leasehold.clock, Math.min(REGISTER_RETRY_MAX_MS, 100 * 2 ** attempt), term.signal);
       }
+    }
+    // The term ended while the agent registered (the store away for its whole stale-after, an
+    // operator's revoke): an Agent returned now would never emit 'lost' (it has passed), and its
+    // process would believe it is live. It is not: say so.
+    if (term.signal.aborted) {
+      await lease.close();
+      const reason: unknown = term.signal.reason;
+      throw reason instanceof Error ? reason : new LeaseLostError(`${AGENT_LEASE_PREFIX}${id}`, term.token, 'expired', 'it ended while the agent registered');
     }
     return new Agent(leasehold.logger, fleet, lease, term, id, labels, heartbeatMs, staleAfterMs);
   }

@@ -16,7 +16,7 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import { after, before, describe, it } from 'node:test';
 import { makeTestStore, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
 import { Leasehold } from '../../src/core/leasehold.js';
-import { ConfigError, StoreUnavailableError } from '../../src/core/errors.js';
+import { ConfigError, LeaseLostError, StoreUnavailableError } from '../../src/core/errors.js';
 import { Agent } from '../../src/fleet/agent.js';
 import { openFleet } from '../../src/fleet/open.js';
 import { cli, reapAgents, startCliAgent } from './helpers.js';
@@ -57,6 +57,30 @@ void describe('an agent starting while the store is away', () => {
       assert.equal(calls, 1, 'no second try after an error that is not retryable');
       const held = (await ts.store.list()).filter((l) => l.name === 'agent/retry-2' && l.holder !== null);
       assert.deepEqual(held, [], 'the liveness lease was released');
+    } finally {
+      await lh.close();
+    }
+  });
+
+  void it('Agent.start whose liveness term ends while it retries its registration throws LeaseLostError, and returns no agent', async () => {
+    const lh = new Leasehold({ store: ts.store });
+    try {
+      const fleet = await openFleet(ts.store);
+      const register = fleet.port.registerAgent.bind(fleet.port);
+      // Refused (retryably) until a second after an operator revoked the agent's lease (the
+      // holder hears of it at its next heartbeat, 200 ms), then accepted: a registration that
+      // lands after the term ended must not give back an agent whose 'lost' has already passed.
+      let revokedAt: number | undefined;
+      fleet.port.registerAgent = async (...args: Parameters<typeof register>) => {
+        if (revokedAt === undefined) {
+          revokedAt = performance.now();
+          await ts.store.revoke('agent/retry-3', 'revoked by the test while the agent registers');
+        }
+        if (performance.now() < revokedAt + 1000) throw new StoreUnavailableError('the store did not answer in time (injected)');
+        return register(...args);
+      };
+      await assert.rejects(Agent.start(lh, fleet, { id: 'retry-3', heartbeat: 200, staleAfter: 2000 }), LeaseLostError);
+      assert.equal((await fleet.agents()).find((a) => a.id === 'retry-3'), undefined, 'nothing registered');
     } finally {
       await lh.close();
     }
