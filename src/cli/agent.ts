@@ -24,7 +24,7 @@ import {
 } from './common.js';
 import { HTTP_HOST_FLAG, LOG_FLAGS, STORE_FLAGS, defineCommand, helpText, parseCommand } from './flags.js';
 import { livenessOption } from './run-args.js';
-import { storeOnceReachable } from './store-wait.js';
+import { storeOnceReachable, type StoreWaitLines } from './store-wait.js';
 
 export const AGENT_SPEC = defineCommand({
   name: 'agent',
@@ -126,10 +126,7 @@ export async function agentCommand(argv: string[]): Promise<number> {
   const waitStartedMs = performance.now();
   let reached: Awaited<ReturnType<typeof openStoreFromFlags>> | undefined;
   try {
-    reached = await storeOnceReachable(() => openStoreFromFlags(values), storeWait, stop.signal, {
-      event: (event, msg, fields) => (json ? out(toJsonLine({ event, id: values.id, ...fields })) : cliLog().info(`agent ${values.id}: ${msg}`, fields)),
-      problem: (event, msg, fields) => (json ? out(toJsonLine({ event, id: values.id, ...fields, message: msg })) : cliLog().warn(`agent ${values.id}: ${msg}`, fields)),
-    });
+    reached = await storeOnceReachable(() => openStoreFromFlags(values), storeWait, stop.signal, waitLines(values.id, json));
   } catch (err) {
     process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
     throw err;
@@ -211,4 +208,12 @@ export async function agentCommand(argv: string[]): Promise<number> {
     await probes?.close();
     await leasehold.close();
   }
+}
+
+/** The store wait's lines, as the agent's others: JSON on stdout with --json, else log lines on stderr. */
+function waitLines(id: string, json: boolean): StoreWaitLines {
+  return {
+    event: (event, msg, fields) => (json ? out(toJsonLine({ event, id, ...fields })) : cliLog().info(`agent ${id}: ${msg}`, fields)),
+    problem: (event, msg, fields) => (json ? out(toJsonLine({ event, id, ...fields, message: msg })) : cliLog().warn(`agent ${id}: ${msg}`, fields)),
+  };
 }
