@@ -126,7 +126,7 @@ export async function agentCommand(argv: string[]): Promise<number> {
   const waitStartedMs = performance.now();
   let reached: Awaited<ReturnType<typeof openStoreFromFlags>> | undefined;
   try {
-    reached = await storeOnceReachable(() => openStoreFromFlags(values), storeWait, stop.signal, waitLines(values.id, json));
+    reached = await storeOnceReachable(() => openStoreFromFlags(values), storeWait, stop.signal, waitLines(values.id, json), { firstTryUnbounded: true });
   } catch (err) {
     process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
     throw err;
