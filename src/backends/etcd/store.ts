@@ -24,6 +24,7 @@ import { EtcdKeys, SCHEMA_VERSION, parseRenew, parseSession, parseState, parseTe
 import { all, first, guarded, rangeOf, rangePrefix, schemaError, schemaOk } from './txn.js';
 import { watchTermDeletes } from './watch.js';
 import { SessionBook } from './session-book.js';
+import { Lanes } from './lanes.js';
 import { endWrite, releaseBatch } from './release.js';
 import { RestoreGuard } from './restore.js';
 import { realClock, type Clock } from './time.js';
@@ -47,6 +48,11 @@ export interface EtcdStoreOptions {
 }
 
 const DEFAULT_CALL_TIMEOUT_MS = 5000;
+/**
+ * Batch-release chunks with etcd at once (lanes.ts): enough to keep etcd's apply loop fed
+ * while one chunk's answer travels back, few enough that none waits long inside etcd.
+ */
+const RELEASE_LANES = 4;
 /** History ids are revision * 1000 + position within the transaction (entries written together share a revision). */
 const HISTORY_ID_STRIDE = 1000n;
 const MAX_CAS_ATTEMPTS = 5;
@@ -74,6 +80,7 @@ export class EtcdStore implements LeaseStore {
   private readonly maxOpsPerTxn: number;
   private readonly seen = new Map<string, SeenState>();
   private readonly sessions: SessionBook;
+  private readonly releaseLanes = new Lanes(RELEASE_LANES);
   /** Refuses grants on an etcd restored from an old backup (restore.ts). */
   private readonly restore: RestoreGuard;
   private readonly grants = new Map<number, { promise: Promise<Grant>; grant?: Grant; sentAtMs: number }>();
@@ -385,7 +392,10 @@ export class EtcdStore implements LeaseStore {
         keys: this.keys,
         wallNow: () => this.client.clock.wallNow(),
         maxOpsPerTxn: this.maxOpsPerTxn,
-        txn: (req, what) => this.txn(req, deadline, what),
+        lanes: this.releaseLanes,
+        txn: (req, what, chunkDeadline) => this.txn(req, chunkDeadline, what),
+        chunkDeadline: () => this.client.clock.wallNow() + this.callTimeoutMs,
+        signal: options?.signal,
         sessions: this.sessions,
         seen: this.seen,
         releaseOne: (req) => this.release(req, options),
