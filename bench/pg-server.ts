@@ -10,8 +10,10 @@
  *
  * pg_stat_statements must be loaded (shared_preload_libraries), which the shared test server
  * need not do: the figure runs at LEASEHOLD_BENCH_PG_STATS_URL (a cluster of your own, started
- * with `-c shared_preload_libraries=pg_stat_statements`), else at LEASEHOLD_TEST_PG_URL, and is
- * skipped with the reason when the view cannot be read there. Everything it writes is dropped.
+ * with `-c shared_preload_libraries=pg_stat_statements`), else at LEASEHOLD_TEST_PG_URL when the
+ * view can be read there, else on a server of its own that it starts for the figure and removes
+ * after (scripts/services/pg-server.mjs, port 55433: needs the PostgreSQL server binaries), and
+ * is skipped with the reason when none of those works. Everything it writes is dropped.
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -23,7 +25,8 @@ import { TEST_PG_URL } from '../test/helpers/stores.js';
 import { stat, type Recorder } from './lib.js';
 
 const TTL_MS = 60_000;
-const URL_ = process.env['LEASEHOLD_BENCH_PG_STATS_URL'] ?? TEST_PG_URL;
+let URL_ = process.env['LEASEHOLD_BENCH_PG_STATS_URL'] ?? TEST_PG_URL;
+const OWN_PORT = 55433;
 
 interface Counter {
   /** Total execution ms, calls and WAL records of the top-level statements whose text matches. */
@@ -85,9 +88,41 @@ async function held(n: number, send: (store: PostgresStore, schema: string, valu
   };
 }
 
+/** A server of the figure's own with pg_stat_statements loaded, or why there is none. */
+async function ownServer(): Promise<{ url: string; stop(): void } | string> {
+  try {
+    const mod = (await import(new URL('../../scripts/services/pg-server.mjs', import.meta.url).href)) as {
+      startPgServer(o: { port: number; settings: Record<string, string> }): Promise<{ url: string; stop(): void }>;
+    };
+    const server = await mod.startPgServer({ port: OWN_PORT, settings: { shared_preload_libraries: 'pg_stat_statements' } });
+    const c = new pg.Client({ connectionString: server.url });
+    await c.connect();
+    try {
+      await c.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    } finally {
+      await c.end();
+    }
+    return server;
+  } catch (e) {
+    return `a server of its own on ${OWN_PORT} did not start (${(e as Error).message.split('\n')[0]})`;
+  }
+}
+
 export async function pgServer(rec: Recorder, counts: number[], samples: number): Promise<void> {
-  const stats = await counter();
+  let stats = await counter();
+  let own: { url: string; stop(): void } | undefined;
+  if (typeof stats === 'string' && process.env['LEASEHOLD_BENCH_PG_STATS_URL'] === undefined) {
+    const started = await ownServer();
+    if (typeof started === 'string') {
+      rec.skip('pg-server', 'postgres', `${stats}; ${started}`);
+      return;
+    }
+    own = started;
+    URL_ = own.url;
+    stats = await counter();
+  }
   if (typeof stats === 'string') {
+    own?.stop();
     rec.skip('pg-server', 'postgres', stats);
     return;
   }
@@ -168,6 +203,7 @@ export async function pgServer(rec: Recorder, counts: number[], samples: number)
     for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`).catch(() => {});
     await admin.end();
     await stats.close();
+    own?.stop();
   }
 }
 

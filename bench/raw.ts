@@ -18,6 +18,11 @@ const nonce = (): string => randomBytes(12).toString('base64url');
 export interface RawRenewer {
   name: string;
   renew(): Promise<void>;
+  /**
+   * etcd only: the two round trips of a session tick done raw (src/backends/etcd/session.ts),
+   * a compare-and-put of a key on the lease with a prefix read in one Txn, then the keepalive.
+   */
+  sessionTick?(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -142,10 +147,27 @@ async function etcdKeepalive(ttlMs: number): Promise<RawRenewer> {
   const { Etcd3 } = await import('etcd3');
   const client = new Etcd3({ hosts: parseEtcdUrl(TEST_ETCD_URL).hosts });
   const lease = client.lease(Math.ceil(ttlMs / 1000), { autoKeepAlive: false });
-  await lease.grant();
+  const leaseId = await lease.grant();
+  const key = Buffer.from(`lh-bench-raw/${leaseId}/session`);
+  const markers = Buffer.from(`lh-bench-raw/${leaseId}/ended/`);
+  const markersEnd = Buffer.from(markers);
+  markersEnd[markersEnd.length - 1]! += 1;
+  let value = Buffer.from(nonce());
+  await client.kv.txn({ compare: [], success: [{ request_put: { key, value, lease: leaseId } }], failure: [] });
   return {
     name: 'one etcd lease keepalive',
     async renew() {
+      await lease.keepaliveOnce();
+    },
+    async sessionTick() {
+      const next = Buffer.from(nonce());
+      const r = await client.kv.txn({
+        compare: [{ key, target: 'Value', result: 'Equal', value }],
+        success: [{ request_put: { key, value: next, lease: leaseId } }, { request_range: { key: markers, range_end: markersEnd } }],
+        failure: [],
+      });
+      if (!r.succeeded) throw new Error('the raw session swap was refused');
+      value = next;
       await lease.keepaliveOnce();
     },
     async close() {

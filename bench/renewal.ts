@@ -10,7 +10,7 @@ import { ReleaseBatcher } from '../src/core/release-batcher.js';
 import type { ClaimRequest, LeaseStore, ReleaseRequest } from '../src/backends/store.js';
 import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
 import { interleave, stat, timed, type Recorder } from './lib.js';
-import { rawRenewer } from './raw.js';
+import { rawRenewer, type RawRenewer } from './raw.js';
 import { redisClient, redlockOn, randomKey } from './peers.js';
 import { CLAIM } from '../src/backends/redis/scripts.js';
 
@@ -79,7 +79,7 @@ export async function renewal(rec: Recorder, kind: StoreKind, counts: number[], 
           'client CPU ms/tick': stat(cpu.slice(1)).median,
           'baseline calls/tick': 1,
           ...(slow === undefined ? {} : await slow.longest()),
-          ...(kind === 'etcd' && n >= 1000 ? portFloor(n, reps, stat(a).median, stat(b).median) : {}),
+          ...(kind === 'etcd' && n >= 1000 ? await sessionFloor(raw!, portFloor(n, reps, stat(a).median, stat(b).median), stat(a).median, reps) : {}),
         },
       });
       if (kind === 'redis' && n === 1) await redlockRenewal(rec, tick, reps);
@@ -121,6 +121,21 @@ function portFloor(n: number, reps: number, leaseholdMs: number, keepaliveMs: nu
   }
   const port = stat(times).median;
   return { 'port floor ms': port, 'x (keepalive + port floor)': leaseholdMs / (keepaliveMs + port) };
+}
+
+/**
+ * etcd's floor for a renewal tick of a session (src/backends/etcd/session.ts): the swap that
+ * proves this process is not a clone (a compare-and-put on the session key with the read of its
+ * end markers) and then the keepalive, done raw, one after the other as the session must, plus
+ * the port floor. A keepalive alone renews the keys but cannot tell two copies of a process
+ * apart; this is the least a tick that can costs.
+ */
+async function sessionFloor(raw: RawRenewer, port: Record<string, number>, leaseholdMs: number, reps: number): Promise<Record<string, number>> {
+  const times: number[] = [];
+  for (let r = 0; r < Math.max(5, reps); r++) times.push(await timed(() => raw.sessionTick!()));
+  const tickMs = stat(times).median;
+  const floor = tickMs + port['port floor ms']!;
+  return { ...port, 'raw session tick ms': tickMs, 'x (raw session tick + port floor)': leaseholdMs / floor };
 }
 
 /**

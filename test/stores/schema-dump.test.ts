@@ -52,6 +52,10 @@ async function pgDump(c: pg.Client, schema: string): Promise<string> {
     ...(await q(`SELECT t.relname || ' ' || con.conname || ' ' || pg_get_constraintdef(con.oid) AS line
                    FROM pg_constraint con JOIN pg_class t ON t.oid = con.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace
                   WHERE n.nspname = $1 ORDER BY t.relname, con.conname`)),
+    '-- storage options',
+    ...(await q(`SELECT t.relname || ' ' || array_to_string(t.reloptions, ', ') AS line
+                   FROM pg_class t JOIN pg_namespace n ON n.oid = t.relnamespace
+                  WHERE n.nspname = $1 AND t.reloptions IS NOT NULL ORDER BY t.relname`)),
     '-- indexes',
     ...(await q(`SELECT indexdef AS line FROM pg_indexes WHERE schemaname = $1 ORDER BY tablename, indexname`)),
     '-- triggers',

@@ -65,6 +65,8 @@ leases leases_pkey PRIMARY KEY (name)
 schedules schedules_pkey PRIMARY KEY (name)
 slots slots_pkey PRIMARY KEY (name, slot)
 slots slots_status_check CHECK ((status = ANY (ARRAY['claimed'::text, 'succeeded'::text, 'failed'::text, 'interrupted'::text, 'skipped'::text])))
+-- storage options
+leases fillfactor=50
 -- indexes
 CREATE UNIQUE INDEX fences_pkey ON SCHEMA.fences USING btree (resource)
 CREATE UNIQUE INDEX fleet_agents_pkey ON SCHEMA.fleet_agents USING btree (id)
