@@ -38,6 +38,8 @@ function cell(s: string): string {
 }
 
 function stat(s: { median: number; p90: number }, unit: string): string {
+  // No sample measured (a baseline that failed every time: the row says why among its extras).
+  if (Number.isNaN(s.median)) return 'failed';
   return `${num(s.median)} ${unit} (p90 ${num(s.p90)})`;
 }
 
@@ -62,7 +64,7 @@ export function renderTable(run: BenchRun, ctx: RunContext): string {
   ];
   for (const r of run.results) {
     lines.push(
-      `| ${cell(r.figure)} | ${cell(STORE_NAMES[r.store] ?? r.store)} | ${cell(r.label)} | ${cell(stat(r.leasehold, r.unit))} | ${cell(`${r.baselineName}: ${stat(r.baseline, r.unit)}`)} | ${num(r.ratio)}x | ${cell(extras(r.extra))} |`,
+      `| ${cell(r.figure)} | ${cell(STORE_NAMES[r.store] ?? r.store)} | ${cell(r.label)} | ${cell(stat(r.leasehold, r.unit))} | ${cell(`${r.baselineName}: ${stat(r.baseline, r.unit)}`)} | ${Number.isFinite(r.ratio) ? `${num(r.ratio)}x` : 'n/a'} | ${cell(extras(r.extra))} |`,
     );
   }
   if (run.skipped.length > 0) {
