@@ -7,7 +7,8 @@
 import { newNonce, newNonces } from '../src/core/identity.js';
 import { MAX_BATCH } from '../src/core/renewal-batcher.js';
 import { ReleaseBatcher } from '../src/core/release-batcher.js';
-import type { ClaimRequest, LeaseStore, ReleaseRequest } from '../src/backends/store.js';
+import type { ClaimRequest, ClaimResult, LeaseStore, ReleaseRequest } from '../src/backends/store.js';
+import { StoreUnavailableError } from '../src/core/errors.js';
 import { makeTestStore, type StoreKind } from '../test/helpers/stores.js';
 import { interleave, stat, timed, type Recorder } from './lib.js';
 import { rawRenewer, type RawRenewer } from './raw.js';
@@ -205,7 +206,19 @@ async function closeMany(rec: Recorder, kind: StoreKind, store: LeaseStore, n: n
     const names = Array.from({ length: n }, (_, i) => `close-${r}-${i}`);
     const nonces = names.map(() => newNonce());
     for (let i = 0; i < n; i += cap) {
-      const got = await store.claim(names.slice(i, i + cap).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! })));
+      const part = names.slice(i, i + cap).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! }));
+      // Asked again on a retryable error, as the engine would: after a failed baseline of N
+      // calls at once, etcd's gRPC channel can still be closing (UNAVAILABLE, "Channel closed
+      // before call started"), which cost the full run of 2026-12-07 its etcd close-1,000 row.
+      let got: ClaimResult[] | undefined;
+      for (let attempt = 1; got === undefined; attempt++) {
+        try {
+          got = await store.claim(part);
+        } catch (e) {
+          if (!(e instanceof StoreUnavailableError) || attempt >= 5) throw e;
+          await new Promise((r) => setTimeout(r, 200 * attempt));
+        }
+      }
       if (got.some((g) => g.outcome !== 'acquired')) throw new Error('bench could not acquire its leases');
     }
     return names.map((name, i) => ({ name, holder, expect: [nonces[i]!] }));
