@@ -195,7 +195,10 @@ async function peerHandover(kind: StoreKind): Promise<{ name: string; run: Hando
  * the design's floor (src/backends/mysql/sql/006-handover.ts): the holder's connection commits
  * one durable one-row UPDATE and lets a named lock go right after the COMMIT, in the same round
  * trip (not before: InnoDB lets row locks go before the flush, src/backends/mysql/freed.ts); the
- * waiter, blocked in GET_LOCK, wakes and reads the row with a shared lock.
+ * waiter, blocked in GET_LOCK, wakes and accepts the handed term with one durable conditional
+ * UPDATE of the row (since MySQL schema version 10 the handed term is an offer its waiter
+ * accepts by a write: src/backends/mysql/sql/010-handover-acceptance.ts; before, this floor
+ * ended with a read under a shared lock).
  * Timed from the holder's first statement until both the commit and the read have answered,
  * as the handover is timed until both the release and the follower's acquisition have. The
  * GET_LOCK waiter commits nothing; the difference between the two is the commit's flush.
@@ -207,8 +210,8 @@ async function mysqlFloor(): Promise<{ run: Handover; close(): Promise<void> }> 
   const [a, b] = [await connect(), await connect()];
   const key = randomKey('floor');
   const table = key.replace(/-/g, '_');
-  await a.query(`CREATE TABLE ${table} (id INT PRIMARY KEY, v BIGINT NOT NULL) ENGINE = InnoDB`);
-  await a.query(`INSERT INTO ${table} VALUES (1, 0)`);
+  await a.query(`CREATE TABLE ${table} (id INT PRIMARY KEY, v BIGINT NOT NULL, acc BIGINT NOT NULL) ENGINE = InnoDB`);
+  await a.query(`INSERT INTO ${table} VALUES (1, 0, 0)`);
   for (const c of [a, b]) await c.query('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
   const take = async (c: typeof a): Promise<void> => {
     const [rows] = (await c.query('SELECT GET_LOCK(?, 60) AS got', [key])) as unknown as [{ got: number | null }[]];
@@ -219,7 +222,10 @@ async function mysqlFloor(): Promise<{ run: Handover; close(): Promise<void> }> 
   return {
     async run() {
       const w = waiter;
-      const read = take(w).then(() => w.query(`SELECT v FROM ${table} WHERE id = 1 LOCK IN SHARE MODE`));
+      const read = take(w).then(async () => {
+        const [r] = (await w.query(`UPDATE ${table} SET acc = v WHERE id = 1 AND acc <> v`)) as unknown as [{ affectedRows: number }];
+        if (r.affectedRows !== 1) throw new Error('the waiter could not accept the handed term');
+      });
       await sleep(SETTLE_MS);
       const t0 = performance.now();
       await holder.query(`START TRANSACTION; UPDATE ${table} SET v = v + 1 WHERE id = 1; COMMIT; DO RELEASE_LOCK(?)`, [key]);
@@ -237,30 +243,38 @@ async function mysqlFloor(): Promise<{ run: Handover; close(): Promise<void> }> 
 
 /**
  * PostgreSQL's floor for a handover that survives a crash: the releaser commits (durably) an
- * UPDATE of the row and a NOTIFY in one round trip, the waiter, listening, reads the row when the
- * notification arrives. A lease handover cannot cost less: the new holder's token must be on
- * disk before it acts, and the waiter learns of it by notification, then by reading the row.
+ * UPDATE of the row and a NOTIFY in one round trip; the waiter, listening, accepts the handed
+ * term when the notification arrives, with one durable conditional UPDATE of the row (it holds
+ * the term only if the row still says it was handed to it). A lease handover cannot cost less:
+ * the new holder's token must be on disk before it acts, and since schema version 17 the handed
+ * term is an offer its waiter must accept by a write (src/backends/postgres/sql/017-handover-
+ * acceptance.ts: a dead waiter's kept registration held the lease for a whole TTL). Before 17
+ * this floor ended with a read; the 2026-12-06 run measured leasehold against that one.
  */
 async function pgCommitNotifyRead(): Promise<{ name: string; run: Handover; close(): Promise<void> }> {
   const [a, b] = [await advisoryClient(), await advisoryClient()];
   const schema = uniq('lh_bench_ho').replace(/[^A-Za-z0-9_]/g, '_');
   const channel = `${schema}_freed`;
-  await a.query(`CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".t (name text PRIMARY KEY, holder text, token bigint NOT NULL); INSERT INTO "${schema}".t VALUES ('x', 'a', 1)`);
+  await a.query(
+    `CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".t (name text PRIMARY KEY, holder text, token bigint NOT NULL, accepted boolean NOT NULL); INSERT INTO "${schema}".t VALUES ('x', 'a', 1, true)`,
+  );
   await Promise.all([a.query(`LISTEN "${channel}"`), b.query(`LISTEN "${channel}"`)]);
   let [holder, waiter] = [a, b];
   let who = 'b';
   return {
-    name: 'durable commit + NOTIFY + read',
+    name: 'durable commit + NOTIFY + accepting commit',
     async run() {
       const w = waiter;
       const heard = new Promise<void>((resolve) => w.once('notification', () => resolve()));
       await sleep(SETTLE_MS);
       const t0 = performance.now();
-      await holder.query(`BEGIN; UPDATE "${schema}".t SET holder = '${who}', token = token + 1 WHERE name = 'x'; SELECT pg_notify('${channel}', 'x'); COMMIT`);
+      await holder.query(
+        `BEGIN; UPDATE "${schema}".t SET holder = '${who}', token = token + 1, accepted = false WHERE name = 'x'; SELECT pg_notify('${channel}', 'x'); COMMIT`,
+      );
       await heard;
-      const r = await w.query(`SELECT holder, token FROM "${schema}".t WHERE name = 'x'`);
+      const r = await w.query(`UPDATE "${schema}".t SET accepted = true WHERE name = 'x' AND holder = '${who}' AND NOT accepted RETURNING token`);
       const ms = performance.now() - t0;
-      if ((r.rows[0] as { holder: string }).holder !== who) throw new Error('the waiter read the row before the commit');
+      if (r.rowCount !== 1) throw new Error('the waiter could not accept the handed term');
       [holder, waiter] = [waiter, holder];
       who = who === 'b' ? 'a' : 'b';
       return ms;
@@ -292,7 +306,7 @@ export async function handover(rec: Recorder, kind: StoreKind, count: number): P
         leasehold: stat(a),
         baselineName: peer.name,
         baseline: stat(b),
-        extra: { 'raw floor (commit, wake, read)': floorStat.median, 'floor p90': floorStat.p90, 'leasehold/floor': stat(a).median / floorStat.median },
+        extra: { 'raw floor (commit, wake, accepting commit)': floorStat.median, 'floor p90': floorStat.p90, 'leasehold/floor': stat(a).median / floorStat.median },
       });
       return;
     }
