@@ -10,10 +10,11 @@
 // chunks queued in etcd took longer than the call timeout, whatever that was set to.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { createEtcdStore } from '../../src/backends/etcd/index.js';
+import { createEtcdStore, type Etcd3Like } from '../../src/backends/etcd/index.js';
+import type { EtcdTxnRequest } from '../../src/backends/etcd/client.js';
 import { ReleaseBatcher } from '../../src/core/release-batcher.js';
 import { newNonce } from '../../src/core/identity.js';
-import { TEST_ETCD_URL, deleteEtcdKeys, freshEtcdPrefix } from '../helpers/etcd-store.js';
+import { TEST_ETCD_URL, deleteEtcdKeys, etcdAdmin, freshEtcdPrefix } from '../helpers/etcd-store.js';
 
 const N = 10_000;
 
@@ -42,6 +43,45 @@ void describe('etcd: closing 10,000 leases', () => {
     } finally {
       await store.close();
       await deleteEtcdKeys(prefix);
+    }
+  });
+
+  void it('stops at the first chunk that fails: the chunks still waiting for a lane are not sent', async () => {
+    const prefix = freshEtcdPrefix();
+    const real = await etcdAdmin();
+    let releaseReads = 0;
+    let failing = false;
+    // A batch release's read: a Txn of ranges only, over term and state keys.
+    const isReleaseRead = (req: EtcdTxnRequest): boolean => (req.success ?? []).length > 2 && (req.success ?? []).every((op) => 'request_range' in op);
+    const client: Etcd3Like = {
+      ...real,
+      kv: {
+        txn: async (req, o) => {
+          if (failing && isReleaseRead(req)) {
+            releaseReads++;
+            // Not a transport error: the member pool passes it on at once, as a refusal.
+            throw new Error('refused by the test');
+          }
+          return real.kv.txn(req, o);
+        },
+        range: (r, o) => real.kv.range(r, o),
+        deleteRange: (r, o) => real.kv.deleteRange(r, o),
+      },
+    };
+    // 16 ops per Txn: 6 leases per chunk, so 60 leases are 10 chunks, more than the 4 lanes.
+    const store = await createEtcdStore({ client, prefix, maxOpsPerTxn: 16 });
+    try {
+      await store.migrate();
+      const names = Array.from({ length: 60 }, (_, i) => `stop-${i}`);
+      const got = await store.claim(names.map((name) => ({ name, holder: 'h', ttlMs: 60_000, expect: null, nextNonce: `${name}-1` })));
+      assert.ok(got.every((g) => g.outcome === 'acquired'), 'precondition: every lease acquired');
+      failing = true;
+      await assert.rejects(store.releaseMany(names.map((name) => ({ name, holder: 'h', expect: [`${name}-1`] }))));
+      assert.ok(releaseReads >= 1 && releaseReads <= 4, `${releaseReads} chunks were sent after the first failed: at most the 4 already in their lanes`);
+    } finally {
+      await store.close();
+      await deleteEtcdKeys(prefix);
+      real.close();
     }
   });
 });
