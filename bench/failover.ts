@@ -25,16 +25,36 @@ import { advisoryClient, etcdClient, namedLockClient } from './peers.js';
 
 const holderJs = fileURLToPath(new URL('./holder.js', import.meta.url));
 
+/**
+ * Each step of a crash has this long: far above any takeover measured here (at most a few TTLs,
+ * 60 s for the followers that wait), so only a step that never ends reaches it. CI54's smoke
+ * run sat in this figure for eight minutes, silent, until the test's own bound killed the bench:
+ * now the step that hung is named.
+ */
+const STEP_MS = 90_000;
+
+function bounded<T>(p: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const limit = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${STEP_MS / 1000} s`)), STEP_MS);
+  });
+  return Promise.race([p, limit]).finally(() => clearTimeout(timer));
+}
+
 /** Starts a holder, waits for "held", starts the follower, SIGKILLs the holder; ms to takeover. */
 async function crash(config: HolderConfig, follow: () => Promise<void>, settleMs: number): Promise<number> {
+  const step = (what: string): string => `crash (${config.mode}${'liveness' in config && config.liveness !== undefined ? `, liveness ${config.liveness}` : ''}): ${what}`;
   const child = spawn(process.execPath, [holderJs, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  await new Promise<void>((resolve, reject) => {
-    child.stdout!.on('data', (d: Buffer) => d.toString().includes('held') && resolve());
-    child.once('exit', (code) => reject(new Error(`holder exited (${code}) before holding: ${err}`)));
-    child.once('error', reject);
-  }).catch((e: unknown) => {
+  await bounded(
+    new Promise<void>((resolve, reject) => {
+      child.stdout!.on('data', (d: Buffer) => d.toString().includes('held') && resolve());
+      child.once('exit', (code) => reject(new Error(`holder exited (${code}) before holding: ${err}`)));
+      child.once('error', reject);
+    }),
+    step('the holder did not say "held"'),
+  ).catch((e: unknown) => {
     child.kill('SIGKILL');
     throw e;
   });
@@ -44,9 +64,9 @@ async function crash(config: HolderConfig, follow: () => Promise<void>, settleMs
   const exited = new Promise((r) => child.once('exit', r));
   const t0 = performance.now();
   child.kill('SIGKILL');
-  await followed;
+  await bounded(followed, step('the follower did not take over after the SIGKILL'));
   const ms = performance.now() - t0;
-  await exited;
+  await bounded(exited, step('the SIGKILLed holder did not exit'));
   return ms;
 }
 

@@ -12,7 +12,7 @@
  * need not do: the figure runs at LEASEHOLD_BENCH_PG_STATS_URL (a cluster of your own, started
  * with `-c shared_preload_libraries=pg_stat_statements`), else at LEASEHOLD_TEST_PG_URL when the
  * view can be read there, else on a server of its own that it starts for the figure and removes
- * after (scripts/services/pg-server.mjs, port 55433: needs the PostgreSQL server binaries), and
+ * after (scripts/services/pg-server.mjs on LEASEHOLD_BENCH_PORT_BASE + 20: needs the PostgreSQL server binaries), and
  * is skipped with the reason when none of those works. Everything it writes is dropped.
  */
 import { randomBytes } from 'node:crypto';
@@ -26,7 +26,8 @@ import { stat, type Recorder } from './lib.js';
 
 const TTL_MS = 60_000;
 let URL_ = process.env['LEASEHOLD_BENCH_PG_STATS_URL'] ?? TEST_PG_URL;
-const OWN_PORT = 55433;
+/** The figure's own server, when it needs one: LEASEHOLD_BENCH_PORT_BASE (bench/servers.ts) + 20. */
+const OWN_PORT = Number(process.env['LEASEHOLD_BENCH_PORT_BASE'] ?? 26000) + 20;
 
 interface Counter {
   /** Total execution ms, calls and WAL records of the top-level statements whose text matches. */

@@ -9,7 +9,7 @@
  *
  * Against the real local stores (LEASEHOLD_TEST_PG_URL / _REDIS_URL / _ETCD_URL / _MYSQL_URL, as the tests).
  * Idle follower load is counted at a server of its own (see servers.ts), on ports from
- * LEASEHOLD_BENCH_PORT_BASE (default 26000): +1 Redis, +10/+11 etcd.
+ * LEASEHOLD_BENCH_PORT_BASE (default 26000): +1 Redis, +10/+11 etcd, +20 PostgreSQL with pg_stat_statements (pg-server.ts).
  */
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
