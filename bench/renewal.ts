@@ -17,15 +17,35 @@ import { CLAIM } from '../src/backends/redis/scripts.js';
 
 const TTL_MS = 60_000;
 
+/**
+ * `names` acquired by `holder` in batches of the store's maxClaimBatch, each asked again on a
+ * retryable error as the engine would (after a failed baseline of N etcd calls at once, its gRPC
+ * channel can still be closing: UNAVAILABLE, "Channel closed before call started", which cost
+ * the full run of 2026-12-07 its etcd close-1,000 row).
+ */
+async function acquireAll(store: LeaseStore, holder: string, names: readonly string[], nonces: readonly string[]): Promise<void> {
+  const cap = store.maxClaimBatch ?? MAX_BATCH;
+  for (let i = 0; i < names.length; i += cap) {
+    const part = names.slice(i, i + cap).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! }));
+    let got: ClaimResult[] | undefined;
+    for (let attempt = 1; got === undefined; attempt++) {
+      try {
+        got = await store.claim(part);
+      } catch (e) {
+        if (!(e instanceof StoreUnavailableError) || attempt >= 5) throw e;
+        await new Promise((r) => setTimeout(r, 200 * attempt));
+      }
+    }
+    if (got.some((g) => g.outcome !== 'acquired')) throw new Error('bench could not acquire its leases');
+  }
+}
+
 async function hold(store: LeaseStore, n: number): Promise<() => Promise<number>> {
   const holder = `bench-${newNonce().slice(0, 8)}`;
   const names = Array.from({ length: n }, (_, i) => `renew-${i}`);
   let nonces = newNonces(n);
   const cap = store.maxClaimBatch ?? MAX_BATCH;
-  for (let i = 0; i < n; i += cap) {
-    const got = await store.claim(names.slice(i, i + cap).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! })));
-    if (got.some((g) => g.outcome !== 'acquired')) throw new Error('bench could not acquire its leases');
-  }
+  await acquireAll(store, holder, names, nonces);
   // One tick, as the scheduler sends it: every batch at once.
   return async () => {
     // One kernel read for the tick's nonces, as the renewal batcher draws them (not one per lease).
@@ -205,22 +225,7 @@ async function closeMany(rec: Recorder, kind: StoreKind, store: LeaseStore, n: n
     const r = round++;
     const names = Array.from({ length: n }, (_, i) => `close-${r}-${i}`);
     const nonces = names.map(() => newNonce());
-    for (let i = 0; i < n; i += cap) {
-      const part = names.slice(i, i + cap).map((name, j) => ({ name, holder, ttlMs: TTL_MS, expect: null, nextNonce: nonces[i + j]! }));
-      // Asked again on a retryable error, as the engine would: after a failed baseline of N
-      // calls at once, etcd's gRPC channel can still be closing (UNAVAILABLE, "Channel closed
-      // before call started"), which cost the full run of 2026-12-07 its etcd close-1,000 row.
-      let got: ClaimResult[] | undefined;
-      for (let attempt = 1; got === undefined; attempt++) {
-        try {
-          got = await store.claim(part);
-        } catch (e) {
-          if (!(e instanceof StoreUnavailableError) || attempt >= 5) throw e;
-          await new Promise((r) => setTimeout(r, 200 * attempt));
-        }
-      }
-      if (got.some((g) => g.outcome !== 'acquired')) throw new Error('bench could not acquire its leases');
-    }
+    await acquireAll(store, holder, names, nonces);
     return names.map((name, i) => ({ name, holder, expect: [nonces[i]!] }));
   };
   const check = (answers: boolean[]): void => {
