@@ -93,9 +93,17 @@ function assertIncreasing(tokens: bigint[]): void {
   for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i]! > tokens[i - 1]!, `tokens granted in order ${tokens.join(', ')} do not strictly increase`);
 }
 
-/** LISTEN connections on the server of `store` (the channel's name starts with leasehold). */
+/**
+ * LISTEN connections on the server of `store`: connections whose last statement was leasehold's
+ * LISTEN, or the UNLISTEN of the probe a store's first LISTEN connection ends with
+ * (PostgresStore.probeNotify). Not the backend running this count. The count used to be `query
+ * LIKE '%LISTEN "leasehold_freed_%'`, which matched its own query and missed a first connection
+ * (its last statement is the probe's): `>= 1` held before anyone listened, and after the failover
+ * the test could release while the follower's LISTEN was still away (the first run of
+ * 2026-12-07: handover 5.3 s, at the old term's expiry).
+ */
 async function listeners(store: PostgresStore): Promise<number> {
-  const r = await store.fleetQuery(`SELECT count(*) AS n FROM pg_stat_activity WHERE query LIKE '%LISTEN "leasehold_freed_%'`, []);
+  const r = await store.fleetQuery(`SELECT count(*) AS n FROM pg_stat_activity WHERE query ~ '^(UN)?LISTEN "leasehold_(freed|probe)_' AND pid <> pg_backend_pid()`, []);
   return Number(r.rows[0]!['n']);
 }
 
@@ -123,8 +131,9 @@ void describe('PostgreSQL multi-host URL: failover to a promoted standby', { ski
       await until(() => log.some((e) => e.kind === 'acquired'), 10_000, 'a never led');
       const b = await contender('b', url, TTL, log);
       const observer = await open(url);
-      await until(async () => (await listeners(observer)) >= 1, 10_000, 'the follower never listened');
-      const listening = await listeners(observer);
+      // Both listen: the follower for releases, the holder for a revocation of its own term.
+      const listening = 2;
+      await until(async () => (await listeners(observer)) >= listening, 10_000, 'the holder and the follower never both listened');
       // The standby has replayed the term (so the holder's nonce is there to renew after the promotion).
       const standby = await open(`${r.standbyUrl}?schema=${schema}`);
       await until(async () => (await standby.list({ name: 'job' }).catch(() => []))[0]?.holder != null, 10_000, 'the standby never saw the term');
