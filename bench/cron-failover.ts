@@ -40,7 +40,7 @@ const PERIOD_MS = 1000;
 /** Slots run after the start-up ones in a run with no kill (bench/cron-released-since.ts --slots). */
 export const cronRun = { steadySlots: 8 };
 
-interface Replica {
+export interface Replica {
   proc: ChildProcess;
   ran: string[];
   /** Each job start, [slot ms, start ms by this host's clock]. */
@@ -56,7 +56,7 @@ interface Replica {
   ranAt: number;
 }
 
-function startReplica(config: CronReplicaConfig | PeerReplicaConfig | FloorReplicaConfig): Promise<Replica> {
+export function startReplica(config: CronReplicaConfig | PeerReplicaConfig | FloorReplicaConfig): Promise<Replica> {
   const js = 'peer' in config ? peerJs : 'floor' in config ? floorJs : (config.replicaJs ?? replicaJs);
   const proc = spawn(process.execPath, [js, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'inherit'] });
   const r: Replica = { proc, ran: [], starts: [], fires: [], calls: [], requests: 0, byMethod: {}, ranAt: 0 };

@@ -10,6 +10,7 @@ import { openSlotLedger, openStore } from '../src/backends/index.js';
 import { Leasehold } from '../src/core/leasehold.js';
 import { startCron, type CronMode } from '../src/scheduler/cron.js';
 import { everySchedule } from '../src/scheduler/schedule.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface CronReplicaConfig {
   url: string;
@@ -23,6 +24,10 @@ export interface CronReplicaConfig {
   replicaJs?: string;
   /** Strip ClaimRequest.unlessReleasedSince from every claim: a store that does not honour it (the "before" of bench/cron-released-since.ts). */
   ignoreReleasedSince?: boolean;
+  /** The schedule's liveness (bench/cron-midjob.ts: 'session' against 'ttl'). */
+  liveness?: 'ttl' | 'session';
+  /** How long each job runs (default: it returns at once), so that a replica can die mid-job. */
+  jobMs?: number;
 }
 
 const config = JSON.parse(process.argv[2]!) as CronReplicaConfig;
@@ -72,8 +77,11 @@ function counted<T extends object>(target: T, tag: string): T {
 const store = await openStore(config.url);
 const ledger = counted(await openSlotLedger(store, config.url), 'ledger');
 const lh = new Leasehold({ store: counted(store, 'store') });
-startCron(lh, ledger, config.name, { schedule: everySchedule(config.periodMs), ttl: config.ttl, mode: config.mode }, (ctx) => {
+const options = { schedule: everySchedule(config.periodMs), ttl: config.ttl, mode: config.mode, ...(config.liveness === undefined ? {} : { liveness: config.liveness, onInterrupted: 'rerun' as const }) };
+startCron(lh, ledger, config.name, options, async (ctx) => {
   process.stdout.write(`start ${ctx.slotAtMs} ${nowMs()}\n`);
+  // Ends early when the term does: the slot is then recorded interrupted, as a real job's would.
+  if (config.jobMs !== undefined) await sleep(config.jobMs, undefined, { signal: ctx.signal }).catch(() => undefined);
 }).on('slot', (e) => {
   if (e.event === 'succeeded') process.stdout.write(`ran ${e.slot}\n`);
 });

@@ -25,6 +25,7 @@ import { followerLoad } from './followers.js';
 import { fenceOverhead } from './fence.js';
 import { startup } from './startup.js';
 import { cronFailover } from './cron-failover.js';
+import { cronMidJob } from './cron-midjob.js';
 import { pgServer } from './pg-server.js';
 import { fleetFigure } from './fleet-figure.js';
 import { chartSvg } from './chart.js';
@@ -150,9 +151,13 @@ await run('followers', 'idle follower load, counted at the server, per follower 
 await run('fence', 'fence overhead: fenced vs unfenced PostgreSQL transaction', async () => {
   await eachStore('fence', stores.includes('postgres') ? ['postgres'] : [], () => fenceOverhead(rec, sizes.samples));
 });
-await run('cron-failover', 'cron through replica deaths: per-slot mode vs leader mode, the latest slot\'s replica SIGKILLed between slots', async () => {
+await run('cron-failover', 'cron through replica deaths: per-slot mode vs leader mode, the latest slot\'s replica SIGKILLed between slots; then mid-job, liveness session vs ttl', async () => {
   // Smoke: one store only (the figure takes ~20 s a store even so).
-  await eachStore('cron-failover', mode === 'smoke' ? stores.slice(0, 1) : stores, (kind) => cronFailover(rec, kind, Math.max(2, sizes.failovers), sizes.ttlMs, mode === 'smoke'));
+  await eachStore('cron-failover', mode === 'smoke' ? stores.slice(0, 1) : stores, async (kind) => {
+    await cronFailover(rec, kind, Math.max(2, sizes.failovers), sizes.ttlMs, mode === 'smoke');
+    // A death mid-job rather than between slots: how soon its slot runs again (issue 33 item 5).
+    await cronMidJob(rec, kind, mode === 'smoke' ? 1 : Math.max(3, sizes.failovers), sizes.ttlMs);
+  });
 });
 await run('pg-server', 'PostgreSQL server time (pg_stat_statements): renewal vs raw, and the statements a close sends', async () => {
   await eachStore('pg-server', stores.includes('postgres') ? ['postgres'] : [], () => pgServer(rec, mode === 'full' ? [1, 1000, 10_000] : sizes.leases, sizes.samples));
