@@ -17,7 +17,7 @@ interface MemberCallOptions {
 /** One attempt on one member when the caller names no budget (reads, migrate, admin calls). */
 const DEFAULT_ATTEMPT_MS = 1000;
 
-/** How long a member that refused a call is tried last. */
+/** How long a member that refused a call, or hung, is tried last. */
 const REFUSED_FOR_MS = 2000;
 
 /**
@@ -31,10 +31,11 @@ const REFUSED_FOR_MS = 2000;
  * interval (`attemptMs`, from the claim's TTL); when it passes, gRPC cancels the call and the
  * next member gets a fresh one, so a retry never shares the hung original's fate. The member
  * that answered last is tried first, so a healthy cluster costs one round trip per call.
- * Attempts double their budget after each full round of the members (a cluster slow
- * everywhere, not one member hung), always inside the caller's deadline; a member that
- * answers with an error is not asked again in the same call, so a cluster that is down
- * fails the call at once rather than at its deadline.
+ * Attempts double their budget after as many hung attempts as there are members (a cluster
+ * slow everywhere, not one member hung), always inside the caller's deadline; a member that
+ * answers with an error is not asked again in the same call until an attempt on another has
+ * hung, so a cluster that is down fails the call at once rather than at its deadline, and one
+ * whose leader froze (the others answering "no leader" until they elect one) is asked again.
  *
  * A retried write is safe: every write leasehold sends is recognisable when it already landed
  * (claim.ts). A caller that gives up (`signal`) has its pending attempt abandoned at once
@@ -48,6 +49,8 @@ export class MemberPool {
   private preferred = 0;
   /** Monotonic time (the pool's clock) when each member last refused a call outright (down: connection refused or reset). */
   private readonly refusedAt: number[];
+  /** Monotonic time when an attempt on each member last ran out its time (frozen, partitioned, slow). */
+  private readonly hungAt: number[];
   private readonly members: readonly Etcd3Like[];
   private readonly watcher: Etcd3Like;
   private readonly owned: readonly Etcd3Like[];
@@ -66,6 +69,7 @@ export class MemberPool {
     this.watcher = watcher;
     this.owned = owned;
     this.refusedAt = members.map(() => -Infinity);
+    this.hungAt = members.map(() => -Infinity);
   }
 
   readonly kv = {
@@ -139,13 +143,15 @@ export class MemberPool {
     const base = o.attemptMs ?? DEFAULT_ATTEMPT_MS;
     const refused = new Set<number>();
     let lastError: unknown;
+    /** Attempts of this call that ran out their time (hung). */
+    let hung = 0;
     const gaveUp = (): boolean => o.signal?.aborted === true;
     for (let attempt = 0; ; attempt++) {
       if (gaveUp()) throw abandoned(lastError);
       const now = this.clock.wallNow();
       if (attempt > 0 && now >= o.deadline) throw lastError;
       const index = this.pick(refused, this.clock.monoNow());
-      const attemptDeadline = Math.min(o.deadline, now + base * 2 ** Math.min(Math.floor(attempt / n), 6));
+      const attemptDeadline = Math.min(o.deadline, now + base * 2 ** Math.min(Math.floor(hung / n), 6));
       try {
         return await untilAbandoned(fn(this.members[index]!, { deadline: grpcDeadline(this.clock, attemptDeadline) }, attemptDeadline), o.signal);
       } catch (err) {
@@ -160,6 +166,15 @@ export class MemberPool {
         if (this.clock.wallNow() < attemptDeadline) {
           refused.add(index);
           this.refusedAt[index] = this.clock.monoNow();
+        } else {
+          // It hung. The members that answered with an error did so before this attempt's time
+          // ran out, and are worth asking again: during an election the others answer "no
+          // leader" at once while a frozen leader hangs, and skipping them for the rest of the
+          // call left it on the frozen member alone, its budget doubling, until the call's
+          // deadline, long after a new leader was elected (test/stores/etcd-members).
+          refused.clear();
+          this.hungAt[index] = this.clock.monoNow();
+          hung++;
         }
         if (refused.size >= n) throw err;
       }
@@ -167,9 +182,9 @@ export class MemberPool {
   }
 
   /**
-   * The preferred member, unless this call already had an error from it, or it refused a call
-   * in the last couple of seconds (a killed member: the next call would spend an attempt on it
-   * while the others elect a leader) and another has not.
+   * The preferred member, unless this call already had an error from it, or it refused a call or
+   * hung in the last couple of seconds (a killed or frozen member: the next call would spend an
+   * attempt on it while the others elect a leader) and another has not.
    */
   private pick(refused: ReadonlySet<number>, monoNow: number): number {
     const n = this.members.length;
@@ -177,7 +192,7 @@ export class MemberPool {
     for (let k = 0; k < n; k++) {
       const i = (this.preferred + k) % n;
       if (refused.has(i)) continue;
-      if (monoNow - this.refusedAt[i]! >= REFUSED_FOR_MS) return i;
+      if (monoNow - Math.max(this.refusedAt[i]!, this.hungAt[i]!) >= REFUSED_FOR_MS) return i;
       fallback ??= i;
     }
     return fallback ?? this.preferred;
