@@ -15,35 +15,17 @@ import { GRPCResourceExhastedError, GRPCUnavailableError } from 'etcd3';
 import { isRetryableError, StoreError } from '../../src/core/errors.js';
 import { MemberPool } from '../../src/backends/etcd/members.js';
 import { isTransient } from '../../src/backends/etcd/errors.js';
-import { mapEtcdError, type Etcd3Like, type EtcdTxnRequest, type EtcdTxnResponse } from '../../src/backends/etcd/client.js';
+import { mapEtcdError, type Etcd3Like, type EtcdTxnRequest } from '../../src/backends/etcd/client.js';
+import { memberStandIn, txnOk } from '../helpers/etcd-member.js';
 import { mapLedgerError } from '../../src/backends/etcd/pages.js';
 
 const OVERSIZE = 'Received message larger than max (5242880 vs. 4194304)';
-const ok: EtcdTxnResponse = { header: { revision: '7' }, succeeded: true, responses: [] } as unknown as EtcdTxnResponse;
-
-/** A member whose txn answers with `fail()` (an error to throw) or `ok`, counting its calls. */
+/** A member whose txn answers with `fail()` (an error to throw) or ok, counting its calls. */
 function member(fail: () => Error | undefined): Etcd3Like & { calls: number } {
-  const m = {
-    calls: 0,
-    kv: {
-      txn: (_req: EtcdTxnRequest): Promise<EtcdTxnResponse> => {
-        m.calls++;
-        const e = fail();
-        return e === undefined ? Promise.resolve(ok) : Promise.reject(e);
-      },
-      range: () => Promise.reject(new Error('not used')),
-      deleteRange: () => Promise.reject(new Error('not used')),
-    },
-    leaseClient: {
-      leaseGrant: () => Promise.reject(new Error('not used')),
-      leaseTimeToLive: () => Promise.reject(new Error('not used')),
-    },
-    watch: () => {
-      throw new Error('not used');
-    },
-    close: () => undefined,
-  };
-  return m as unknown as Etcd3Like & { calls: number };
+  return memberStandIn(() => {
+    const e = fail();
+    return e === undefined ? Promise.resolve(txnOk) : Promise.reject(e);
+  });
 }
 
 const req: EtcdTxnRequest = { compare: [], success: [], failure: [] };

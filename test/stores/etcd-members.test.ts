@@ -9,40 +9,22 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { GRPCDeadlineExceededError, GRPCUnavailableError } from 'etcd3';
 import { MemberPool } from '../../src/backends/etcd/members.js';
-import type { EtcdCallOptions, Etcd3Like, EtcdTxnRequest, EtcdTxnResponse } from '../../src/backends/etcd/client.js';
+import type { Etcd3Like, EtcdTxnRequest } from '../../src/backends/etcd/client.js';
+import { memberStandIn, txnOk } from '../helpers/etcd-member.js';
 
-const ok: EtcdTxnResponse = { header: { revision: '7' }, succeeded: true, responses: [] } as unknown as EtcdTxnResponse;
 const req = { compare: [], success: [], failure: [] } as unknown as EtcdTxnRequest;
 
 type Answer = 'hang' | 'no leader' | 'ok';
 
-/** A member whose txn does what `now()` says, counting its calls. */
+/** A member whose txn does what `now()` says; a hang ends at the attempt's deadline, as gRPC ends it. */
 function member(now: () => Answer): Etcd3Like & { calls: number } {
-  const m = {
-    calls: 0,
-    kv: {
-      txn: (_req: EtcdTxnRequest, o: EtcdCallOptions): Promise<EtcdTxnResponse> => {
-        m.calls++;
-        const a = now();
-        if (a === 'ok') return Promise.resolve(ok);
-        if (a === 'no leader') return Promise.reject(new GRPCUnavailableError('etcdserver: no leader'));
-        // gRPC ends the call at its deadline.
-        const deadline = Number(o.deadline);
-        return new Promise((_, reject) => setTimeout(() => reject(new GRPCDeadlineExceededError('Deadline exceeded')), Math.max(0, deadline - Date.now())));
-      },
-      range: () => Promise.reject(new Error('not used')),
-      deleteRange: () => Promise.reject(new Error('not used')),
-    },
-    leaseClient: {
-      leaseGrant: () => Promise.reject(new Error('not used')),
-      leaseTimeToLive: () => Promise.reject(new Error('not used')),
-    },
-    watch: () => {
-      throw new Error('not used');
-    },
-    close: () => undefined,
-  };
-  return m as unknown as Etcd3Like & { calls: number };
+  return memberStandIn((o) => {
+    const a = now();
+    if (a === 'ok') return Promise.resolve(txnOk);
+    if (a === 'no leader') return Promise.reject(new GRPCUnavailableError('etcdserver: no leader'));
+    const deadline = Number(o.deadline);
+    return new Promise((_, reject) => setTimeout(() => reject(new GRPCDeadlineExceededError('Deadline exceeded')), Math.max(0, deadline - Date.now())));
+  });
 }
 
 void describe('etcd member pool: a hung member beside members that answer with an error', () => {
