@@ -35,6 +35,18 @@ interface Row {
  * and its completion) ended after this slot came due, so the term that held the lease through it
  * recorded it skipped. A loaded host stretches a 1 s slot's term that far (CI saw it on etcd).
  */
+/**
+ * Until slot `hung`'s job has ended (its rerun), or a timeout that carries what each live replica
+ * said last: a stressed run (2026-12-07, MySQL) saw no rerun of a killed job's slot within the
+ * bound, and the failure said nothing more.
+ */
+async function untilRerun(hung: string, lines: () => string[][], replicas: readonly Running[], ms: number): Promise<void> {
+  await until(`slot ${hung} rerun`, () => lines().some((l) => l[0] === 'end' && l[1] === hung), ms).catch((e: unknown) => {
+    const said = replicas.map((r, i) => `replica ${i + 1} (pid ${r.pid}):\n${r.stderr.trim().split('\n').slice(-15).join('\n')}`).join('\n');
+    throw new Error(`${(e as Error).message}; the job lines: ${JSON.stringify(lines().slice(-8))}; what each live replica said last:\n${said}`, { cause: e });
+  });
+}
+
 function overlapByRule(rows: readonly Row[], r: Row): boolean {
   const prev = rows[rows.indexOf(r) - 1];
   return r.status === 'skipped' && /^overlap/.test(r.reason ?? '') && prev?.endedAt != null && Date.parse(prev.endedAt) >= Date.parse(r.slotAt);
@@ -101,7 +113,7 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
           process.kill(runner.pid, 'SIGKILL');
           replicas.splice(replicas.indexOf(runner), 1);
           replicas.push(sb.start(args));
-          await until(`slot ${hung} rerun`, () => lines().some((l) => l[0] === 'end' && l[1] === hung), BOUND_MS);
+          await untilRerun(hung, lines, replicas, BOUND_MS);
           const before = ends();
           await until('two more slots after the rerun', () => ends() >= before + 2, BOUND_MS);
 
@@ -212,7 +224,7 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
           assert.ok(frozen !== undefined, `no replica says it started ${hung}`);
           process.kill(frozen.pid, 'SIGSTOP');
           // Its term runs out (one TTL) and the other replica reruns the slot under a larger token.
-          await until(`slot ${hung} rerun`, () => lines().some((l) => l[0] === 'end' && l[1] === hung), BOUND_MS);
+          await untilRerun(hung, lines, replicas, BOUND_MS);
           process.kill(frozen.pid, 'SIGCONT');
           const thawed = frozen;
           frozen = undefined;
