@@ -21,7 +21,7 @@ import { createEtcdStore } from '../../src/backends/etcd/index.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Term } from '../../src/core/lease.js';
 import type { LeaseLostError } from '../../src/core/errors.js';
-import { leaderlessMs } from './shared.js';
+import { leaderlessMs, recordingLogger } from './shared.js';
 
 interface Member {
   name: string;
@@ -85,12 +85,8 @@ async function holdWith(url: string) {
   // What the engine said, with times, for a failure's message: the SIGSTOP of the leader ended
   // a term at the thaw (6.1 s after the fault) in CI55 and in 1 of 8 runs beside stress-ng, and
   // 14 traced runs did not repeat it; the next failure says what the renewals met.
-  const notes: { at: number; line: string }[] = [];
-  const note = (level: string) => (obj: object, msg?: string): void => {
-    notes.push({ at: performance.now(), line: `${level} ${msg ?? ''} ${JSON.stringify(obj, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}` });
-  };
-  const logger = { debug: note('debug'), info: note('info'), warn: note('warn'), error: note('error') };
-  const lh = new Leasehold({ store, closeStore: true, logger });
+  const rec = recordingLogger();
+  const lh = new Leasehold({ store, closeStore: true, logger: rec.logger });
   const terms: Held[] = [];
   const elector = lh.elect('topo', {
     onElected(term: Term) {
@@ -105,12 +101,7 @@ async function holdWith(url: string) {
   return {
     terms,
     /** What the engine logged from `from` on (ms after `from`), renewals that landed left out. */
-    said(from: number): string {
-      return notes
-        .filter((x) => x.at >= from && !/renewed|renewal landed/.test(x.line))
-        .map((x) => `${Math.round(x.at - from)}ms ${x.line}`)
-        .join('\n');
-    },
+    said: (from: number): string => rec.said(from, /renewed|renewal landed/),
     async waitForTerm(ms = 20_000): Promise<Held> {
       const end = performance.now() + ms;
       for (;;) {

@@ -29,7 +29,7 @@ import { StoreUnavailableError } from '../../src/core/errors.js';
 import { Elector } from '../../src/core/elector.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import type { Term } from '../../src/core/lease.js';
-import { PG_REPLICA_PORT, pgReplicaSkip, startPgReplicas, type PgReplicas as Replicas } from './shared.js';
+import { PG_REPLICA_PORT, pgReplicaSkip, recordingLogger, startPgReplicas, type PgReplicas as Replicas } from './shared.js';
 
 const PORT = PG_REPLICA_PORT + 10;
 const skip = pgReplicaSkip();
@@ -69,11 +69,7 @@ type Ev = { who: string; kind: 'acquired' | 'renewed' | 'jeopardy' | 'lost'; tok
 async function contender(who: string, url: string, ttl: number, log: Ev[], storeOptions: { queryTimeoutMs?: number } = {}) {
   const store = await PostgresStore.create({ url, ...storeOptions });
   // What the engine said, with times, for a failure message (a slow handover in CI: 5.1s).
-  const notes: { at: number; line: string }[] = [];
-  const note = (level: string) => (obj: object, msg?: string): void => {
-    notes.push({ at: performance.now(), line: `${level} ${msg ?? ''} ${JSON.stringify(obj, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}` });
-  };
-  const logger = { debug: note('debug'), info: note('info'), warn: note('warn'), error: note('error') };
+  const { logger, notes } = recordingLogger();
   const lh = new Leasehold({ store, closeStore: true, logger });
   opened.push(() => lh.close());
   const lease = lh.lease('job', { ttl });

@@ -48,3 +48,27 @@ export function leaderlessMs(terms: readonly { startedAt: number; endedAt?: numb
   if (cursor < to) gap += to - cursor;
   return Math.max(0, Math.round(gap));
 }
+
+/**
+ * A logger that keeps what the engine said, with times, for a failure's message (a slow handover,
+ * a lost term): `said(from)` is every line from `from` on, ms after it, less what `skip` matches.
+ */
+export function recordingLogger(): {
+  logger: { debug(o: object, m?: string): void; info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void };
+  notes: { at: number; line: string }[];
+  said(from: number, skip?: RegExp): string;
+} {
+  const notes: { at: number; line: string }[] = [];
+  const note = (level: string) => (obj: object, msg?: string): void => {
+    notes.push({ at: performance.now(), line: `${level} ${msg ?? ''} ${JSON.stringify(obj, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}` });
+  };
+  return {
+    logger: { debug: note('debug'), info: note('info'), warn: note('warn'), error: note('error') },
+    notes,
+    said: (from, skip) =>
+      notes
+        .filter((x) => x.at >= from && (skip === undefined || !skip.test(x.line)))
+        .map((x) => `${Math.round(x.at - from)}ms ${x.line}`)
+        .join('\n'),
+  };
+}

@@ -47,10 +47,11 @@ const REFUSED_FOR_MS = 2000;
  */
 export class MemberPool {
   private preferred = 0;
-  /** Monotonic time (the pool's clock) when each member last refused a call outright (down: connection refused or reset). */
-  private readonly refusedAt: number[];
-  /** Monotonic time when an attempt on each member last ran out its time (frozen, partitioned, slow). */
-  private readonly hungAt: number[];
+  /**
+   * Monotonic time (the pool's clock) when each member last failed an attempt: refused it
+   * outright (down: connection refused or reset) or let it run out its time (frozen, partitioned).
+   */
+  private readonly failedAt: number[];
   private readonly members: readonly Etcd3Like[];
   private readonly watcher: Etcd3Like;
   private readonly owned: readonly Etcd3Like[];
@@ -68,8 +69,7 @@ export class MemberPool {
     this.members = members;
     this.watcher = watcher;
     this.owned = owned;
-    this.refusedAt = members.map(() => -Infinity);
-    this.hungAt = members.map(() => -Infinity);
+    this.failedAt = members.map(() => -Infinity);
   }
 
   readonly kv = {
@@ -165,7 +165,6 @@ export class MemberPool {
         // retries. Only a member that hung (its attempt ran out) is worth a longer attempt.
         if (this.clock.wallNow() < attemptDeadline) {
           refused.add(index);
-          this.refusedAt[index] = this.clock.monoNow();
         } else {
           // It hung. The members that answered with an error did so before this attempt's time
           // ran out, and are worth asking again: during an election the others answer "no
@@ -173,9 +172,9 @@ export class MemberPool {
           // call left it on the frozen member alone, its budget doubling, until the call's
           // deadline, long after a new leader was elected (test/stores/etcd-members).
           refused.clear();
-          this.hungAt[index] = this.clock.monoNow();
           hung++;
         }
+        this.failedAt[index] = this.clock.monoNow();
         if (refused.size >= n) throw err;
       }
     }
@@ -192,7 +191,7 @@ export class MemberPool {
     for (let k = 0; k < n; k++) {
       const i = (this.preferred + k) % n;
       if (refused.has(i)) continue;
-      if (monoNow - Math.max(this.refusedAt[i]!, this.hungAt[i]!) >= REFUSED_FOR_MS) return i;
+      if (monoNow - this.failedAt[i]! >= REFUSED_FOR_MS) return i;
       fallback ??= i;
     }
     return fallback ?? this.preferred;
