@@ -83,15 +83,8 @@ void describe('fleet registry on each store', SIDE_BY_SIDE, () => {
       // An agent that finds the store unavailable as it starts (stressed runs saw etcd's call
       // deadline pass at the schema check and at registration) waits and tries again within its
       // --wait, as a user's does (agent-start-wait.test.ts): no restart here.
-      //
-      // That wait is --wait, given here: its default (stale-after + heartbeat) shrinks with the
-      // short stale-after these agents run with, to 3.75 s on etcd, and CI61 of 2026-12-07 saw an
-      // agent's first claim not land on a loaded etcd within that ("agent g2 exited before going
-      // live: ... the wait ran out"). How soon an agent goes live is not what these tests check;
-      // the bound only ends a run that will never start.
       const start = async (id: string, labels?: string, timing: string[] = timingFor(kind)): Promise<AgentProcess> => {
-        const wait = timing.some((f) => f === '--wait' || f === '--no-wait') ? [] : ['--wait', '30s'];
-        const a = startCliAgent(ts.url, id, [...timing, ...wait, ...(labels === undefined ? [] : ['--labels', labels])]);
+        const a = startCliAgent(ts.url, id, [...timing, ...(labels === undefined ? [] : ['--labels', labels])]);
         agents.push(a);
         await a.live();
         return a;
