@@ -47,6 +47,13 @@ const timingFor = (kind: StoreKind): string[] =>
 const survivorTiming = (kind: StoreKind): string[] =>
   kind === 'etcd' ? ['--heartbeat', '750ms', '--stale-after', '30s'] : ['--heartbeat', HEARTBEAT, '--stale-after', '20s'];
 
+/** An agent's start wait in these tests: its default (stale-after + heartbeat), and 30 s at least (see start()). */
+function startWaitMs(timing: string[]): number {
+  const flag = (name: string): string | undefined => timing[timing.indexOf(name) + 1];
+  const { heartbeatMs, staleAfterMs } = resolveAgentTiming({ heartbeat: flag('--heartbeat'), staleAfter: flag('--stale-after') });
+  return Math.max(30_000, staleAfterMs + heartbeatMs);
+}
+
 void describe('agent timing', () => {
   void it('refuses a stale-after below twice the heartbeat, and takes exactly twice', () => {
     assert.throws(() => resolveAgentTiming({ heartbeat: '10s', staleAfter: '19s' }), ConfigError);
@@ -83,8 +90,17 @@ void describe('fleet registry on each store', SIDE_BY_SIDE, () => {
       // An agent that finds the store unavailable as it starts (stressed runs saw etcd's call
       // deadline pass at the schema check and at registration) waits and tries again within its
       // --wait, as a user's does (agent-start-wait.test.ts): no restart here.
+      //
+      // That wait is raised to 30 s at least, never lowered: its default (stale-after +
+      // heartbeat) shrinks with the short stale-after most of these agents run with, to 3.75 s on
+      // etcd, and CI61 of 2026-12-07 saw an agent's first claim not land on a loaded etcd within
+      // that ("agent g2 exited before going live: ... the wait ran out"). An agent with a long
+      // stale-after keeps its default, which is longer: a first claim whose answer was lost waits
+      // out a term of its own holder id, stale-after long (a fixed 30 s ran out there on etcd).
+      // How soon an agent goes live is not what these tests check; the wait only ends a run that
+      // will never start.
       const start = async (id: string, labels?: string, timing: string[] = timingFor(kind)): Promise<AgentProcess> => {
-        const a = startCliAgent(ts.url, id, [...timing, ...(labels === undefined ? [] : ['--labels', labels])]);
+        const a = startCliAgent(ts.url, id, [...timing, '--wait', `${startWaitMs(timing)}ms`, ...(labels === undefined ? [] : ['--labels', labels])]);
         agents.push(a);
         await a.live();
         return a;
