@@ -446,42 +446,61 @@ export class PostgresStore implements LeaseStore {
     let timer: NodeJS.Timeout | undefined;
     let attempt = 0;
 
+    /** The set-up under way, if any: stop() waits for it, so close() leaves no connection open. */
+    let connecting: Promise<void> | undefined;
+
     const connect = async (): Promise<void> => {
       if (stopped) return;
+      let c: PgListenClientLike | undefined;
       try {
-        const c = await this.listenClient();
-        c.on('notification', (msg) => {
+        c = await this.listenClient();
+        const mine = c;
+        mine.on('notification', (msg) => {
           if (msg.channel === channel && msg.payload !== undefined) listener(msg.payload);
         });
-        c.on('error', () => {
-          dropped(c);
+        mine.on('error', () => {
+          dropped(mine);
         });
-        c.on('end', () => {
-          dropped(c);
+        mine.on('end', () => {
+          dropped(mine);
         });
-        await c.query(`LISTEN "${channel}"`);
-        if (!probed) {
-          if (!(await this.probeNotify(c))) {
-            await c.query(`UNLISTEN "${channel}"`).catch(() => {});
-            await closeListenClient(c, true);
+        await mine.query(`LISTEN "${channel}"`);
+        if (!probed && !stopped) {
+          if (!(await this.probeNotify(mine))) {
+            await mine.query(`UNLISTEN "${channel}"`).catch(() => {});
             stopped = true;
             throw this.notifyBroken;
           }
           probed = true;
         }
-        // An idle LISTEN socket must not keep the process alive on its own (waiters hold refs).
-        (c as unknown as { connection?: { stream?: { unref?: () => void } } }).connection?.stream?.unref?.();
+        // Stopped (the store closed) while this connection was being set up: it is not kept.
         if (stopped) {
-          await closeListenClient(c, true);
+          c = undefined;
+          await closeListenClient(mine, true);
           return;
         }
-        client = c;
+        // An idle LISTEN socket must not keep the process alive on its own (waiters hold refs).
+        (mine as unknown as { connection?: { stream?: { unref?: () => void } } }).connection?.stream?.unref?.();
+        client = mine;
+        c = undefined;
         if (attempt > 0) onReconnect?.();
         attempt = 0;
       } catch (err) {
+        // A connection whose set-up failed is closed, whatever failed: left open, its socket
+        // (not yet unref'd) would hold the process open, and a pool's client would stay checked out.
+        if (c !== undefined) await closeListenClient(c, err === this.notifyBroken);
         if (err === this.notifyBroken && err !== undefined) throw err;
         scheduleReconnect();
       }
+    };
+    const track = (): Promise<void> => {
+      const p = connect();
+      connecting = p;
+      void p.then(
+        () => (connecting === p ? (connecting = undefined) : undefined),
+        () => (connecting === p ? (connecting = undefined) : undefined),
+      );
+      return p;
     };
     const dropped = (c: PgListenClientLike): void => {
       if (client !== c) return;
@@ -495,21 +514,30 @@ export class PostgresStore implements LeaseStore {
       const delay = listenReconnectDelayMs(attempt, Math.random());
       timer = setTimeout(() => {
         timer = undefined;
-        void connect();
+        void track();
       }, delay);
       timer.unref();
     };
-
-    await connect();
     const stop = async (): Promise<void> => {
       stopped = true;
       if (timer !== undefined) clearTimeout(timer);
       const c = client;
       client = undefined;
-      this.listen = undefined;
+      if (this.listen?.stop === stop) this.listen = undefined;
       if (c !== undefined) await closeListenClient(c, true);
+      // A set-up under way closes its own connection once it sees `stopped`.
+      await connecting?.catch(() => undefined);
     };
+
+    // Registered before the first set-up, so that a close() during it stops it (registered after,
+    // close() found nothing to stop and the set-up kept its connection).
     this.listen = { stop };
+    try {
+      await track();
+    } catch (err) {
+      if (this.listen?.stop === stop) this.listen = undefined;
+      throw err;
+    }
     return stop;
   }
 
