@@ -16,14 +16,18 @@ const req = { compare: [], success: [], failure: [] } as unknown as EtcdTxnReque
 
 type Answer = 'hang' | 'no leader' | 'ok';
 
-/** A member whose txn does what `now()` says; a hang ends at the attempt's deadline, as gRPC ends it. */
-function member(now: () => Answer): Etcd3Like & { calls: number } {
+/**
+ * A member whose txn does what `now()` says; a hang ends at the attempt's deadline, as gRPC ends
+ * it, or `earlyMs` before it: a timer can fire a few ms before Date.now() reaches the time it was
+ * set for (Node starts it from the event loop's cached time, which lags on a loaded host).
+ */
+function member(now: () => Answer, earlyMs = 0): Etcd3Like & { calls: number } {
   return memberStandIn((o) => {
     const a = now();
     if (a === 'ok') return Promise.resolve(txnOk);
     if (a === 'no leader') return Promise.reject(new GRPCUnavailableError('etcdserver: no leader'));
     const deadline = Number(o.deadline);
-    return new Promise((_, reject) => setTimeout(() => reject(new GRPCDeadlineExceededError('Deadline exceeded')), Math.max(0, deadline - Date.now())));
+    return new Promise((_, reject) => setTimeout(() => reject(new GRPCDeadlineExceededError('Deadline exceeded')), Math.max(0, deadline - Date.now() - earlyMs)));
   });
 }
 
@@ -45,6 +49,20 @@ void describe('etcd member pool: a hung member beside members that answer with a
     // most one attempt's 100 ms): well before the deadline, whatever the host's load.
     assert.ok(tookMs < 3000 - 100, `the call took ${tookMs} ms: it was not answered by the members that had elected a leader`);
     assert.ok(b.calls + c.calls >= 3, `the members that answered "no leader" were asked again (${b.calls}, ${c.calls})`);
+  });
+
+  void it('a hung attempt whose deadline error comes a few ms early is still a hang, not a refusal', async () => {
+    // npm test at five files at once (2026-12-07) failed the case above in 200 ms with "Deadline
+    // exceeded": the frozen member's attempt ended just before its deadline by the wall clock,
+    // counted as a refusal, and with the other two refusing ("no leader") the call gave up as if
+    // the whole cluster were down.
+    const t0 = Date.now();
+    const others = (): Answer => (Date.now() - t0 < 300 ? 'no leader' : 'ok');
+    const frozen = member(() => 'hang', 5);
+    const pool = new MemberPool([frozen, member(others), member(others)], frozen, []);
+    const started = Date.now();
+    await pool.kv.txn(req, { deadline: started + 3000, attemptMs: 100 });
+    assert.ok(Date.now() - started < 3000 - 100, 'answered by the members that elected a leader, before the deadline');
   });
 
   void it('a cluster whose every member answers with an error still fails the call at once, not at its deadline', async () => {

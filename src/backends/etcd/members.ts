@@ -163,7 +163,7 @@ export class MemberPool {
         // A member that answered with an error (refused, unavailable) is not asked again in
         // this call; once every member has, the cluster is down: say so now, the engine
         // retries. Only a member that hung (its attempt ran out) is worth a longer attempt.
-        if (this.clock.wallNow() < attemptDeadline) {
+        if (!ranOut(err, now, attemptDeadline, this.clock.wallNow())) {
           refused.add(index);
         } else {
           // It hung. The members that answered with an error did so before this attempt's time
@@ -196,6 +196,21 @@ export class MemberPool {
     }
     return fallback ?? this.preferred;
   }
+}
+
+/**
+ * Whether an attempt that failed ran out its time (a hung member) rather than was answered with
+ * an error. Past its deadline by the wall clock, or a deadline error after at least half its
+ * budget: gRPC's deadline timer can fire a few ms before the wall clock reaches the deadline
+ * (a Node timer starts from the event loop's cached time, which lags on a loaded host), and
+ * that early end counted as a refusal made a call with the other members answering "no leader"
+ * give up at once, as if the whole cluster were down (test/stores/etcd-members). A deadline error
+ * that comes early in the budget is the server's own (a request it timed out), an answer.
+ */
+function ranOut(err: unknown, startedAt: number, deadline: number, now: number): boolean {
+  if (now >= deadline) return true;
+  const name = (err as { constructor?: { name?: string } } | null)?.constructor?.name;
+  return name === 'GRPCDeadlineExceededError' && now - startedAt >= (deadline - startedAt) / 2;
 }
 
 function abandoned(cause: unknown): StoreUnavailableError {
