@@ -32,8 +32,14 @@ for (const kind of stores) {
     let t: TestStore;
     let dir: string;
     // Long enough that both bursts run well inside the first renew interval after the restore:
-    // what stops the second clone here is the fence, not the renewal's clone rule.
-    const ttl = 6000;
+    // what stops the second clone here is the fence, not the renewal's clone rule. That renewal
+    // comes a third of the TTL after the snapshot's last one, and the snapshot, the kill of the
+    // original and the two resumes come first: at TTL 6 s (renewal 2 s after the snapshot) a run
+    // of npm test with five files at once (load 3.6 on two cores) had a clone renew before the
+    // other's first fenced write, which then learned of the clone from the renewal
+    // ('superseded'), not from the fence. A 30 s TTL puts that renewal 10 s after the snapshot;
+    // nothing here waits for the TTL (the clones are killed after their bursts).
+    const ttl = 30_000;
 
     before(async () => {
       t = await makeTestStore(kind);
