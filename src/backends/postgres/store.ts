@@ -20,13 +20,13 @@ import { checkClaimBatch, historyLimit } from '../checks.js';
 import { leaseState } from '../../core/claim-rule.js';
 import { renewalStatement, renewCall, RENEW_FUNCTION_MIN } from './renew.js';
 import { releaseStatement } from './release.js';
-import { closeListenClient, createPool, cutConnecting, loadPg } from './driver.js';
+import { createPool, cutConnecting, loadPg } from './driver.js';
 import { mapPgError } from './errors.js';
 import { parseNotifyUrl, parsePostgresUrl } from './url.js';
 import { connectFirst, type PgTarget } from './multi-host.js';
 import { claimStatement, toClaimResult } from './claim.js';
 import { PgLeaseSession } from './session.js';
-import { listenReconnectDelayMs } from './reconnect.js';
+import { listenForFreed } from './listen.js';
 
 /** The subset of a `pg` query result leasehold reads. `R` is the row type, as in pg's `QueryResult<R>`. */
 export interface PgResultLike<R = Record<string, unknown>> {
@@ -439,106 +439,17 @@ export class PostgresStore implements LeaseStore {
     this.notifyBroken = undefined;
     // Told not to listen (notify_url=none): followers take a freed lease at its expiry.
     if (this.notify === 'none') return () => Promise.resolve();
-    const channel = channelFor(this.schema);
-    let probed = false;
-    let stopped = false;
-    let client: PgListenClientLike | undefined;
-    let timer: NodeJS.Timeout | undefined;
-    let attempt = 0;
-
-    /** The set-up under way, if any: stop() waits for it, so close() leaves no connection open. */
-    let connecting: Promise<void> | undefined;
-
-    const connect = async (): Promise<void> => {
-      if (stopped) return;
-      let c: PgListenClientLike | undefined;
-      try {
-        c = await this.listenClient();
-        const mine = c;
-        mine.on('notification', (msg) => {
-          if (msg.channel === channel && msg.payload !== undefined) listener(msg.payload);
-        });
-        mine.on('error', () => {
-          dropped(mine);
-        });
-        mine.on('end', () => {
-          dropped(mine);
-        });
-        await mine.query(`LISTEN "${channel}"`);
-        if (!probed && !stopped) {
-          if (!(await this.probeNotify(mine))) {
-            await mine.query(`UNLISTEN "${channel}"`).catch(() => {});
-            stopped = true;
-            throw this.notifyBroken;
-          }
-          probed = true;
-        }
-        // Stopped (the store closed) while this connection was being set up: it is not kept.
-        if (stopped) {
-          c = undefined;
-          await closeListenClient(mine, true);
-          return;
-        }
-        // An idle LISTEN socket must not keep the process alive on its own (waiters hold refs).
-        (mine as unknown as { connection?: { stream?: { unref?: () => void } } }).connection?.stream?.unref?.();
-        client = mine;
-        c = undefined;
-        if (attempt > 0) onReconnect?.();
-        attempt = 0;
-      } catch (err) {
-        // A connection whose set-up failed is closed, whatever failed: left open, its socket
-        // (not yet unref'd) would hold the process open, and a pool's client would stay checked out.
-        if (c !== undefined) await closeListenClient(c, err === this.notifyBroken);
-        if (err === this.notifyBroken && err !== undefined) throw err;
-        scheduleReconnect();
-      }
-    };
-    const track = (): Promise<void> => {
-      const p = connect();
-      connecting = p;
-      void p.then(
-        () => (connecting === p ? (connecting = undefined) : undefined),
-        () => (connecting === p ? (connecting = undefined) : undefined),
-      );
-      return p;
-    };
-    const dropped = (c: PgListenClientLike): void => {
-      if (client !== c) return;
-      client = undefined;
-      void closeListenClient(c, false);
-      scheduleReconnect();
-    };
-    const scheduleReconnect = (): void => {
-      if (stopped || timer !== undefined) return;
-      attempt++;
-      const delay = listenReconnectDelayMs(attempt, Math.random());
-      timer = setTimeout(() => {
-        timer = undefined;
-        void track();
-      }, delay);
-      timer.unref();
-    };
-    const stop = async (): Promise<void> => {
-      stopped = true;
-      if (timer !== undefined) clearTimeout(timer);
-      const c = client;
-      client = undefined;
-      if (this.listen?.stop === stop) this.listen = undefined;
-      if (c !== undefined) await closeListenClient(c, true);
-      // A set-up under way closes its own connection once it sees `stopped`.
-      await connecting?.catch(() => undefined);
-    };
-
-    // Registered before the first set-up, so that a close() during it stops it (registered after,
-    // close() found nothing to stop and the set-up kept its connection).
-    this.listen = { stop };
-    try {
-      await track();
-    } catch (err) {
-      if (this.listen?.stop === stop) this.listen = undefined;
-      throw err;
-    }
-    return stop;
+    return listenForFreed(
+      { channel: channelFor(this.schema), connect: () => this.listenClient(), probe: (c) => this.probeNotify(c), broken: () => this.notifyBroken },
+      listener,
+      onReconnect,
+      {
+        register: (stop) => (this.listen = { stop }),
+        unregister: (stop) => {
+          if (this.listen?.stop === stop) this.listen = undefined;
+        },
+      },
+    );
   }
 
   /**
