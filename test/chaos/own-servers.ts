@@ -7,7 +7,7 @@
  * scripts/services/etcd.mjs's LEASEHOLD_ETCD_SERVICE_PORT and _DIR.
  */
 import { execFile, spawnSync } from 'node:child_process';
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -16,14 +16,16 @@ import pg from 'pg';
 import { TEST_PG_URL } from '../helpers/stores.js';
 import { TEST_REDIS_URL } from '../helpers/redis-store.js';
 import { TEST_ETCD_URL } from '../helpers/etcd-store.js';
+import { mysqlConnection, TEST_MYSQL_URL } from '../helpers/stores.js';
+import { startPrivateMariadb, whyNoPrivateMariadb } from '../helpers/private-mariadb.js';
 import { waitUntil } from './services.js';
 import type { StoreKind } from './types.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const exec = promisify(execFile);
 
-/** Ports no other test uses (the topologies keep to 24xxx, 26050-27990, 3307-3318). */
-export const OWN_PORTS = { postgres: 25432, redis: 26479, etcd: 22379 } as const;
+/** Ports no other test uses (the topologies keep to 24xxx, 26050-27990, 3307-3318; store-restart 25442, 26489, 22391, 3319). */
+export const OWN_PORTS = { postgres: 25432, redis: 26479, etcd: 22379, mysql: 3321 } as const;
 
 export interface OwnServer {
   /** The environment that points a chaos run (store and, for PostgreSQL, the resource) at it. */
@@ -78,14 +80,21 @@ export async function startOwnServer(kind: StoreKind): Promise<OwnServer | { uns
         },
       };
     }
+    case 'mysql': {
+      const why = await whyNoPrivateMariadb();
+      if (why !== undefined) return { unsupported: `no MariaDB of its own: ${why}` };
+      // Restarted by the nemesis in the run's process, found by its port (services.ts).
+      const s = await startPrivateMariadb(OWN_PORTS.mysql, []);
+      return { env: { LEASEHOLD_TEST_MYSQL_URL: s.url }, stop: async () => s.stop() };
+    }
     default:
-      return { unsupported: `${kind} has no server of its own here (chaos.test restarts the shared one)` };
+      return { unsupported: `${kind} has no server to restart` };
   }
 }
 
 /**
  * Something that changes when the server restarts and only then (PostgreSQL's postmaster start
- * time, Redis's run_id, etcd's process start time), read from the server `env` points at (the
+ * time, Redis's run_id, etcd's process start time, MariaDB's pid), read from the server `env` points at (the
  * shared one when `env` is empty): the test checks that the nemesis restarted the run's own server
  * and never the shared one.
  */
@@ -109,6 +118,16 @@ export async function serverIncarnation(kind: StoreKind, env: Record<string, str
       const u = new URL((env['LEASEHOLD_TEST_ETCD_URL'] ?? TEST_ETCD_URL).replace(/^etcds?:/, 'http:'));
       const text = await (await fetch(`http://${u.hostname}:${u.port || '2379'}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
       return /^process_start_time_seconds (\S+)$/m.exec(text)?.[1] ?? '';
+    }
+    case 'mysql': {
+      // The server's pid, from the pid file it names: a clean restart gets a new process.
+      const c = await mysqlConnection(env['LEASEHOLD_TEST_MYSQL_URL'] ?? TEST_MYSQL_URL);
+      try {
+        const [rows] = await c.query('SELECT @@pid_file AS f');
+        return readFileSync(String(rows[0]?.['f']), 'utf8').trim();
+      } finally {
+        await c.end();
+      }
     }
     default:
       throw new Error(`no incarnation for ${kind}`);

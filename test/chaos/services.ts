@@ -12,6 +12,7 @@ import pg from 'pg';
 import { isLoopback } from './proxy.js';
 import type { StoreKind } from './types.js';
 import { TEST_MYSQL_URL, TEST_PG_URL, mysqlAdmin } from '../helpers/stores.js';
+import { isPrivateMariadb, restartPrivateMariadb } from '../helpers/private-mariadb.js';
 import { TEST_REDIS_URL } from '../helpers/redis-store.js';
 import { TEST_ETCD_URL } from '../helpers/etcd-store.js';
 import { restartMariadb, whyNotRestartMariadb } from '../helpers/mariadb.js';
@@ -178,6 +179,17 @@ export async function storeRestarter(kind: StoreKind): Promise<Restarter | { uns
       };
     }
     case 'mysql': {
+      // A run's own server (test/helpers/private-mariadb.ts, as chaos.test starts): restarted by
+      // its port, with a clean shutdown as start-stop-daemon --stop gives the shared one.
+      const { host, port } = hostPort(TEST_MYSQL_URL.replace(/^mariadb:/, 'mysql:'), 3306);
+      if (isLoopback(host) && isPrivateMariadb(port)) {
+        return {
+          describe: `a clean shutdown and start of the private MariaDB on ${port}`,
+          async restart(downMs: number) {
+            await restartPrivateMariadb(port, downMs, 90_000);
+          },
+        };
+      }
       const why = whyNotRestartMariadb();
       if (why !== undefined) return { unsupported: why };
       return {
