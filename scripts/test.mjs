@@ -15,8 +15,9 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(`usage: node scripts/test.mjs [--phase parallel|serial] [--beside COMMAND]... [compiled test files...]
 
 Runs the compiled tests (dist/test/**/*.test.js, or the files named) with node's test runner:
-files that restart the shared servers or load the machine on purpose (MySQL's lease chaos, store
-restarts, the packed package) run last, one at a time; --phase runs one of the two phases only.
+five at a time, then the files that restart a shared server (the shared etcd's restart test) or
+bound a failover tightly (PostgreSQL multi-host) last, one at a time; --phase runs one of the two
+phases only.
 npm test builds first, then runs this. Starts etcd when it is selected and not running (and
 the machine's MariaDB, installing mariadb-server when it is missing), and
 installs Debian's faketime, etcd-client (etcdctl, for the etcd restore tests) and chromium (for the
@@ -28,7 +29,7 @@ environment:
   LEASEHOLD_TEST_STORES=postgres,sqlite,redis,etcd,mysql   the stores to cover (default: all five);
                                  a file named after a store left out (stores/etcd-*, topologies/pg-*) is left out too
   LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL, LEASEHOLD_TEST_MYSQL_URL   where the stores are
-  LEASEHOLD_TEST_CONCURRENCY=3   files at once in the parallel phase
+  LEASEHOLD_TEST_CONCURRENCY=5   files at once in the parallel phase
   LEASEHOLD_TEST_STORES_AT_ONCE=1   per-store suites at once inside the files that loop over stores
                                  (for a machine with cores to spare; 1 on a 2-core one)
   LEASEHOLD_TEST_NODE=/path/to/node   run the tests with another Node binary
@@ -118,25 +119,21 @@ if (needsServices && stores.includes('etcd') && process.env.LEASEHOLD_TEST_ETCD_
   log(`etcd at ${etcd.url}${etcd.started ? ' (started for this run)' : ' (already running)'}`);
 }
 
-// Files that restart or stop the shared servers on the standard ports (lease chaos on MySQL
-// restarts the machine's MariaDB; serial/store-restart restarts all of them; stores/etcd.test.js restarts the
-// shared etcd) run last, one at a time: nothing else may be talking to a server they restart.
-// Everything else runs in the parallel phase, the topologies (which start servers of their
-// own on other ports), lease chaos on PostgreSQL, Redis and etcd (chaos-private: servers of its
-// own), serial/mysql-failover (a private MariaDB pair), fleet chaos (which
-// faults only its own agent processes) and the packed package (package/tarball: npm installs and
-// TypeScript builds, most of one core for two minutes, less than the stressed run's two hogs)
-// included.
+// Files that restart or stop a shared server on a standard port (stores/etcd.test.js restarts
+// the shared etcd) run last, one at a time: nothing else may be talking to a server they restart.
+// Everything else runs in the parallel phase: the topologies (which start servers of their own on
+// other ports), lease chaos (chaos-private on PostgreSQL, Redis and etcd, chaos.test on MySQL:
+// servers of their own, which their nemesis restarts), serial/store-restart (a server of its own
+// per store, restarted under a held lease), serial/mysql-failover (a private MariaDB pair), fleet
+// chaos (which faults only its own agent processes) and the packed package (package/tarball: npm
+// installs and TypeScript builds, most of one core for two minutes, less than the stressed run's
+// two hogs) included.
 //
 // topologies/pg-multi-host stays here too, though its servers are its own: its follower must hear
 // a release within TTL/3 of a promotion, through a LISTEN connection that reconnects with backoff
 // while the standby is promoted, and a promotion slowed by two other files' load pushed that
 // reconnect past the bound (CI at concurrency 3: 6 s).
-const isSerial = (f) =>
-  /[/\\]chaos[/\\]chaos\.test\.js$/.test(f) ||
-  /[/\\]topologies[/\\]pg-multi-host\.test\.js$/.test(f) ||
-  /[/\\]serial[/\\]store-restart\.test\.js$/.test(f) ||
-  /[/\\]stores[/\\]etcd\.test\.js$/.test(f);
+const isSerial = (f) => /[/\\]topologies[/\\]pg-multi-host\.test\.js$/.test(f) || /[/\\]stores[/\\]etcd\.test\.js$/.test(f);
 // The parallel phase starts its longest files first, so that its end is not one long file running
 // alone on a machine with a core to spare (files run in the order given as slots free up). The
 // order comes from the last run's table when there is one (LEASEHOLD_TEST_TIMES), else from
@@ -163,7 +160,7 @@ function longestFirst(files) {
   return [...files].sort((a, b) => key(b) - key(a) || a.localeCompare(b));
 }
 const phases = [
-  { name: 'parallel', files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '3' },
+  { name: 'parallel', files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '5' },
   { name: 'serial', files: all.filter(isSerial), concurrency: '1' },
 ].filter((p) => p.files.length > 0 && (onlyPhase === undefined || p.name === onlyPhase));
 
