@@ -145,8 +145,13 @@ void describe('NestJS @OncePerSlot, the first fire', () => {
     const rows = last?.status === 'interrupted' && /term ended while the job ran/.test(last.reason ?? '') ? ledger.slice(0, -1) : ledger;
     const runs = readRuns(resource);
     const summary = rows.map((r) => `${r.key.slice(11, 19)} ${r.status} ${r.reason ?? ''}`).join(' | ');
-    const overlaps = rows.filter((r) => /^overlap/.test(r.reason ?? ''));
-    assert.deepEqual(overlaps.map((r) => r.key), [], `a fire found the first job still running: ${summary}`);
+    // The fire after the first must not find the first fire's job still running (a gate that
+    // admitted the first fire late). A later fire may rightly find the job before it running: a
+    // 400 ms job whose claim came late on a loaded host (npm test at five files at once,
+    // 2026-12-07: the fourth slot recorded 'overlap' over the third's job), which is the
+    // overlap rule working, not the first fire's.
+    const overlaps = rows.slice(1, 2).filter((r) => /^overlap/.test(r.reason ?? ''));
+    assert.deepEqual(overlaps.map((r) => r.key), [], `the fire after the first found the first job still running: ${summary}`);
     const { twice } = checkEverySlotOnce(rows, runs, 1000);
     assert.equal(twice, 0, summary);
     // The first fire after both were up ran, once, with nothing recorded before it.

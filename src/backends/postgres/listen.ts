@@ -8,7 +8,7 @@ import type { PgListenClientLike } from './store.js';
 import { closeListenClient } from './driver.js';
 import { listenReconnectDelayMs } from './reconnect.js';
 
-export interface ListenSetup {
+interface ListenSetup {
   /** The schema's NOTIFY channel. */
   channel: string;
   /** A new LISTEN connection. */
@@ -20,7 +20,7 @@ export interface ListenSetup {
 }
 
 /** Where the store keeps the listener's stop, so that its close() can call it. */
-export interface ListenRegistry {
+interface ListenRegistry {
   register(stop: () => Promise<void>): void;
   unregister(stop: () => Promise<void>): void;
 }
