@@ -32,13 +32,13 @@ for (const kind of stores) {
     let t: TestStore;
     let dir: string;
     // Long enough that both bursts run well inside the first renew interval after the restore:
-    // what stops the second clone here is the fence, not the renewal's clone rule. That renewal
-    // comes a third of the TTL after the snapshot's last one, and the snapshot, the kill of the
-    // original and the two resumes come first: at TTL 6 s (renewal 2 s after the snapshot) a run
-    // of npm test with five files at once (load 3.6 on two cores) had a clone renew before the
-    // other's first fenced write, which then learned of the clone from the renewal
-    // ('superseded'), not from the fence. A 30 s TTL puts that renewal 10 s after the snapshot;
-    // nothing here waits for the TTL (the clones are killed after their bursts).
+    // what stops the second clone here is the fence, not the renewal's clone rule. A restored
+    // term renews a third of the TTL after its resume, and the kill of the original, the two
+    // resumes and their first writes come first: at TTL 6 s (2 s) a run of npm test with five
+    // files at once (load 3.6 on two cores) had a clone renew before the other's first fenced
+    // write, which then learned of the clone from the renewal ('superseded'), not from the fence.
+    // At 30 s that renewal is 10 s after the resume. The snapshot is taken as the term is won
+    // (snapshotOn), not at its first renewal, which would wait that 10 s before every round.
     const ttl = 30_000;
 
     before(async () => {
@@ -62,7 +62,7 @@ for (const kind of stores) {
         const clones = labels.map((l) => new Worker(l, { url: t.url, name, ttl, mode: 'resume', recontend: false }));
         await Promise.all(clones.map((c) => c.next('ready')));
 
-        const original = new Worker('original', { url: t.url, name, ttl, mode: 'snapshot', snapshotPath: snapPath, recontend: false });
+        const original = new Worker('original', { url: t.url, name, ttl, mode: 'snapshot', snapshotOn: 'acquired', snapshotPath: snapPath, recontend: false });
         const snap = await original.next('snapshot');
         await original.kill(); // the memory image it leaves is the file
 
