@@ -29,7 +29,8 @@ environment:
   LEASEHOLD_TEST_STORES=postgres,sqlite,redis,etcd,mysql   the stores to cover (default: all five);
                                  a file named after a store left out (stores/etcd-*, topologies/pg-*) is left out too
   LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_REDIS_URL, LEASEHOLD_TEST_ETCD_URL, LEASEHOLD_TEST_MYSQL_URL   where the stores are
-  LEASEHOLD_TEST_CONCURRENCY=5   files at once in the parallel phase
+  LEASEHOLD_TEST_CONCURRENCY=5   files at once in the parallel phase (3 when the PostgreSQL in use
+                                 allows fewer than 250 connections: it says so)
   LEASEHOLD_TEST_STORES_AT_ONCE=1   per-store suites at once inside the files that loop over stores
                                  (for a machine with cores to spare; 1 on a 2-core one)
   LEASEHOLD_TEST_NODE=/path/to/node   run the tests with another Node binary
@@ -159,8 +160,33 @@ function longestFirst(files) {
   const key = (f) => previous.get(relative(root, f)) ?? (SLOW_FIRST.length - folder(f)) * 5;
   return [...files].sort((a, b) => key(b) - key(a) || a.localeCompare(b));
 }
+// Five files at once, where the PostgreSQL they share takes the connections they open: each file
+// starts replicas, agents and workers, each with a pool and a LISTEN connection of its own, and
+// five at once went past the 100 that PostgreSQL allows by default (.ci/run of 2026-12-07: "sorry,
+// too many clients already" in two files). Below FIVE_AT_ONCE_CONNECTIONS the runner says so and
+// runs three at once, as it did before (slower, never failing for it); .ci/run raises the limit.
+const FIVE_AT_ONCE_CONNECTIONS = 250;
+async function defaultConcurrency() {
+  if (!needsServices || !stores.includes('postgres')) return '5';
+  let max;
+  try {
+    const { default: pg } = await import('pg');
+    const c = new pg.Client({ connectionString: process.env.LEASEHOLD_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test', connectionTimeoutMillis: 5000 });
+    await c.connect();
+    try {
+      max = Number((await c.query('SHOW max_connections')).rows[0]?.max_connections);
+    } finally {
+      await c.end();
+    }
+  } catch {
+    return '5'; // unreachable: the PostgreSQL tests say so themselves
+  }
+  if (max >= FIVE_AT_ONCE_CONNECTIONS) return '5';
+  log(`PostgreSQL allows ${max} connections and five files at once need more (about ${FIVE_AT_ONCE_CONNECTIONS}): running three at once. For five: ALTER SYSTEM SET max_connections = 300, restart PostgreSQL (as .ci/run does), or set LEASEHOLD_TEST_CONCURRENCY`);
+  return '3';
+}
 const phases = [
-  { name: 'parallel', files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? '5' },
+  { name: 'parallel', files: longestFirst(all.filter((f) => !isSerial(f))), concurrency: process.env.LEASEHOLD_TEST_CONCURRENCY ?? (await defaultConcurrency()) },
   { name: 'serial', files: all.filter(isSerial), concurrency: '1' },
 ].filter((p) => p.files.length > 0 && (onlyPhase === undefined || p.name === onlyPhase));
 
