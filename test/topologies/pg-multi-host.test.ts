@@ -162,7 +162,16 @@ void describe('PostgreSQL multi-host URL: failover to a promoted standby', { ski
       const jeopardy = log.find((e) => e.kind === 'jeopardy' && e.at > deadAt)?.at;
 
       // The follower's LISTEN reconnects to the new primary: a release is handed over at once.
-      await until(async () => (await listeners(leader.store)) >= listening, 15_000, 'the LISTEN connections never came back on the new primary');
+      // .ci/run of 2026-12-07 (ci63) failed here once, in the serial phase, and passed on four other
+      // runs of the same tree: on a timeout the failure says which connections the new primary had.
+      await until(async () => (await listeners(leader.store)) >= listening, 15_000, 'the LISTEN connections never came back on the new primary').catch(async (err: unknown) => {
+        const rows = await leader.store
+          .fleetQuery(`SELECT pid, state, left(query, 70) AS q, backend_start::text AS since FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`, [])
+          .then((r) => r.rows.map((x) => `${String(x['pid'])} ${String(x['state'])} since ${String(x['since'])}: ${String(x['q'])}`).join('\n  '))
+          .catch((e: unknown) => `(could not list: ${String(e)})`);
+        const states = [a, b].map((c) => `${c.who}: ${c.lease.state}`).join(', ');
+        throw new Error(`${(err as Error).message}; electors ${states}; the new primary's connections:\n  ${rows}`);
+      });
       const other = leader === a ? b : a;
       const n = log.filter((e) => e.kind === 'acquired').length;
       const releasedAt = performance.now();

@@ -40,6 +40,13 @@ export async function listenForFreed(setup: ListenSetup, listener: FreedListener
 
   /** The set-up under way, if any: stop() waits for it, so close() leaves no connection open. */
   let connecting: Promise<void> | undefined;
+  /**
+   * Connections that ended or failed. One that ends while it is still being set up (its server
+   * killed during the probe) must not be installed: its 'end' came before it was the listener's,
+   * so nothing would reconnect, and every follower of this store would wait for expiry from then
+   * on (test/topologies/pg-multi-host: the follower's LISTEN never came back after a promotion).
+   */
+  const dead = new WeakSet<PgListenClientLike>();
 
   const connect = async (): Promise<void> => {
     if (stopped) return;
@@ -71,6 +78,7 @@ export async function listenForFreed(setup: ListenSetup, listener: FreedListener
         await closeListenClient(mine, true);
         return;
       }
+      if (dead.has(mine)) throw new Error('the LISTEN connection ended while it was being set up');
       // An idle LISTEN socket must not keep the process alive on its own (waiters hold refs).
       (mine as unknown as { connection?: { stream?: { unref?: () => void } } }).connection?.stream?.unref?.();
       client = mine;
@@ -80,7 +88,8 @@ export async function listenForFreed(setup: ListenSetup, listener: FreedListener
     } catch (err) {
       // A connection whose set-up failed is closed, whatever failed: left open, its socket
       // (not yet unref'd) would hold the process open, and a pool's client would stay checked out.
-      if (c !== undefined) await closeListenClient(c, err === setup.broken());
+      // Not waited for: the reconnect does not depend on how a failed connection's close goes.
+      if (c !== undefined) void closeListenClient(c, err === setup.broken());
       if (err === setup.broken() && err !== undefined) throw err;
       scheduleReconnect();
     }
@@ -95,6 +104,7 @@ export async function listenForFreed(setup: ListenSetup, listener: FreedListener
     return p;
   };
   const dropped = (c: PgListenClientLike): void => {
+    dead.add(c);
     if (client !== c) return;
     client = undefined;
     void closeListenClient(c, false);
