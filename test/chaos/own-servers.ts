@@ -27,9 +27,15 @@ const exec = promisify(execFile);
 /** Ports no other test uses (the topologies keep to 24xxx, 26050-27990, 3307-3318; store-restart 25442, 26489, 22391, 3319). */
 export const OWN_PORTS = { postgres: 25432, redis: 26479, etcd: 22379, mysql: 3321 } as const;
 
+export type OwnPorts = Record<'postgres' | 'redis' | 'etcd' | 'mysql', number>;
+
 export interface OwnServer {
+  /** The store URL (the test database, no schema or prefix). */
+  url: string;
   /** The environment that points a chaos run (store and, for PostgreSQL, the resource) at it. */
   env: Record<string, string>;
+  /** Down and up again, `downMs` between: PostgreSQL fast, MariaDB clean, Redis empty, etcd on the same data. */
+  restart(downMs: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -38,44 +44,70 @@ async function redisAnswers(port: number): Promise<boolean> {
   return r !== null && r.stdout.includes('PONG');
 }
 
-/** Starts a server of the run's own for `kind`, or says why it cannot here. */
-export async function startOwnServer(kind: StoreKind): Promise<OwnServer | { unsupported: string }> {
+/**
+ * Starts a server of its own for `kind` on `ports` (chaos runs: OWN_PORTS; serial/store-restart
+ * passes its own), or says why it cannot here.
+ */
+export async function startOwnServer(kind: StoreKind, ports: OwnPorts = OWN_PORTS): Promise<OwnServer | { unsupported: string }> {
   switch (kind) {
     case 'postgres': {
+      const port = ports.postgres;
       const mod = (await import(pathToFileURL(join(ROOT, 'scripts', 'services', 'pg-server.mjs')).href)) as {
         startPgServer(o: { port: number }): Promise<{ url: string; stop(): void }>;
+        restartPgServer(o: { port: number; downMs: number }): Promise<void>;
       };
-      const s = await mod.startPgServer({ port: OWN_PORTS.postgres }).catch((err: Error) => ({ error: err.message }));
+      const s = await mod.startPgServer({ port }).catch((err: Error) => ({ error: err.message }));
       if ('error' in s) return { unsupported: `no PostgreSQL of its own: ${s.error}` };
-      return { env: { LEASEHOLD_TEST_PG_URL: s.url }, stop: async () => s.stop() };
+      return { url: s.url, env: { LEASEHOLD_TEST_PG_URL: s.url }, restart: (downMs) => mod.restartPgServer({ port, downMs }), stop: async () => s.stop() };
     }
     case 'redis': {
       if (spawnSync('sh', ['-c', 'command -v redis-server && command -v redis-cli']).status !== 0) return { unsupported: 'redis-server/redis-cli are not installed' };
-      const port = OWN_PORTS.redis;
+      const port = ports.redis;
       // The directory services.ts restarts it in (a port other than 6379 gets /tmp/lh-chaos-redis-<port>).
       const dir = `/tmp/lh-chaos-redis-${port}`;
-      mkdirSync(dir, { recursive: true });
-      await exec('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'shutdown', 'nosave'], { timeout: 5000 }).catch(() => undefined);
-      await exec('redis-server', ['--daemonize', 'yes', '--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', join(dir, 'redis.log')]);
-      await waitUntil('a Redis of its own', () => redisAnswers(port), 20_000);
+      // As the machine starts its Redis: nothing kept on disk, so a restart comes back empty.
+      const start = async (): Promise<void> => {
+        mkdirSync(dir, { recursive: true });
+        await exec('redis-server', ['--daemonize', 'yes', '--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', join(dir, 'redis.log')]);
+        await waitUntil('a Redis of its own', () => redisAnswers(port), 20_000);
+      };
+      const shutdown = async (): Promise<void> => {
+        await exec('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'shutdown', 'nosave'], { timeout: 10_000 }).catch(() => undefined);
+        await waitUntil('its Redis shut down', async () => !(await redisAnswers(port)), 10_000);
+      };
+      await shutdown();
+      await start();
+      const url = `redis://127.0.0.1:${port}`;
       return {
-        env: { LEASEHOLD_TEST_REDIS_URL: `redis://127.0.0.1:${port}` },
+        url,
+        env: { LEASEHOLD_TEST_REDIS_URL: url },
+        restart: async (downMs) => {
+          await shutdown();
+          await new Promise((r) => setTimeout(r, downMs));
+          await start();
+        },
         stop: async () => {
-          await exec('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'shutdown', 'nosave'], { timeout: 10_000 }).catch(() => undefined);
+          await shutdown().catch(() => undefined);
           rmSync(dir, { recursive: true, force: true });
         },
       };
     }
     case 'etcd': {
-      const port = OWN_PORTS.etcd;
+      const port = ports.etcd;
       const env = { LEASEHOLD_ETCD_SERVICE_PORT: String(port), LEASEHOLD_ETCD_SERVICE_DIR: join(tmpdir(), `leasehold-chaos-etcd-${port}`) };
       const script = join(ROOT, 'scripts', 'services', 'etcd.mjs');
-      const started = await exec(process.execPath, [script, 'start'], { env: { ...process.env, ...env }, timeout: 60_000 }).catch((err: Error) => ({ error: err.message }));
-      if ('error' in started) return { unsupported: `no etcd of its own: ${started.error}` };
+      const etcd = (cmd: string, timeout: number): Promise<unknown> => exec(process.execPath, [script, cmd], { env: { ...process.env, ...env }, timeout });
+      const started = await etcd('start', 60_000).catch((err: Error) => ({ error: err.message }));
+      if (typeof started === 'object' && started !== null && 'error' in started) return { unsupported: `no etcd of its own: ${String(started.error)}` };
+      const url = `etcd://127.0.0.1:${port}`;
       return {
-        env: { ...env, LEASEHOLD_TEST_ETCD_URL: `etcd://127.0.0.1:${port}` },
+        url,
+        env: { ...env, LEASEHOLD_TEST_ETCD_URL: url },
+        // Killed and started again on the same data dir (revisions, keys and leases survive); down
+        // only as long as that takes (etcd.mjs restart has no pause), whatever `downMs` asks.
+        restart: async () => void (await etcd('restart', 60_000)),
         stop: async () => {
-          await exec(process.execPath, [script, 'stop'], { env: { ...process.env, ...env }, timeout: 30_000 }).catch(() => undefined);
+          await etcd('stop', 30_000).catch(() => undefined);
           rmSync(env.LEASEHOLD_ETCD_SERVICE_DIR, { recursive: true, force: true });
         },
       };
@@ -84,8 +116,8 @@ export async function startOwnServer(kind: StoreKind): Promise<OwnServer | { uns
       const why = await whyNoPrivateMariadb();
       if (why !== undefined) return { unsupported: `no MariaDB of its own: ${why}` };
       // Restarted by the nemesis in the run's process, found by its port (services.ts).
-      const s = await startPrivateMariadb(OWN_PORTS.mysql, []);
-      return { env: { LEASEHOLD_TEST_MYSQL_URL: s.url }, stop: async () => s.stop() };
+      const s = await startPrivateMariadb(ports.mysql, []);
+      return { url: s.url, env: { LEASEHOLD_TEST_MYSQL_URL: s.url }, restart: (downMs) => s.restart(downMs), stop: async () => s.stop() };
     }
     default:
       return { unsupported: `${kind} has no server to restart` };
