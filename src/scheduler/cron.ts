@@ -298,8 +298,16 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
           // ended just before the next slot) would find the lease still held on every other
           // replica, and be missed: this term runs it instead, as a leader would.
           const next = schedule.next(cursor);
-          // Up to the slot it was won for, a term told 'early' holds longer (EARLY_HOLD_MS).
-          const holdFor = earlyFor !== undefined && next !== null && next <= earlyFor ? EARLY_HOLD_MS : HOLD_FOR_NEXT_MS;
+          // Up to the slot it was won for, a term told 'early' holds longer (EARLY_HOLD_MS). So
+          // does a term that began at or after the next slot by the lease store's clock: released
+          // unused, it reads to a store that refuses a contender after a release
+          // (unlessReleasedSince) as that slot handled, and every replica's claim for it is
+          // refused. On etcd that clock is the granting host's and this replica's estimate lags
+          // it by up to a second (per-slot-timing.ts), so the slot can still look that far off.
+          // A start further past the slot than that is a host clock ahead, which etcd's refusal
+          // does not trust (src/backends/etcd/seen.ts): that term lets go as before.
+          const beganAfter = next !== null && term.acquiredAtMs >= next && term.acquiredAtMs - next < EARLY_HOLD_MS;
+          const holdFor = beganAfter || (earlyFor !== undefined && next !== null && next <= earlyFor) ? EARLY_HOLD_MS : HOLD_FOR_NEXT_MS;
           if (next === null || next - storeNow() > holdFor || term.signal.aborted || handle.draining.signal.aborted) break;
           if (next > storeNow()) await sleepOn(clock, next - storeNow(), term.signal);
           // Drained while holding over: the next slot is left to the others, as if never held.

@@ -21,6 +21,10 @@ export const HOLD_FOR_NEXT_MS = 250;
  * from its HTTP Date header that lags by up to a second plus a round trip on a replica's first
  * answers (src/backends/etcd/clock.ts); two seconds covers that with room. A host further ahead
  * than this lets the lease go as before, and the slot goes to a replica on time.
+ *
+ * The same hold serves a term that began, by the lease store's clock, at or after the next slot
+ * (within this much of it): a replica whose estimate lags fired the slot before late, and its
+ * claim landed after the next one came due (./cron.ts, beganAfter).
  */
 export const EARLY_HOLD_MS = 2_000;
 
