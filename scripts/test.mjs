@@ -20,8 +20,9 @@ bound a failover tightly (PostgreSQL multi-host) last, one at a time; --phase ru
 phases only.
 npm test builds first, then runs this. Starts etcd when it is selected and not running (and
 the machine's MariaDB, installing mariadb-server when it is missing), and
-installs Debian's faketime, etcd-client (etcdctl, for the etcd restore tests) and chromium (for the
-dashboard browser test) with apt-get when missing, which needs root. Prints each phase's slowest
+installs Debian's faketime, etcd-client (etcdctl, for the etcd restore tests), chromium (for the
+dashboard browser test), pgbouncer and iptables (the pooler and partition tests) with apt-get when
+missing, which needs root. Prints each phase's slowest
 files at the end. --beside runs a shell command (npm test: the typed lint) while the first phase
 runs, prints its output when it ends, and fails the run when it fails.
 
@@ -104,6 +105,21 @@ if (stores.includes('etcd') && all.some((f) => /restore-tokens/.test(f)) && spaw
   log('etcdctl is missing: installing the Debian package etcd-client');
   const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-client'], { stdio: 'inherit' });
   if (apt.status !== 0) log('could not install etcd-client; the etcd restore tests will say so and skip');
+}
+
+// PgBouncer (Debian's pgbouncer) for the pooler test, and iptables for the partition test (its
+// namespaces drop packets with it). Without them both skipped on every run, saying why, and so
+// never ran in npm test; each skips, saying why, when its package cannot be installed.
+const debianFor = [
+  { file: /topologies[/\\]pgbouncer/, bin: ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'], pkg: 'pgbouncer', what: 'the PgBouncer test' },
+  { file: /topologies[/\\]pg-partition/, bin: ['/usr/sbin/iptables', '/sbin/iptables', '/usr/bin/iptables'], pkg: 'iptables', what: 'the partition test' },
+];
+for (const d of debianFor) {
+  if (!stores.includes('postgres') || !all.some((f) => d.file.test(f)) || d.bin.some((b) => existsSync(b))) continue;
+  if (typeof process.getuid === 'function' && process.getuid() !== 0) continue; // the test says why it skips
+  log(`${d.pkg} is missing: installing the Debian package ${d.pkg}`);
+  const apt = spawnSync('sh', ['-c', `(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${d.pkg}`], { stdio: 'inherit' });
+  if (apt.status !== 0) log(`could not install ${d.pkg}; ${d.what} will say so and skip`);
 }
 
 if (needsServices && stores.includes('mysql') && process.env.LEASEHOLD_TEST_MYSQL_URL === undefined) {
