@@ -18,8 +18,10 @@ export function checkClaimBatch(requests: readonly ClaimRequest[]): void {
   const seen = new Set<string>();
   for (const r of requests) {
     if (r.name === '') throw new ConfigError('a lease name must be non-empty');
-    if (seen.has(r.name)) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
+    // One hash operation per name, not two (has, then add): a name already there leaves the size as it was.
+    const size = seen.size;
     seen.add(r.name);
+    if (seen.size === size) throw new ConfigError(`claim batch names lease "${r.name}" twice; one claim per lease per batch`);
     if (r.holder === '' || r.nextNonce === '') throw new ConfigError(`claim for lease "${r.name}" has an empty holder or nextNonce`);
     if (!Number.isFinite(r.ttlMs) || r.ttlMs <= 0) throw new ConfigError(`claim for lease "${r.name}" has ttl ${r.ttlMs}ms; it must be a positive number of milliseconds`);
     if (!nonceOk(r.nextNonce) || (r.expect !== null && !noncesOk(r.expect))) {

@@ -43,6 +43,8 @@ export function newNonce(): string {
 export function newNonces(count: number): string[] {
   const bytes = kernelRandomBytes(16 * count);
   const out: string[] = new Array<string>(count);
-  for (let i = 0; i < count; i++) out[i] = bytes.subarray(i * 16, i * 16 + 16).toString('base64url');
+  // toString with bounds encodes the same 16 bytes without a Buffer view per nonce (a subarray
+  // is an object: at 10,000 leases a tick, making them was a third of this function's time).
+  for (let i = 0; i < count; i++) out[i] = bytes.toString('base64url', i * 16, i * 16 + 16);
   return out;
 }
