@@ -9,6 +9,7 @@ import type { MemberPool } from './members.js';
 import { json, parseSession, sessionTermValue, type EtcdKeys, type HistoryValue, type SessionValue, type StateValue } from './keys.js';
 import { all, first, guarded, rangeOf, rangePrefix, schemaOk } from './txn.js';
 import type { SessionBook } from './session-book.js';
+import { Renewing, TermTable } from './session-terms.js';
 import { afterKeepalive, afterSwap, openedState, planTick, swapSent, type KeepaliveAnswer, type SessionOver, type SessionState, type SessionTerm, type TickNow, type TickResult } from './tick.js';
 import type { Clock } from './time.js';
 
@@ -69,7 +70,7 @@ export type { SessionTerm } from './tick.js';
  * flight that move terms onto it.
  */
 export class Session {
-  readonly terms = new Map<string, SessionTerm>();
+  readonly terms = new TermTable();
   /** The TTL in whole seconds as asked for (etcd may grant more): the session's key in its book. */
   readonly askedSec: number;
   readonly key: Buffer;
@@ -122,12 +123,12 @@ export class Session {
    * Ticks of one session never overlap: two at once would each find the other's swap and take
    * it for a clone's. The scheduler sends a tick's batches concurrently; they share one tick.
    */
-  renew(ctx: SessionContext, names: readonly string[], deadline: number): Promise<TickResult> {
+  renew(ctx: SessionContext, requests: readonly ClaimRequest[], indexes: readonly number[], deadline: number): Promise<TickResult> {
     if (this.upcoming !== undefined) {
-      this.upcoming.names.join(names);
+      this.upcoming.names.join(requests, indexes);
       return this.upcoming.result;
     }
-    const joined = new Renewing(names);
+    const joined = new Renewing(requests, indexes);
     // Shared by every caller that joins: no one caller's abandonment may fail the others'.
     const shared: SessionContext = { ...ctx, call: { signal: undefined, attemptMs: ctx.call.attemptMs } };
     const result = this.last
@@ -164,32 +165,13 @@ export class Session {
   }
 }
 
-/**
- * The names a tick renews, as the batches that joined it sent them. Only the sweep asks about
- * a name, and only of a term unrenewed for a whole TTL, so the set is built on the first such
- * question: hashing 10,000 names on every tick, to answer none, was a fifth of its client time.
- */
-class Renewing {
-  private parts: (readonly string[])[];
-  private set: Set<string> | undefined;
-
-  constructor(names: readonly string[]) {
-    this.parts = [names];
-  }
-
-  join(names: readonly string[]): void {
-    if (this.set === undefined) this.parts.push(names);
-    else for (const n of names) this.set.add(n);
-  }
-
-  has(name: string): boolean {
-    if (this.set === undefined) {
-      this.set = new Set();
-      for (const part of this.parts) for (const n of part) this.set.add(n);
-      this.parts = [];
-    }
-    return this.set.has(name);
-  }
+/** A batch's renewals a session can answer, in parallel arrays (no object per renewal). */
+interface FastRenewals {
+  /** The session's TermTable.changes when these terms were read. */
+  changes: number;
+  indexes: number[];
+  terms: SessionTerm[];
+  seqs: number[];
 }
 
 /** The one session of (holder, TTL) in a store instance, by this key. */
@@ -420,13 +402,13 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
   const answered = new Array<ClaimResult | undefined>(requests.length);
   const rest: number[] = [];
   const fromSession = new Set<number>();
-  const fast = new Map<Session, { index: number; term: SessionTerm; seq: number }[]>();
+  const fast = new Map<Session, FastRenewals>();
   const needed = new Map<string, { holder: string; ttlSec: number }>();
   // Per request only what must be: a batch is usually one holder and one TTL.
   let lastHolder: string | undefined;
   let lastTtlMs: number | undefined;
   let s: Session | undefined;
-  let list: { index: number; term: SessionTerm; seq: number }[] | undefined;
+  let list: FastRenewals | undefined;
   for (let i = 0; i < requests.length; i++) {
     const req = requests[i]!;
     if (req.expect === null || req.expect.length === 0) {
@@ -440,11 +422,14 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
       needed.set(sessionKeyOf(req.holder, ttlSec), { holder: req.holder, ttlSec });
       s = ctx.book.get(req.holder, ttlSec);
       list = s === undefined ? undefined : fast.get(s);
-      if (s !== undefined && list === undefined) fast.set(s, (list = []));
+      // Nothing below changes a session's terms before the answers are read (renew only queues).
+      if (s !== undefined && list === undefined) fast.set(s, (list = { changes: s.terms.changes, indexes: [], terms: [], seqs: [] }));
     }
     const t = s?.terms.get(req.name);
     if (s !== undefined && t?.rev !== undefined && req.expect.includes(t.nonce)) {
-      list!.push({ index: i, term: t, seq: ++s.seq });
+      list!.indexes.push(i);
+      list!.terms.push(t);
+      list!.seqs.push(++s.seq);
       continue;
     }
     // Not the session's to answer: a first renewal (the rounds move it onto the session), or a
@@ -458,17 +443,22 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
     [...needed].map(async ([key, { holder, ttlSec }]) => {
       const s = ctx.book.get(holder, ttlSec);
       if (s !== undefined) {
-        const mine = fast.get(s) ?? [];
-        const r = await s.renew(ctx, mine.map((m) => requests[m.index]!.name), deadline);
+        const mine = fast.get(s) ?? { changes: s.terms.changes, indexes: [], terms: [], seqs: [] };
+        const r = await s.renew(ctx, requests, mine.indexes, deadline);
         if (r.kind === 'alive') {
           // Read once, after the keepalive's answer: later than when etcd restarted the TTL, so
           // the sweep (renewedAt + TTL) still comes after the engine's own deadline for the term.
           const renewedAt = ctx.client.clock.monoNow();
           const moving = s.moving.size > 0;
-          for (const { index, term, seq } of mine) {
+          // No set, delete or clear since the terms were read: each is still its name's entry.
+          const unchanged = s.terms.changes === mine.changes;
+          for (let j = 0; j < mine.indexes.length; j++) {
+            const index = mine.indexes[j]!;
+            const term = mine.terms[j]!;
+            const seq = mine.seqs[j]!;
             const req = requests[index]!;
             // Ended by a marker (or replaced meanwhile): the rounds read the store.
-            if (s.terms.get(req.name) !== term) {
+            if (!unchanged && s.terms.get(req.name) !== term) {
               rest.push(index);
               fromSession.add(index);
               continue;
@@ -484,7 +474,9 @@ export async function renewOnSessions(ctx: SessionContext, requests: readonly Cl
         }
         ctx.book.drop(s);
         const storeNowMs = ctx.client.clock.wallNow();
-        for (const { index, term } of mine) {
+        for (let j = 0; j < mine.indexes.length; j++) {
+          const index = mine.indexes[j]!;
+          const term = mine.terms[j]!;
           const req = requests[index]!;
           if (r.kind === 'cloned' && term.rev !== undefined) {
             answered[index] = { name: req.name, outcome: 'lost', reason: 'cloned', holder: null, token: ctx.keys.token(term.rev), expiresAtMs: storeNowMs, storeNowMs };
