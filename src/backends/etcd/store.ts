@@ -16,7 +16,7 @@ import type {
   MigrateOptions,
   MigrateResult,
 } from '../store.js';
-import { claimBatch, estimateExpiry, leaseRemaining, type Grant } from './claim.js';
+import { claimBatch, estimateExpiry, leaseRemaining, shortestTtlMs, type Grant } from './claim.js';
 import type { SeenState } from './seen.js';
 import { createEtcd3Client, mapEtcdError, parseEtcdUrl, validatePrefix, type Etcd3Like, type EtcdTxnRequest, type EtcdTxnResponse } from './client.js';
 import { MemberPool } from './members.js';
@@ -294,7 +294,7 @@ export class EtcdStore implements LeaseStore {
     try {
       // One attempt on one member: well inside the shortest renew interval (ttl/3 by default),
       // so a hung member leaves time for another to answer before the term's deadline.
-      const attemptMs = Math.min(2000, Math.max(200, Math.min(...requests.map((r) => r.ttlMs)) / 8));
+      const attemptMs = Math.min(2000, Math.max(200, shortestTtlMs(requests) / 8));
       const results = await claimBatch(
         {
           client: this.client,
