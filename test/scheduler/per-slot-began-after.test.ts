@@ -20,45 +20,14 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { startCron, type SlotContext } from '../../src/scheduler/cron.js';
 import { everySchedule } from '../../src/scheduler/schedule.js';
-import { slotKey, type SlotLedgerPort } from '../../src/scheduler/ledger.js';
+import { slotKey } from '../../src/scheduler/ledger.js';
 import { Leasehold } from '../../src/core/leasehold.js';
-import type { LeasePort } from '../../src/core/port.js';
-import type { World } from '../unit/harness.js';
 import { useCronWorld } from './cron-world.js';
 import { MemoryLedger } from './memory-ledger.js';
+import { lagging, lateClaims } from './slow-stores.js';
 
 const SEC = 1000;
 const { world, crons } = useCronWorld();
-
-/** `ledger` as one replica sees it: every store time in its answers `lagMs` behind (etcd's lower bound). */
-function lagging(ledger: SlotLedgerPort, lagMs: number): SlotLedgerPort {
-  const back = (v: unknown): unknown => {
-    if (Array.isArray(v) || v === null || typeof v !== 'object') return v;
-    const o = v as Record<string, unknown>;
-    return typeof o.storeNowMs === 'number' ? { ...o, storeNowMs: o.storeNowMs - lagMs } : v;
-  };
-  return new Proxy(ledger, {
-    get(target, prop) {
-      const v: unknown = Reflect.get(target, prop, target);
-      if (typeof v !== 'function' || prop === 'constructor') return v;
-      return async (...args: unknown[]) => back(await (v as (...a: unknown[]) => unknown).apply(target, args));
-    },
-  });
-}
-
-/** The world's store with every lease claim decided `ms` after it is sent (a loaded host or store). */
-function slow(cw: World, ms: number): LeasePort {
-  const store = cw.store as LeasePort;
-  return new Proxy(store, {
-    get(target, prop) {
-      const v: unknown = Reflect.get(target, prop, target);
-      if (typeof v !== 'function') return v;
-      const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
-      if (prop !== 'claim') return f;
-      return (...args: unknown[]) => new Promise((resolve) => cw.clock.setTimeout(() => resolve(f(...args)), ms));
-    },
-  });
-}
 
 void describe('per-slot: a term that began at or after the next slot', () => {
   void it('keeps the lease and runs that slot (estimate 900 ms behind, claims decided 150 ms after sending)', async () => {
@@ -72,7 +41,7 @@ void describe('per-slot: a term that began at or after the next slot', () => {
       return new Promise((resolve) => cw.clock.setTimeout(resolve, 100));
     };
     const first = Math.ceil(now() / SEC) * SEC;
-    crons.push(startCron(new Leasehold({ store: slow(cw, 150), clock: cw.clock, suspension: false }), lagging(ledger, 900), 'tick', { schedule: everySchedule(SEC), ttl: 3 * SEC }, job));
+    crons.push(startCron(new Leasehold({ store: lateClaims(cw, { ms: 150 }), clock: cw.clock, suspension: false }), lagging(ledger, 900), 'tick', { schedule: everySchedule(SEC), ttl: 3 * SEC }, job));
     // Ends half-way between slots, no job running (stop() waits for one, on this fake clock).
     await cw.clock.advance(first + 8 * SEC + 500 - now());
     const rows = [...ledger.rows.values()].filter((r) => r.slotAtMs !== null && r.slotAtMs >= first + 2 * SEC && r.slotAtMs <= first + 6 * SEC).sort((a, b) => a.slotAtMs! - b.slotAtMs!);

@@ -16,45 +16,14 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { startCron, type SlotContext } from '../../src/scheduler/cron.js';
 import { everySchedule } from '../../src/scheduler/schedule.js';
-import { slotKey, type SlotLedgerPort } from '../../src/scheduler/ledger.js';
+import { slotKey } from '../../src/scheduler/ledger.js';
 import { Leasehold } from '../../src/core/leasehold.js';
-import type { LeasePort } from '../../src/core/port.js';
-import type { World } from '../unit/harness.js';
 import { useCronWorld } from './cron-world.js';
 import { MemoryLedger } from './memory-ledger.js';
+import { lagging, lateClaims } from './slow-stores.js';
 
 const SEC = 1000;
 const { world, crons } = useCronWorld();
-
-/** `ledger` as one replica sees it: every store time in its answers `lagMs` behind (etcd's lower bound). */
-function lagging(ledger: SlotLedgerPort, lagMs: number): SlotLedgerPort {
-  const back = (v: unknown): unknown => {
-    if (Array.isArray(v) || v === null || typeof v !== 'object') return v;
-    const o = v as Record<string, unknown>;
-    return typeof o.storeNowMs === 'number' ? { ...o, storeNowMs: o.storeNowMs - lagMs } : v;
-  };
-  return new Proxy(ledger, {
-    get(target, prop) {
-      const v: unknown = Reflect.get(target, prop, target);
-      if (typeof v !== 'function' || prop === 'constructor') return v;
-      return async (...args: unknown[]) => back(await (v as (...a: unknown[]) => unknown).apply(target, args));
-    },
-  });
-}
-
-/** The world's store with this replica's acquires sent `delay.ms` late (the replica that loses a slot). */
-function late(cw: World, delay: { ms: number }): LeasePort {
-  const store = cw.store as LeasePort;
-  return new Proxy(store, {
-    get(target, prop) {
-      const v: unknown = Reflect.get(target, prop, target);
-      if (typeof v !== 'function') return v;
-      const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
-      if (prop !== 'claim') return f;
-      return (...args: unknown[]) => (delay.ms === 0 ? f(...args) : new Promise((resolve) => cw.clock.setTimeout(() => resolve(f(...args)), delay.ms)));
-    },
-  });
-}
 
 void describe("per-slot: a first term the ledger tells 'early'", () => {
   for (const lagMs of [800, 1500]) {
@@ -72,7 +41,7 @@ void describe("per-slot: a first term the ledger tells 'early'", () => {
       };
       const delayA = { ms: 0 };
       // A starts alone and runs S1.
-      crons.push(startCron(new Leasehold({ store: late(cw, delayA), clock: cw.clock, suspension: false }), ledger, 'tick', cronOptions, job('A')));
+      crons.push(startCron(new Leasehold({ store: lateClaims(cw, delayA), clock: cw.clock, suspension: false }), ledger, 'tick', cronOptions, job('A')));
       const s1 = Math.ceil(now() / SEC) * SEC;
       await cw.clock.advance(s1 - now() + 10);
       // B starts while A's term for S1 holds the lease: its startup try is busy, its first term S2's.
