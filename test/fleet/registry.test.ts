@@ -315,9 +315,15 @@ void describe('fleet registry on each store', SIDE_BY_SIDE, () => {
         // agent that would say "alive" for a process that never confirmed it (CI's fleet chaos saw
         // a departed waiter handed agent/f3 and a resource reassigned to it), so agents never register.
         const lh1 = new Leasehold({ store: await ts.open() });
-        const first = await Agent.start(lh1, fleet, { id: 'hw', labels: { pool: 'hw' }, heartbeat: 150, staleAfter: 1500 });
+        // The first agent's liveness is the precondition, not the property: at stale-after 1.5 s a
+        // loaded run (ci65, five files at once) lapsed it, and the waiting process then rightly took
+        // the id. 6 s rides out such stalls; a loss is still reported as the precondition failing.
+        const first = await Agent.start(lh1, fleet, { id: 'hw', labels: { pool: 'hw' }, heartbeat: 500, staleAfter: 6000 });
+        const losses: unknown[] = [];
+        first.on('lost', (e: unknown) => losses.push(e));
         const store2 = await ts.open();
         const second = new Leasehold({ store: store2 });
+        let started: Agent | undefined;
         try {
           const waiting = Agent.start(second, await openFleet(store2), { id: 'hw', heartbeat: 150, staleAfter: 1500, wait: 1200 });
           waiting.catch(() => undefined);
@@ -343,8 +349,17 @@ void describe('fleet registry on each store', SIDE_BY_SIDE, () => {
               await db.end();
             }
           }
-          await assert.rejects(waiting, (e: unknown) => e instanceof Error && /not acquired/.test(e.message));
+          const outcome = await waiting.then(
+            (a) => {
+              started = a;
+              return 'started';
+            },
+            (e: unknown) => (e instanceof Error && /not acquired/.test(e.message) ? 'refused' : `failed otherwise: ${String(e)}`),
+          );
+          assert.deepEqual(losses, [], `the first agent lost its liveness lease while the second waited (the host stalled past its stale-after): not what this tests; the second ${outcome}`);
+          assert.equal(outcome, 'refused', 'the waiting process gave up with "not acquired" while the first agent was alive');
         } finally {
+          await started?.stop();
           await first.stop();
           await lh1.close();
           await second.close();
