@@ -37,6 +37,8 @@ environment:
   LEASEHOLD_TEST_NODE=/path/to/node   run the tests with another Node binary
   LEASEHOLD_TEST_TIMES=path   where the per-file wall-time table goes (default: os.tmpdir())
   LEASEHOLD_TEST_FILE_TIMEOUT_MS=720000   a file still running after this fails (a hang, not load)
+  LEASEHOLD_TEST_RESTART_SHARED=1   set by the serial phase: lets stores/etcd.test.js restart the shared
+                                 etcd (run by hand without it, that suite skips and says why)
 `);
   process.exit(0);
 }
@@ -214,7 +216,12 @@ const FILE_TIMEOUT_MS = Number(process.env.LEASEHOLD_TEST_FILE_TIMEOUT_MS ?? 12 
 const timesDir = mkdtempSync(join(tmpdir(), 'leasehold-test-times-'));
 const timesFile = (i) => join(timesDir, `phase-${i}.tsv`);
 
-function run(files, concurrency, phase) {
+/**
+ * `env` adds to the files' environment: the serial phase sets LEASEHOLD_TEST_RESTART_SHARED, the
+ * opt-in a file needs to restart a shared server (stores/etcd.test.js), so that files run by hand
+ * beside other work never restart one by accident.
+ */
+function run(files, concurrency, phase, env = {}) {
   const on = node === process.execPath ? '' : `, with ${node}`;
   log(`running ${files.length} test files against: ${stores.join(', ')} (concurrency ${concurrency}${on})`);
   const reporters = ['--test-reporter=spec', '--test-reporter-destination=stdout'];
@@ -225,7 +232,7 @@ function run(files, concurrency, phase) {
     // holding it until CI's own limit (CI1 of 2026-12-06: two files waited for ever on a host at load 20).
     const child = spawn(node, ['--test', `--test-concurrency=${concurrency}`, `--test-timeout=${FILE_TIMEOUT_MS}`, ...reporters, ...files], {
       stdio: 'inherit',
-      env: { ...process.env, LEASEHOLD_TEST_STORES: stores.join(',') },
+      env: { ...process.env, ...env, LEASEHOLD_TEST_STORES: stores.join(',') },
     });
     const forward = (sig) => child.kill(sig);
     process.on('SIGINT', forward).on('SIGTERM', forward);
@@ -260,7 +267,7 @@ for (const [i, phase] of phases.entries()) {
   // The serial phase's files load the machine on purpose or restart servers: nothing else runs
   // beside them, so a --beside command still running is waited for before that phase starts.
   if (phase.name === 'serial') await besides;
-  const c = await run(phase.files, phase.concurrency, i);
+  const c = await run(phase.files, phase.concurrency, i, phase.name === 'serial' ? { LEASEHOLD_TEST_RESTART_SHARED: '1' } : {});
   if (c !== 0) code = c;
 }
 const besideFailed = (await besides).filter((b) => !b.ok).map((b) => b.command);
