@@ -95,30 +95,22 @@ if (all.some((f) => /dashboard-(browser|views)/.test(f))) {
 // The unit layer (dist/test/unit: fake clock, in-memory store) needs no service at all.
 const needsServices = all.some((f) => !/[/\\]unit[/\\]/.test(f));
 
-// libfaketime makes a real process's wall clock lie (suspension and clock tests need it).
-if (needsServices && spawnSync('sh', ['-c', 'ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1']).status !== 0) {
-  log('libfaketime is missing: installing the Debian package faketime');
-  const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime'], { stdio: 'inherit' });
-  if (apt.status !== 0) log('could not install faketime; the tests that need it will say so and skip');
-}
-
-// etcdctl (Debian's etcd-client) takes and restores the snapshots of the etcd restore tests.
-if (stores.includes('etcd') && all.some((f) => /restore-tokens/.test(f)) && spawnSync('sh', ['-c', 'command -v etcdctl >/dev/null']).status !== 0) {
-  log('etcdctl is missing: installing the Debian package etcd-client');
-  const apt = spawnSync('sh', ['-c', '(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-client'], { stdio: 'inherit' });
-  if (apt.status !== 0) log('could not install etcd-client; the etcd restore tests will say so and skip');
-}
-
-// PgBouncer (Debian's pgbouncer) for the pooler test, and iptables for the partition test (its
-// namespaces drop packets with it). Without them both skipped on every run, saying why, and so
-// never ran in npm test; each skips, saying why, when its package cannot be installed.
+// Debian packages some tests need, installed when missing (needs root; without one, its tests
+// skip and say why). Each is installed only when a file that needs it is in the run.
+const sh = (cmd) => spawnSync('sh', ['-c', cmd]).status === 0;
+const ranFile = (re) => all.some((f) => re.test(f));
 const debianFor = [
-  { file: /topologies[/\\]pgbouncer/, bin: ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'], pkg: 'pgbouncer', what: 'the PgBouncer test' },
-  { file: /topologies[/\\]pg-partition/, bin: ['/usr/sbin/iptables', '/sbin/iptables', '/usr/bin/iptables'], pkg: 'iptables', what: 'the partition test' },
+  // libfaketime makes a real process's wall clock lie (suspension and clock tests).
+  { pkg: 'faketime', what: 'the tests that need libfaketime', wanted: needsServices, present: () => sh('ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1') },
+  // etcdctl takes and restores the snapshots of the etcd restore tests.
+  { pkg: 'etcd-client', what: 'the etcd restore tests', wanted: stores.includes('etcd') && ranFile(/restore-tokens/), present: () => sh('command -v etcdctl >/dev/null') },
+  // Without these two the pooler and partition tests skipped on every run, and so never ran in npm test.
+  { pkg: 'pgbouncer', what: 'the PgBouncer test', wanted: stores.includes('postgres') && ranFile(/topologies[/\\]pgbouncer/), present: () => ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].some((b) => existsSync(b)) },
+  // The partition test's namespaces drop packets with iptables.
+  { pkg: 'iptables', what: 'the partition test', wanted: stores.includes('postgres') && ranFile(/topologies[/\\]pg-partition/), present: () => ['/usr/sbin/iptables', '/sbin/iptables', '/usr/bin/iptables'].some((b) => existsSync(b)) },
 ];
 for (const d of debianFor) {
-  if (!stores.includes('postgres') || !all.some((f) => d.file.test(f)) || d.bin.some((b) => existsSync(b))) continue;
-  if (typeof process.getuid === 'function' && process.getuid() !== 0) continue; // the test says why it skips
+  if (!d.wanted || d.present()) continue;
   log(`${d.pkg} is missing: installing the Debian package ${d.pkg}`);
   const apt = spawnSync('sh', ['-c', `(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${d.pkg}`], { stdio: 'inherit' });
   if (apt.status !== 0) log(`could not install ${d.pkg}; ${d.what} will say so and skip`);
