@@ -40,7 +40,11 @@ export async function fenceOverhead(rec: Recorder, samples: number): Promise<voi
       });
     const fenced = (options: Parameters<typeof fencedTransaction>[1]) => (): Promise<number> =>
       timed(() => fencedTransaction(pool, options, (tx) => tx.query(write)));
-    const n = samples * 3;
+    // A fenced write is well under a millisecond: 40 samples of it (the full run's) measure the
+    // JIT's warm-up and the machine's noise more than the fence. Each row takes samples x 25
+    // (1,000 in the full run, about a second a side), after both sides ran 200 times unmeasured.
+    const n = samples * 25;
+    await interleave(Math.min(200, n), fenced({ resource: 'app', term }), unfenced);
     const [a, b] = await interleave(n, fenced({ resource: 'app', term }), unfenced);
     rec.add({ figure: 'fence', store: 'postgres', label: 'fenced tx (term)', unit: 'ms', leasehold: stat(a), baselineName: 'unfenced tx', baseline: stat(b) });
     const [c, d] = await interleave(n, fenced({ resource: 'app-token', token: term.token, table: `${schema}.fences` }), unfenced);

@@ -3,7 +3,7 @@ import { leaseOf, type Lease, type Term } from '../../core/lease.js';
 import { parseDuration, type Duration } from '../../core/config.js';
 import { mapPgError } from './errors.js';
 import { PostgresStore, type PgPoolLike, type PgQueryableLike, type PgResultLike } from './store.js';
-import { classifyFenceFailure, hasFenceRotate, rotateFenceNonceAndCommit, sqlLiteral } from './term-fence.js';
+import { classifyFenceFailure, fenceFunctions, rotateFenceNonceAndCommit, sqlLiteral, type FenceFunctions } from './term-fence.js';
 import { judge, ownerOf, refusedTermFence, type FenceDialect, type FencePlan, type TermFenceFailure, type TermFenceRequest } from '../term-fence.js';
 import { validateSchemaName } from './schema.js';
 
@@ -102,9 +102,9 @@ function sameDatabase(term: Term): { lease: Lease; schema: string; store: Postgr
   return { lease, schema: store.schema, store };
 }
 
-/** Whether the store's schema has migration 16's cached lease-row check (./term-fence.ts). */
-function cachedRotate(same: { schema: string; store: PostgresStore }): Promise<boolean> {
-  return hasFenceRotate(same.store, same.schema, (text, values) => same.store.fleetQuery(text, values));
+/** Which of the fence's functions the store's schema has: migration 16's lease-row check, 19's mark advance (./term-fence.ts). */
+function storeFunctions(same: { schema: string; store: PostgresStore }): Promise<FenceFunctions> {
+  return fenceFunctions(same.store, same.schema, (text, values) => same.store.fleetQuery(text, values));
 }
 
 /** idle_in_transaction_session_timeout's FATAL (SQLSTATE 25P03). */
@@ -152,9 +152,10 @@ export async function fencedTransaction<T>(
   const table = fenceTableName(tableOption);
   const idleMs = idleBound(options.idleTimeout, term);
   // Asked of the store before the transaction opens (once per store; then already answered).
-  const cached = same === undefined ? undefined : cachedRotate(same);
+  const asked = same === undefined ? undefined : storeFunctions(same);
   const pooled = isPool(target);
   const client: PgQueryableLike = pooled ? await target.connect().catch((err: unknown) => Promise.reject(mapPgError(err, 'fence'))) : target;
+  const fns = await asked;
   let broken: Error | undefined;
   // A pooled client has no 'error' listener of its own while checked out: if the server drops
   // the connection mid-transaction, an unhandled 'error' event would crash the process. The
@@ -179,10 +180,12 @@ export async function fencedTransaction<T>(
     open = true;
     let advanced: PgResultLike;
     try {
-      const results = (await client.query(
-        `${begin};
-         ${advanceSql(table, sqlLiteral(options.resource), token, owner === undefined ? undefined : sqlLiteral(owner))}`,
-      )) as PgResultLike | PgResultLike[];
+      // The store's own mark table, on a schema with migration 19: the advance's plan is kept.
+      const advance =
+        fns?.advance === true && options.table === undefined && owner !== undefined
+          ? advanceCall(same!.schema, sqlLiteral(options.resource), token, sqlLiteral(owner))
+          : advanceSql(table, sqlLiteral(options.resource), token, owner === undefined ? undefined : sqlLiteral(owner));
+      const results = (await client.query(`${begin};\n         ${advance}`)) as PgResultLike | PgResultLike[];
       advanced = Array.isArray(results) ? results[results.length - 1]! : results;
     } catch (err) {
       throw fenceSchemaError(err, tableOption ?? 'leasehold.fences', owner);
@@ -195,7 +198,7 @@ export async function fencedTransaction<T>(
     }
     const result = await fn(client);
     if (same !== undefined && term !== undefined) {
-      await commitAsTerm(client, same, term, await cached!, () => {
+      await commitAsTerm(client, same, term, fns?.rotate === true, () => {
         open = false;
       });
     } else {
@@ -266,9 +269,11 @@ interface PgPlan extends FencePlan {
   /** The quoted table, and the name the user knows it by. */
   table: string;
   tableLabel: string;
-  /** With `term`: the lease store's schema, and whether it has migration 16's cached lease-row check. */
+  /** With `term`: the lease store's schema, and which of the fence's functions it has (migrations 16 and 19). */
   schema: string | undefined;
-  cached: Promise<boolean> | undefined;
+  cached: Promise<FenceFunctions> | undefined;
+  /** The mark is in the store's own fences table (no `table` given): migration 19's function can advance it. */
+  ownTable: boolean;
 }
 
 const UNDEFINED_COLUMN = '42703';
@@ -296,18 +301,23 @@ export const pgFenceDialect: FenceDialect<PgTxFenceOptions, PgPlan> = {
       tableLabel,
       schema: same?.schema,
       // Asked before the library's transaction opens (once per store; then already answered).
-      cached: same === undefined ? undefined : cachedRotate(same),
+      cached: same === undefined ? undefined : storeFunctions(same),
+      ownTable: options.table === undefined,
     };
   },
 
   async advance(exec, plan) {
     try {
       if (plan.idleMs !== undefined) await exec(`SELECT set_config('idle_in_transaction_session_timeout', '${plan.idleMs}', true) AS idle`, []);
-      const rows = await exec(
-        `WITH a AS (${advanceSql(plan.table, '$1', plan.token, plan.owner === undefined ? undefined : '$2')})
+      const fns = await plan.cached;
+      const rows =
+        fns?.advance === true && plan.ownTable && plan.owner !== undefined && plan.schema !== undefined
+          ? await exec(advanceCall(plan.schema, '$1', plan.token, '$2'), [plan.resource, plan.owner])
+          : await exec(
+              `WITH a AS (${advanceSql(plan.table, '$1', plan.token, plan.owner === undefined ? undefined : '$2')})
          SELECT token::text AS token FROM a`,
-        plan.owner === undefined ? [plan.resource] : [plan.resource, plan.owner],
-      );
+              plan.owner === undefined ? [plan.resource] : [plan.resource, plan.owner],
+            );
       if (rows.length > 0) return;
       const hw = await exec(`SELECT token::text AS token${plan.owner === undefined ? '' : ', lease'} FROM ${plan.table} WHERE resource = $1`, [plan.resource]);
       throw refusedMark(plan.resource, plan.token, plan.owner, hw[0]);
@@ -321,7 +331,7 @@ export const pgFenceDialect: FenceDialect<PgTxFenceOptions, PgPlan> = {
     const tok = req.token.toString();
     const expect = `ARRAY(SELECT jsonb_array_elements_text(($4::text)::jsonb))`;
     // The same UPDATE either way; the function's plan is kept by the connection (migration 16).
-    const rows = (await plan.cached)
+    const rows = (await plan.cached)?.rotate === true
       ? await exec(`SELECT ${s}.fence_rotate($1, $2, ${tok}, $3, ${expect}, ${req.first ? 'true' : 'false'})::int AS n`, [req.name, req.holder, req.next, JSON.stringify(req.expect)])
       : await exec(
           `WITH u AS (
@@ -425,6 +435,15 @@ function advanceSql(table: string, resource: string, token: bigint, owner: strin
      ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now(), lease = coalesce(f.lease, EXCLUDED.lease)
       WHERE f.token <= EXCLUDED.token AND (f.lease IS NULL OR f.lease = EXCLUDED.lease)
      RETURNING token`;
+}
+
+/**
+ * The same advance through migration 19's `fence_advance` on the store's own fences table: the
+ * same rule, its plan kept per connection, and a lock without a write when the mark already
+ * holds this token (a term writing again). No row when refused, as the upsert.
+ */
+function advanceCall(schema: string, resource: string, token: bigint, owner: string): string {
+  return `SELECT t::text AS token FROM "${validateSchemaName(schema)}".fence_advance(${resource}, ${token.toString()}, ${owner}) AS t WHERE t IS NOT NULL`;
 }
 
 /** Why the advance changed nothing, from the mark's row: another lease's mark, or a newer token. */

@@ -440,6 +440,26 @@ BEGIN
 END
 $function$
 
+CREATE OR REPLACE FUNCTION SCHEMA.fence_advance(p_resource text, p_token bigint, p_lease text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_token bigint;
+  v_lease text;
+BEGIN
+  SELECT f.token, f.lease INTO v_token, v_lease FROM SCHEMA.fences AS f WHERE f.resource = p_resource FOR UPDATE;
+  IF FOUND AND v_token = p_token AND (p_lease IS NULL OR v_lease = p_lease) THEN
+    RETURN v_token;
+  END IF;
+  INSERT INTO SCHEMA.fences AS f (resource, token, updated_at, lease) VALUES (p_resource, p_token, now(), p_lease)
+    ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now(), lease = coalesce(f.lease, EXCLUDED.lease)
+     WHERE f.token <= EXCLUDED.token AND (f.lease IS NULL OR f.lease = EXCLUDED.lease)
+    RETURNING f.token INTO v_token;
+  RETURN v_token;
+END
+$function$
+
 CREATE OR REPLACE FUNCTION SCHEMA.fence_rotate(p_name text, p_holder text, p_token bigint, p_next text, p_expect text[], p_first boolean)
  RETURNS boolean
  LANGUAGE plpgsql

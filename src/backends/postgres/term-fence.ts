@@ -24,7 +24,7 @@ const CONFLICT_DETAIL = 'two processes wrote with one term (a restored snapshot 
  * not ours, the transaction is still open and aborted (ROLLBACK it, then classifyFenceFailure).
  * Any other error leaves the outcome of the COMMIT unknown to the caller, as a failed COMMIT does.
  *
- * `cached`: the schema has migration 16's `fence_rotate` (hasFenceRotate), the same UPDATE in a
+ * `cached`: the schema has migration 16's `fence_rotate` (fenceFunctions), the same UPDATE in a
  * PL/pgSQL function whose plan the connection keeps; a simple query's statement is planned on
  * every write, which was more than half of its server time.
  */
@@ -50,29 +50,41 @@ export async function rotateFenceNonceAndCommit(tx: PgQueryableLike, schema: str
   }
 }
 
-/** What a schema was found to have, per store (a store's schema does not lose a function). */
-const rotateFunction = new WeakMap<object, Promise<boolean>>();
+/** Which of the fence's functions a schema has (migrations 16 and 19); a schema does not lose one. */
+export interface FenceFunctions {
+  /** `fence_rotate`: the lease-row check and nonce swap, planned once per connection. */
+  rotate: boolean;
+  /** `fence_advance`: the mark's advance on the store's own fences table, a lock when the mark already holds the token. */
+  advance: boolean;
+}
+
+const functionsOf = new WeakMap<object, Promise<FenceFunctions>>();
+const NONE: FenceFunctions = { rotate: false, advance: false };
 
 /**
- * Whether the lease store's schema has migration 16's `fence_rotate`, asked once per store (one
- * round trip, before the store's first fenced write). A statement inside the fenced transaction
- * cannot fall back when the function is missing: the error would abort the user's writes. So a
- * schema before version 16 (a process upgraded before `leasehold migrate`) gets the statement
- * its version's clients send, and so does a store whose answer did not come (asked again next
- * time). Found by name, not by version number, so it holds whichever number the migration has.
+ * Which of the fence's functions the lease store's schema has, asked once per store (one round
+ * trip, before the store's first fenced write). A statement inside the fenced transaction
+ * cannot fall back when a function is missing: the error would abort the user's writes. So a
+ * schema before version 16 or 19 (a process upgraded before `leasehold migrate`) gets the
+ * statements its version's clients send, and so does a store whose answer did not come (asked
+ * again next time). Found by name, not by version number, so it holds whichever number each
+ * migration has.
  */
-export function hasFenceRotate(store: object, schema: string, query: (text: string, values: unknown[]) => Promise<PgResultLike>): Promise<boolean> {
-  let known = rotateFunction.get(store);
+export function fenceFunctions(store: object, schema: string, query: (text: string, values: unknown[]) => Promise<PgResultLike>): Promise<FenceFunctions> {
+  let known = functionsOf.get(store);
   if (known === undefined) {
     const s = `"${validateSchemaName(schema)}"`;
-    known = query('SELECT to_regprocedure($1) IS NOT NULL AS found', [`${s}.fence_rotate(text,text,bigint,text,text[],boolean)`]).then(
-      (r) => r.rows[0]?.['found'] === true,
+    known = query('SELECT to_regprocedure($1) IS NOT NULL AS rotate, to_regprocedure($2) IS NOT NULL AS advance', [
+      `${s}.fence_rotate(text,text,bigint,text,text[],boolean)`,
+      `${s}.fence_advance(text,bigint,text)`,
+    ]).then(
+      (r) => ({ rotate: r.rows[0]?.['rotate'] === true, advance: r.rows[0]?.['advance'] === true }),
       () => {
-        rotateFunction.delete(store);
-        return false;
+        functionsOf.delete(store);
+        return NONE;
       },
     );
-    rotateFunction.set(store, known);
+    functionsOf.set(store, known);
   }
   return known;
 }
