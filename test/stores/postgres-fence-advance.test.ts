@@ -1,12 +1,12 @@
 /**
- * The mark half of a PostgreSQL fenced write with `term` (issue 34): migration 19's
+ * The mark half of a PostgreSQL fenced write with `term` (issue 34): migration 21's
  * `fence_advance` (src/backends/postgres/sql/019-fence-advance.ts) applies the upsert's rule to
  * the store's own fences table, and when the mark already holds the term's token it only locks
  * the mark's row instead of writing a new version of it. What must hold, through the `pg` fence
  * and through an ORM's (Kysely): the mark is locked for the whole transaction either way, so
  * fenced writes on one resource still go one at a time; a higher mark is FencedError and another
  * lease's mark FenceOwnedError, with nothing committed; a newer term moves the mark; and a
- * schema from before migration 19 gets the upsert every earlier version sends.
+ * schema from before migration 21 gets the upsert every earlier version sends.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -160,7 +160,7 @@ void describe('PostgreSQL fenced write with `term`: the mark through fence_advan
     assert.equal((await mark('newer'))?.token, second.token.toString());
   });
 
-  void it('on a schema from before migration 19 (no fence_advance) sends the upsert, which refuses a higher mark the same way', async () => {
+  void it('on a schema from before migration 21 (no fence_advance) sends the upsert, which refuses a higher mark the same way', async () => {
     // A store opened afresh: which functions a schema has is learned once per store.
     const old = await makeTestStore('postgres');
     const oldSchema = new URL(old.url).searchParams.get('schema')!;

@@ -102,7 +102,7 @@ function sameDatabase(term: Term): { lease: Lease; schema: string; store: Postgr
   return { lease, schema: store.schema, store };
 }
 
-/** Which of the fence's functions the store's schema has: migration 16's lease-row check, 19's mark advance (./term-fence.ts). */
+/** Which of the fence's functions the store's schema has: migration 16's lease-row check, 21's mark advance (./term-fence.ts). */
 function storeFunctions(same: { schema: string; store: PostgresStore }): Promise<FenceFunctions> {
   return fenceFunctions(same.store, same.schema, (text, values) => same.store.fleetQuery(text, values));
 }
@@ -180,7 +180,7 @@ export async function fencedTransaction<T>(
     open = true;
     let advanced: PgResultLike;
     try {
-      // The store's own mark table, on a schema with migration 19: the advance's plan is kept.
+      // The store's own mark table, on a schema with migration 21: the advance's plan is kept.
       const advance =
         fns?.advance === true && options.table === undefined && owner !== undefined
           ? advanceCall(same!.schema, sqlLiteral(options.resource), token, sqlLiteral(owner))
@@ -269,10 +269,10 @@ interface PgPlan extends FencePlan {
   /** The quoted table, and the name the user knows it by. */
   table: string;
   tableLabel: string;
-  /** With `term`: the lease store's schema, and which of the fence's functions it has (migrations 16 and 19). */
+  /** With `term`: the lease store's schema, and which of the fence's functions it has (migrations 16 and 21). */
   schema: string | undefined;
   cached: Promise<FenceFunctions> | undefined;
-  /** The mark is in the store's own fences table (no `table` given): migration 19's function can advance it. */
+  /** The mark is in the store's own fences table (no `table` given): migration 21's function can advance it. */
   ownTable: boolean;
 }
 
@@ -438,7 +438,7 @@ function advanceSql(table: string, resource: string, token: bigint, owner: strin
 }
 
 /**
- * The same advance through migration 19's `fence_advance` on the store's own fences table: the
+ * The same advance through migration 21's `fence_advance` on the store's own fences table: the
  * same rule, its plan kept per connection, and a lock without a write when the mark already
  * holds this token (a term writing again). No row when refused, as the upsert.
  */

@@ -50,7 +50,7 @@ export async function rotateFenceNonceAndCommit(tx: PgQueryableLike, schema: str
   }
 }
 
-/** Which of the fence's functions a schema has (migrations 16 and 19); a schema does not lose one. */
+/** Which of the fence's functions a schema has (migrations 16 and 21); a schema does not lose one. */
 export interface FenceFunctions {
   /** `fence_rotate`: the lease-row check and nonce swap, planned once per connection. */
   rotate: boolean;
@@ -65,7 +65,7 @@ const NONE: FenceFunctions = { rotate: false, advance: false };
  * Which of the fence's functions the lease store's schema has, asked once per store (one round
  * trip, before the store's first fenced write). A statement inside the fenced transaction
  * cannot fall back when a function is missing: the error would abort the user's writes. So a
- * schema before version 16 or 19 (a process upgraded before `leasehold migrate`) gets the
+ * schema before version 16 or 21 (a process upgraded before `leasehold migrate`) gets the
  * statements its version's clients send, and so does a store whose answer did not come (asked
  * again next time). Found by name, not by version number, so it holds whichever number each
  * migration has.

@@ -1,5 +1,5 @@
 /**
- * Migration 19 (issue 34): the mark half of a same-database fenced write as a function.
+ * Migration 21 (issue 34): the mark half of a same-database fenced write as a function.
  *
  * A fenced write's first statement advances the resource's high-water mark in the store's
  * `fences` table: an INSERT ... ON CONFLICT DO UPDATE that writes a new version of the mark's
@@ -27,7 +27,7 @@
  * src/backends/postgres/schema.sql shows the result.
  * @param s the quoted schema name
  */
-export function migration019(s: string): string {
+export function migration021(s: string): string {
   return `
 CREATE FUNCTION ${s}.fence_advance(p_resource text, p_token bigint, p_lease text)
 RETURNS bigint
