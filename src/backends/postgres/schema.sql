@@ -171,7 +171,30 @@ DECLARE
   v_now timestamptz := now();
   v_handed text[];
   v_rest text[];
+  v_token bigint;
+  v_expires timestamptz;
 BEGIN
+  IF cardinality(p_names) = 1 AND p_contend[1] AND p_handoff[1] IS NOT NULL THEN
+    -- One contender presenting the nonces it registered under (a woken waiter): the acceptance
+    -- of a handed term on scalars (migration 19). Locked only if the row holds this contender
+    -- under one of those nonces; then the clock, after the lock, as below.
+    PERFORM 1 FROM SCHEMA.leases AS l
+      WHERE l.name = p_names[1] AND l.holder = p_holders[1] AND l.nonce = ANY (string_to_array(p_handoff[1], ','))
+      FOR UPDATE;
+    IF FOUND THEN
+      v_now := clock_timestamp();
+      UPDATE SCHEMA.leases AS l
+         SET nonce = p_next[1], expires_at = v_now + p_ttl_ms[1] * interval '1 millisecond', renewed_at = v_now
+       WHERE l.name = p_names[1] AND l.expires_at > v_now
+      RETURNING l.token, l.expires_at INTO v_token, v_expires;
+      IF FOUND THEN
+        RETURN QUERY SELECT p_names[1], 'acquired'::text, NULL::text, v_token, p_holders[1],
+          (extract(epoch FROM v_expires) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8, NULL::text;
+        RETURN;
+      END IF;
+      v_now := now();
+    END IF;
+  END IF;
   -- Terms handed to their contender (offered by a release, migration 17): kept out of the
   -- INSERT below, so a batch made only of acceptances inserts nothing.
   SELECT coalesce(array_agg(l.name), '{}') INTO v_handed
@@ -485,9 +508,62 @@ $function$
 
 CREATE OR REPLACE FUNCTION SCHEMA.release(p_name text, p_holder text, p_expect text[])
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
 AS $function$
-  SELECT coalesce((SELECT m.released FROM SCHEMA.release_many(ARRAY[p_name], ARRAY[p_holder], ARRAY[array_to_string(p_expect, ',')]) AS m), false);
+DECLARE
+  v_now timestamptz;
+  v_row record;
+  v_token bigint;
+BEGIN
+  SELECT l.token,
+         coalesce(l.holder = p_holder AND l.nonce = ANY (p_expect), false) AS ours,
+         l.waiter, l.waiter_nonce, l.waiter_ttl_ms, l.waiter_until
+    INTO v_row
+    FROM SCHEMA.leases AS l
+   WHERE l.name = p_name
+     AND ((l.holder = p_holder AND l.nonce = ANY (p_expect)) OR (l.waiter = p_holder AND l.waiter_nonce = ANY (p_expect)))
+     FOR UPDATE;
+  IF NOT FOUND THEN
+    -- This transaction only (is_local): nothing was handed over (migrations 6 and 7).
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN false;
+  END IF;
+  -- The clock after the row's lock: now() is the transaction's start, before the wait for it,
+  -- and an offer's window started there could end before this release commits.
+  v_now := clock_timestamp();
+  IF NOT v_row.ours THEN
+    -- The caller is the registered waiter, stopping: withdraw it.
+    UPDATE SCHEMA.leases AS l SET waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+     WHERE l.name = p_name;
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN false;
+  END IF;
+  IF v_row.waiter IS NOT NULL AND v_row.waiter <> p_holder AND v_row.waiter_until > v_now THEN
+    UPDATE SCHEMA.leases AS l
+       SET holder = v_row.waiter, nonce = v_row.waiter_nonce,
+           token = GREATEST(l.token + 1, SCHEMA.timeline_token_floor() + 1),
+           -- An offer until the waiter accepts it (its claim): the acceptance window (migration 17).
+           expires_at = v_now + least(v_row.waiter_ttl_ms, greatest(v_row.waiter_ttl_ms / 3, 500)) * interval '1 millisecond',
+           term_started_at = v_now, renewed_at = v_now, ended_by = NULL,
+           waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+     WHERE l.name = p_name
+    RETURNING l.token INTO v_token;
+    INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+    VALUES (p_name, 'released', NULL, p_holder, v_row.token, v_now, NULL),
+           (p_name, 'acquired', v_row.waiter, NULL, v_token, v_now, 'handed over by the release');
+    -- The row keeps a holder, so the leases_freed trigger does not fire: notify here.
+    PERFORM pg_notify('leasehold_freed_SCHEMA', p_name);
+    RETURN true;
+  END IF;
+  UPDATE SCHEMA.leases AS l
+     SET holder = NULL, nonce = NULL, expires_at = v_now, ended_by = 'released',
+         waiter = NULL, waiter_nonce = NULL, waiter_ttl_ms = NULL, waiter_until = NULL
+   WHERE l.name = p_name;
+  INSERT INTO SCHEMA.history (name, event, holder, previous_holder, token, at, detail)
+  VALUES (p_name, 'released', NULL, p_holder, v_row.token, v_now, NULL);
+  PERFORM set_config('synchronous_commit', 'off', true);
+  RETURN true;
+END
 $function$
 
 CREATE OR REPLACE FUNCTION SCHEMA.release_many(p_names text[], p_holders text[], p_expects text[])
