@@ -104,7 +104,8 @@ async function seenWaiting(kind: StoreKind, url: string): Promise<boolean> {
     await c.connect();
     try {
       for (let i = 0; i < 300; i++) {
-        const r = await c.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [`%"${schema}".claim(%`]);
+        // claim_one (one contender, schema 20 on) or claim (a batch).
+        const r = await c.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [`%"${schema}".claim%(%`]);
         if (r.rows[0]!.n > 0) return true;
         await sleep10();
       }

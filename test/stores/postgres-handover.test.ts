@@ -79,7 +79,8 @@ function granted(r: ClaimResult | undefined): Extract<ClaimResult, { outcome: 'a
   return r;
 }
 
-const claimsOf = (seen: Observed[]): Observed[] => seen.filter((o) => /\.claim\(/.test(o.text));
+// One contender's claim calls claim_one (schema 20 on); a batch's, claim.
+const claimsOf = (seen: Observed[]): Observed[] => seen.filter((o) => /\.claim(_one)?\(/.test(o.text));
 
 void describe('postgres: one-write handover', { skip: !selectedStores().includes('postgres') }, () => {
   let t: TestStore;
@@ -228,7 +229,7 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
       const mine = uniq('sent');
       const m = await contend(store, mine, 'A', 30_000);
       assert.equal(await store.release({ name: mine, holder: 'A', expect: [m.sent] }), true);
-      const sent = obs.seen.slice(before).filter((o) => !/\.claim\(/.test(o.text));
+      const sent = obs.seen.slice(before).filter((o) => !/\.claim(_one)?\(/.test(o.text));
       assert.equal(sent.length, 1);
       assert.match(sent[0]!.text, new RegExp(`^SELECT "${schema}"\\.release\\(\\$1, \\$2, \\$3::text\\[\\]\\)`), 'the release is one function call');
 
@@ -255,6 +256,7 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
         (await admin.query(`SELECT proconfig FROM pg_proc WHERE oid = $1::regprocedure`, [fn])).rows[0]!['proconfig'];
       assert.equal(await config(`"${schema}".release(text, text, text[])`), null);
       assert.equal(await config(`"${schema}".claim(text[], text[], text[], text[], float8[], boolean[], text[])`), null);
+      assert.equal(await config(`"${schema}".claim_one(text, text, text, float8, text)`), null);
       assert.deepEqual(await config(`"${schema}".claim_write(text[], text[], text[], text[], float8[], boolean[], text[], text[], text[])`), ['plan_cache_mode=force_custom_plan']);
     } finally {
       await listener.end();
@@ -389,6 +391,38 @@ void describe('postgres: one-write handover', { skip: !selectedStores().includes
         assert.equal(await s5.release({ name: 'live', holder: 'OLD', expect: ['o3'] }), true);
       } finally {
         await s5.close();
+      }
+    } finally {
+      await admin.query(`DROP SCHEMA ${q} CASCADE`);
+    }
+  });
+
+  void it('a schema still at version 19 (the process was upgraded before migrate): a contender’s claim, without claim_one, goes to claim, and a handover completes', async () => {
+    const old = `lh_t_v19_${randomBytes(4).toString('hex')}`;
+    const q = `"${old}"`;
+    await admin.query(`CREATE SCHEMA ${q}`);
+    try {
+      for (const m of migrations(old).slice(0, 19)) await admin.query(m);
+      await admin.query(`CREATE TABLE ${q}.schema_version (version integer NOT NULL); INSERT INTO ${q}.schema_version VALUES (19)`);
+      const url = `${TEST_PG_URL}${TEST_PG_URL.includes('?') ? '&' : '?'}schema=${old}`;
+      const [s1, s2] = [await PostgresStore.create({ url }), await PostgresStore.create({ url })];
+      try {
+        const name = uniq('v19');
+        const a = await contend(s1, name, 'A', 30_000);
+        const tokenA = granted(a).token;
+        const b = await contend(s2, name, 'B', 20_000, []);
+        assert.equal(b.outcome, 'busy');
+        assert.ok(b.outcome === 'busy' && b.grantedAtMs !== undefined, 'a busy answer still says when the holding term began');
+        assert.equal(await s1.release({ name, holder: 'A', expect: [a.sent] }), true);
+        const accepted = granted(await contend(s2, name, 'B', 20_000, [b.sent]));
+        assert.ok(accepted.token > tokenA);
+        assert.ok(accepted.expiresAtMs - accepted.storeNowMs > 20_000 / 3, 'accepted: the waiter’s own TTL');
+        // Migrated under the running process: it goes on claiming.
+        assert.equal((await s1.migrate()).current, SCHEMA_VERSION);
+        assert.equal(granted(await contend(s1, uniq('v19-after'), 'A', 30_000)).outcome, 'acquired');
+      } finally {
+        await s1.close();
+        await s2.close();
       }
     } finally {
       await admin.query(`DROP SCHEMA ${q} CASCADE`);

@@ -2,12 +2,29 @@ import type { ClaimRequest, ClaimResult, LostReason } from '../../core/port.js';
 import { SESSION_LOCK_FREE } from './sql/015-session-lock-free.js';
 
 /**
- * The claim of a batch that is not all renewals (those go to ./renew.ts): the schema's claim
- * function, or, when a request carries a session (liveness 'session', sql/011-session-liveness.ts),
- * claim_session, which first ends the terms among the batch's names whose session is gone.
+ * One contender without a session (a woken waiter accepting a handed term, above all): the
+ * schema's `claim_one`, which answers with grantedAtMs itself (sql/020-claim-one.ts). Undefined
+ * for any other batch. A schema before 20 has no `claim_one`: the store then sends
+ * claimBatchStatement's.
  * @param s the quoted schema name
  */
-export function claimStatement(s: string, requests: readonly ClaimRequest[]): { text: string; values: unknown[] } {
+export function claimOneStatement(s: string, requests: readonly ClaimRequest[]): { text: string; values: unknown[] } | undefined {
+  const q = requests.length === 1 ? requests[0]! : undefined;
+  if (q === undefined || q.expect !== null || q.session !== undefined) return undefined;
+  return {
+    text: `SELECT * FROM ${s}.claim_one($1, $2, $3, $4::float8, $5)`,
+    values: [q.name, q.holder, q.nextNonce, q.ttlMs, q.handoff === undefined ? null : q.handoff.join(',')],
+  };
+}
+
+/**
+ * The claim of a batch that is not all renewals (those go to ./renew.ts), and of one contender
+ * on a schema before 20: the schema's claim function, or, when a request carries a session
+ * (liveness 'session', sql/011-session-liveness.ts), claim_session, which first ends the terms
+ * among the batch's names whose session is gone.
+ * @param s the quoted schema name
+ */
+export function claimBatchStatement(s: string, requests: readonly ClaimRequest[]): { text: string; values: unknown[] } {
   const values: unknown[] = [
     requests.map((q) => q.name),
     requests.map((q) => q.holder),

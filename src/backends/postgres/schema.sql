@@ -251,6 +251,43 @@ BEGIN
 END
 $function$
 
+CREATE OR REPLACE FUNCTION SCHEMA.claim_one(p_name text, p_holder text, p_next text, p_ttl_ms double precision, p_handoff text)
+ RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision, nonce text, granted_at_ms double precision)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz;
+  v_token bigint;
+  v_expires timestamptz;
+BEGIN
+  IF p_handoff IS NOT NULL THEN
+    PERFORM 1 FROM SCHEMA.leases AS l
+      WHERE l.name = p_name AND l.holder = p_holder AND l.nonce = ANY (string_to_array(p_handoff, ','))
+      FOR UPDATE;
+    IF FOUND THEN
+      -- The clock after the lock: now() is the transaction's start, before any wait for the row,
+      -- and an offer that lapsed during that wait must not be accepted.
+      v_now := clock_timestamp();
+      UPDATE SCHEMA.leases AS l
+         SET nonce = p_next, expires_at = v_now + p_ttl_ms * interval '1 millisecond', renewed_at = v_now
+       WHERE l.name = p_name AND l.expires_at > v_now
+      RETURNING l.token, l.expires_at INTO v_token, v_expires;
+      IF FOUND THEN
+        RETURN QUERY SELECT p_name, 'acquired'::text, NULL::text, v_token, p_holder,
+          (extract(epoch FROM v_expires) * 1000)::float8, (extract(epoch FROM v_now) * 1000)::float8, NULL::text, NULL::float8;
+        RETURN;
+      END IF;
+    END IF;
+  END IF;
+  RETURN QUERY
+  SELECT c.name, c.outcome, c.reason, c.token, c.holder, c.expires_at_ms, c.now_ms, c.nonce,
+         CASE WHEN c.outcome = 'busy' AND l.token = c.token THEN (extract(epoch FROM l.term_started_at) * 1000)::float8 END
+    FROM SCHEMA.claim(ARRAY[p_name], ARRAY[p_holder], ARRAY[NULL::text], ARRAY[p_next], ARRAY[p_ttl_ms], ARRAY[true], ARRAY[p_handoff]) AS c
+    LEFT JOIN SCHEMA.leases AS l ON l.name = c.name;
+END
+$function$
+
 CREATE OR REPLACE FUNCTION SCHEMA.claim_session(p_names text[], p_holders text[], p_expect text[], p_next text[], p_ttl_ms double precision[], p_contend boolean[], p_handoff text[], p_session integer[])
  RETURNS TABLE(name text, outcome text, reason text, token bigint, holder text, expires_at_ms double precision, now_ms double precision, nonce text, session boolean)
  LANGUAGE plpgsql

@@ -24,7 +24,7 @@ import { createPool, cutConnecting, loadPg } from './driver.js';
 import { mapPgError } from './errors.js';
 import { parseNotifyUrl, parsePostgresUrl } from './url.js';
 import { connectFirst, type PgTarget } from './multi-host.js';
-import { claimStatement, toClaimResult } from './claim.js';
+import { claimBatchStatement, claimOneStatement, toClaimResult } from './claim.js';
 import { PgLeaseSession } from './session.js';
 import { listenForFreed } from './listen.js';
 
@@ -296,10 +296,23 @@ export class PostgresStore implements LeaseStore {
         (q) => found.get(q.name) ?? { name: q.name, outcome: 'lost', reason: 'expired', holder: null, token: null, expiresAtMs: null, storeNowMs },
       );
     }
-    const { text, values } = claimStatement(this.s, requests);
+    const one = this.claimOneFunction ? claimOneStatement(this.s, requests) : undefined;
+    if (one !== undefined) {
+      try {
+        return (await this.q(one.text, one.values, options)).rows.map(toClaimResult);
+      } catch (err) {
+        // A schema before version 20 has no `claim_one`: the statement those versions' clients send.
+        if ((err as { cause?: { code?: unknown } }).cause?.code !== '42883') throw err;
+        this.claimOneFunction = false;
+      }
+    }
+    const { text, values } = claimBatchStatement(this.s, requests);
     const r = await this.q(text, values, options);
     return r.rows.map(toClaimResult);
   }
+
+  /** False once the schema turned out older than migration 20 (a process upgraded before `migrate`). */
+  private claimOneFunction = true;
 
   async release(req: ReleaseRequest, options?: CallOptions): Promise<boolean> {
     const r = await this.q(releaseStatement(this.s), [req.name, req.holder, [...req.expect]], options);
