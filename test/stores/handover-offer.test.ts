@@ -323,7 +323,7 @@ for (const kind of selectedStores().filter((k) => k === 'postgres' || k === 'mys
         assert.equal(b.outcome, 'busy', 'B registered as the waiter');
         return a.sent;
       };
-      // One release (PostgreSQL: release_many_rows), then a batch of 10 (PostgreSQL: release_many's set-based statement).
+      // One release (PostgreSQL: release, migration 19's one-row body), then a batch of 10 (PostgreSQL: release_many's set-based statement).
       for (const size of [1, 10]) {
         const names = Array.from({ length: size }, (_, i) => uniq(`release-wait-${size}-${i}`)).sort();
         const nonces: string[] = [];
