@@ -19,9 +19,10 @@ import { migration017 } from './sql/017-handover-acceptance.js';
 import { migration018 } from './sql/018-leases-fillfactor.js';
 import { migration019 } from './sql/019-handover-one-lease.js';
 import { migration020 } from './sql/020-claim-one.js';
+import { migration021 } from './sql/021-fence-advance.js';
 
 /** Bump when a migration is appended. `leasehold doctor` compares this to the store's. */
-export const SCHEMA_VERSION = 20;
+export const SCHEMA_VERSION = 21;
 
 const CHANNEL_PREFIX = 'leasehold_freed_';
 
@@ -60,5 +61,5 @@ export function channelFor(schema: string): string {
 export function migrations(schema: string): string[] {
   const s = `"${validateSchemaName(schema)}"`;
   const channel = channelFor(schema);
-  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration010(s), migration011(s), migration012(s), migration013(s, channel), migration014(s), migration015(s), migration016(s), migration017(s, channel), migration018(s), migration019(s, channel), migration020(s)];
+  return [migration001(s, channel), migration002(s), migration003(s), migration004(s), migration005(s), migration006(s, channel), migration007(s, channel), migration008(s), migration009(s), migration010(s), migration011(s), migration012(s), migration013(s, channel), migration014(s), migration015(s), migration016(s), migration017(s, channel), migration018(s), migration019(s, channel), migration020(s), migration021(s)];
 }
