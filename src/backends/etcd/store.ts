@@ -68,13 +68,7 @@ const MAX_CAS_ATTEMPTS = 5;
  */
 export class EtcdStore implements LeaseStore {
   readonly kind = 'etcd';
-  /**
-   * A renewal batch costs the same store work at any size (one swap of the session key and one
-   * keepalive, ./session.ts), so the engine's default cut at 5,000 only made a process holding
-   * 10,000 leases pay two of them per tick. Acquisitions still go out as transactions of
-   * maxOpsPerTxn keys each, sent at once.
-   */
-  readonly maxClaimBatch = 20_000;
+  readonly maxClaimBatch = 20_000; // a renewal tick is one session swap and one keepalive at any size (session.ts)
   /** etcd deletes a term key when its etcd lease runs out, and the watch sees that delete too. */
   readonly freedCoversExpiry = true as const;
   readonly honoursReleasedSince = true as const; // port.ts: refused from the state key's read (seen.ts, refusedSince)
