@@ -125,10 +125,15 @@ function views(kind: StoreKind): void {
 
     void it('schedules: a killed replica’s slot shows interrupted, the slots nobody ran show missed, the new replica ran the latest', async (t) => {
       const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+      // Closed however the test ends: a page left open counts as a connected browser, and the
+      // read counts below then wait for none (CI: "no browser connected" after this test failed).
+      t.after(() => page.close().catch(() => undefined));
       await page.goto(url);
       const first = cron();
       // The first replica runs a whole slot, and the page shows it with who ran it.
-      await until('the first replica finishes a slot', () => eventOf(first, 'slot-succeeded') !== undefined, 5 * PERIOD_MS + 5000);
+      await until('the first replica finishes a slot', () => eventOf(first, 'slot-succeeded') !== undefined, 5 * PERIOD_MS + 5000).catch((e: unknown) => {
+        throw new Error(`${errorText(e)}; the replica said:\n${first.stdout.slice(-2000)}${first.stderr.slice(-4000)}`, { cause: e });
+      });
       const a = String(eventOf(first, 'slot-succeeded')!['holder']);
       await page.waitForFunction((h) => {
         const row = document.querySelector('[data-schedule="billing"] tr[data-status="succeeded"] td:nth-child(4)');
@@ -147,7 +152,9 @@ function views(kind: StoreKind): void {
       await new Promise((r) => setTimeout(r, 3 * PERIOD_MS));
       const second = cron();
       liveCron = second;
-      await until('the second replica finishes a slot', () => eventOf(second, 'slot-succeeded') !== undefined, 5 * PERIOD_MS + 5000);
+      await until('the second replica finishes a slot', () => eventOf(second, 'slot-succeeded') !== undefined, 5 * PERIOD_MS + 5000).catch((e: unknown) => {
+        throw new Error(`${errorText(e)}; the replica said:\n${second.stdout.slice(-2000)}${second.stderr.slice(-4000)}`, { cause: e });
+      });
       const b = String(eventOf(second, 'slot-succeeded')!['holder']);
       assert.notEqual(a, b);
       t.diagnostic(`killed mid-slot ${killedSlot}; second replica's events: ${events(second).map((e) => `${String(e['event'])}${e['slot'] === undefined ? '' : ` ${String(e['slot'])}`}`).join(', ')}`);
@@ -199,6 +206,7 @@ function views(kind: StoreKind): void {
       const generation = String((JSON.parse(placed.stdout) as { generation: string }).generation);
 
       const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+      t.after(() => page.close().catch(() => undefined));
       await page.goto(`${url}#view-fleet`);
       const agentState = (id: string): Promise<string | null> => page.$eval(`tr[data-agent="${id}"] [data-state]`, (e) => e.getAttribute('data-state')).catch(() => null);
       await page.waitForFunction(() => document.querySelector('tr[data-agent="a1"] td.owned')?.textContent === '1', undefined, { timeout: 10_000 });
