@@ -52,6 +52,24 @@ const FAULT_MS = 6_000;
 /** The engine renews at a third of the TTL. */
 const RENEW_MS = TTL_MS / 3;
 
+/**
+ * Leases a member's lessor has revoked as expired, by its own count (etcd's
+ * `etcd_debugging_server_lease_expired_total`, counted by the member that sent the revocation),
+ * and its server version. Undefined when the member does not answer.
+ */
+async function leaseExpiries(m: Member): Promise<{ revoked: number; version: string } | undefined> {
+  try {
+    const [metrics, version] = await Promise.all([
+      fetch(`http://${m.endpoint}/metrics`, { signal: AbortSignal.timeout(2000) }).then((r) => r.text()),
+      fetch(`http://${m.endpoint}/version`, { signal: AbortSignal.timeout(2000) }).then((r) => r.json() as Promise<{ etcdserver?: string }>),
+    ]);
+    const line = /^etcd_debugging_server_lease_expired_total (\S+)$/m.exec(metrics);
+    return { revoked: line === null ? 0 : Number(line[1]), version: version.etcdserver ?? 'unknown' };
+  } catch {
+    return undefined;
+  }
+}
+
 /** When the members other than `down` next agree on a leader that is not `down` (polled every 50 ms). */
 async function newLeaderAt(cluster: Cluster, down: Member): Promise<number> {
   for (const end = performance.now() + FAULT_MS; performance.now() < end; ) {
@@ -148,6 +166,7 @@ void describe(`etcd, three members, TTL ${TTL_MS}ms: one member down costs no te
       try {
         const first = await holder.waitForTerm();
         await sleep(TTL_MS + 500); // settled: several renewals (one a second) on the victim
+        const revokedBefore = await leaseExpiries(victim);
         const faultAt = performance.now();
         victim.signal(sig);
         // When the members left agree on a leader again (at once for a follower down): a term
@@ -170,6 +189,23 @@ void describe(`etcd, three members, TTL ${TTL_MS}ms: one member down costs no te
         // before the term ended: otherwise the holder had no store to renew against until past
         // its deadline, and standing down was the safe answer (CI on a loaded host: no etcd
         // leader for over 3 s after the leader's SIGKILL, the term ended 3271 ms after it).
+        // etcd without etcd-io/etcd#16822 (issues #15247, #12528; backported to 3.4 and 3.5 in late
+        // 2023, after Debian 12's 3.4.23): a leader that was paused
+        // still takes itself for the lessor when it resumes, sees every lease's expiry passed by
+        // its stale clock, and revokes them through the new leader. The term's etcd lease is then
+        // really gone, and standing down is right; the test injects one member down, not a store
+        // that deletes live leases. It is told by the resumed member's own count of revocations.
+        // Only a term that ended after the thaw can have been ended so: one that ended while the
+        // member was frozen is another failure, and fails below.
+        const atThaw = lost.length > 0 && sig === 'SIGSTOP' && who === 'leader' && lost.every((l) => l.endedAt! >= healedAt);
+        const revokedAfter = atThaw ? await leaseExpiries(victim) : undefined;
+        if (revokedAfter !== undefined && revokedBefore !== undefined && revokedAfter.revoked > revokedBefore.revoked) {
+          t.skip(
+            `etcd ${revokedAfter.version}: the resumed old leader revoked ${revokedAfter.revoked - revokedBefore.revoked} lease(s) as expired by its stale clock ` +
+              '(etcd-io/etcd#15247, fixed by #16822), so the store itself ended the term: a defect of this etcd, not of the fault this test injects',
+          );
+          return;
+        }
         if (lost.length > 0 && lost.every((l) => l.endedAt! - elected < RENEW_MS)) {
           t.skip(`etcd elected no leader until ${Math.round(elected - faultAt)}ms after the fault, under a renewal interval (${RENEW_MS}ms) before the term ended: the outage outlasted the term's slack, not what this test injects`);
           return;
