@@ -16,31 +16,14 @@ import { Leasehold } from '../../src/core/leasehold.js';
 import { FenceOwnedError, FencedError } from '../../src/core/errors.js';
 import type { Term } from '../../src/core/lease.js';
 import type { LeaseStore } from '../../src/backends/store.js';
-import type { PgQueryableLike } from '../../src/backends/postgres/store.js';
 import { fencedTransaction } from '../../src/fence/index.js';
 import * as kyselyFence from '../../src/fence/kysely.js';
 import { makeTestStore, selectedStores, TEST_PG_URL, type TestStore } from '../helpers/stores.js';
+import { recording } from '../helpers/pg-recording.js';
 
 /** Long enough that no term here ends by time while a test runs. */
 const TTL_MS = 60_000;
 
-/** A client that records the text of each round trip it sends. */
-function recording(client: pg.Client): { db: PgQueryableLike; sent: string[] } {
-  const sent: string[] = [];
-  const db = new Proxy(client, {
-    get(target, prop) {
-      if (prop === 'query') {
-        return (text: string, values?: unknown[]) => {
-          sent.push(text);
-          return target.query(text, values);
-        };
-      }
-      const v: unknown = Reflect.get(target, prop, target);
-      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-    },
-  }) as unknown as PgQueryableLike;
-  return { db, sent };
-}
 
 void describe('PostgreSQL fenced write with `term`: the mark through fence_advance', { skip: !selectedStores().includes('postgres') }, () => {
   let t: TestStore;
