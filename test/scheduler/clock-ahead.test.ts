@@ -86,7 +86,10 @@ void describe('a replica with its clock ahead on each store', SIDE_BY_SIDE, () =
           );
           // Let it lead a few slots: each one from the takeover on runs, none is skipped.
           const ranBefore = lines().length;
-          await until('three more slots ran', () => lines().length >= ranBefore + 3, 20_000);
+          await until('three more slots ran', () => lines().length >= ranBefore + 3, 20_000).catch(async (e: Error) => {
+            const now = await sb.run(['cron', 'history', 'tick', '--limit', '20', '--store', ts.url]);
+            throw new Error(`${e.message}\nlog:\n${lines().join('\n')}\nhistory:\n${now.stdout}${now.stderr}\nstderr of the fast replica:\n${ahead.stderr}`);
+          });
           ahead.proc.kill('SIGTERM');
           await ahead.done;
           const end = JSON.parse((await sb.run(['cron', 'history', 'tick', '--json', '--limit', '1000', '--store', ts.url])).stdout) as Row[];
