@@ -24,16 +24,25 @@ import { PostgresStore } from '../../src/backends/postgres/store.js';
 import { cli, reapAgents, startCliAgent, type AgentProcess } from './helpers.js';
 import { until } from '../cli/helpers.js';
 
-/** Every agent here heartbeats every 500 ms (750 ms on etcd, which grants whole seconds). */
-const HEARTBEAT = '500ms';
 /**
- * Every agent that must stay live (all but the killed ones: the default of start() below). Its
- * liveness is the test's precondition, not the property under test, so it gets a stale-after of
- * 40 heartbeats: CI (load average 7 on two cores) saw a survivor with 6 heartbeats of slack go
- * stale, and placement then rightly found no live agent; three tests that had kept 6 (a
- * contended placement, generations, a fenced write after a reassign) were each failed so in
- * turn (the last: "no live, non-draining agent other than f2" on SQLite, five files at once
- * beside the typed lint). Only a victim needs a short stale-after, because its test waits it out.
+ * Stale-after 3s, heartbeat 500ms: CI once saw a healthy agent on Redis go stale at 1.5s (a
+ * parallel suite starved its renewals while the test spawned CLI processes).
+ */
+const HEARTBEAT = '500ms';
+const STALE_MS = 3000;
+/**
+ * etcd grants whole seconds (2s at least) whatever is asked, so asking less there only makes
+ * the agent's own deadline far tighter than the store's: on a loaded machine a couple of slow
+ * renewals ended healthy agents' terms. There the agents run with etcd's real granularity, and
+ * a second more than its minimum (CI once saw a survivor of 2s go stale next to a busy suite).
+ */
+const timingFor = (kind: StoreKind): string[] =>
+  kind === 'etcd' ? ['--heartbeat', '750ms', '--stale-after', '3s'] : ['--heartbeat', HEARTBEAT, '--stale-after', `${STALE_MS}ms`];
+/**
+ * An agent that must stay live while another dies. Its liveness is the test's precondition, not
+ * the property under test, so it gets a stale-after of 40 heartbeats: CI (load average 7 on two
+ * cores) saw a survivor with 6 heartbeats of slack go stale, and placement then rightly found no
+ * live agent. Only the victim needs the short stale-after, because the test waits it out.
  */
 const survivorTiming = (kind: StoreKind): string[] =>
   kind === 'etcd' ? ['--heartbeat', '750ms', '--stale-after', '30s'] : ['--heartbeat', HEARTBEAT, '--stale-after', '20s'];
@@ -83,14 +92,14 @@ void describe('fleet registry on each store', SIDE_BY_SIDE, () => {
       // --wait, as a user's does (agent-start-wait.test.ts): no restart here.
       //
       // That wait is raised to 30 s at least, never lowered: its default (stale-after +
-      // heartbeat) was 3.75 s on etcd when these agents ran with a 3 s stale-after, and CI61 of
-      // 2026-12-07 saw an agent's first claim not land on a loaded etcd within that ("agent g2
-      // exited before going live: ... the wait ran out"). An agent with a long
+      // heartbeat) shrinks with the short stale-after most of these agents run with, to 3.75 s on
+      // etcd, and CI61 of 2026-12-07 saw an agent's first claim not land on a loaded etcd within
+      // that ("agent g2 exited before going live: ... the wait ran out"). An agent with a long
       // stale-after keeps its default, which is longer: a first claim whose answer was lost waits
       // out a term of its own holder id, stale-after long (a fixed 30 s ran out there on etcd).
       // How soon an agent goes live is not what these tests check; the wait only ends a run that
       // will never start.
-      const start = async (id: string, labels?: string, timing: string[] = survivorTiming(kind)): Promise<AgentProcess> => {
+      const start = async (id: string, labels?: string, timing: string[] = timingFor(kind)): Promise<AgentProcess> => {
         const a = startCliAgent(ts.url, id, [...timing, '--wait', `${startWaitMs(timing)}ms`, ...(labels === undefined ? [] : ['--labels', labels])]);
         agents.push(a);
         await a.live();
