@@ -106,7 +106,12 @@ function views(kind: StoreKind): void {
       ts = await makeTestStore(kind);
       store = ts.url;
       dash = sb.start(['dashboard', '--store', store, '--port', '0']);
-      await until('the dashboard prints its URL', () => /dashboard at http:\/\/127\.0\.0\.1:\d+\//.test(dash.stdout));
+      // A hang detector, not a measure: a Node process's start-up is not what this file tests, and
+      // CI (ci73, every file about 1.5x slower than usual) saw this one take over 10 s. 60 s, as
+      // the other start-up waits of the suite (test/scheduler/clock-ahead allows 120 s).
+      await until('the dashboard prints its URL', () => /dashboard at http:\/\/127\.0\.0\.1:\d+\//.test(dash.stdout), 60_000).catch((e: unknown) => {
+        throw new Error(`${errorText(e)}; the dashboard said:\n${dash.stdout.slice(-2000)}${dash.stderr.slice(-2000)}`, { cause: e });
+      });
       url = /(http:\/\/127\.0\.0\.1:\d+\/)/.exec(dash.stdout)![1]!;
       const { chromium } = await import('playwright-core');
       browser = await chromium.launch({ executablePath: CHROMIUM!, headless: true, args: ['--no-sandbox'] });
