@@ -16,7 +16,9 @@
  *    again before the next slot (onInterrupted 'rerun', when the caller can run an arbitrary
  *    slot) or recorded skipped ('skip'). Slots this replica saw fire while it followed, and that
  *    the ledger has no row for, fired while no replica led: they are recorded skipped with that
- *    reason. Nothing owed disappears without a row that says why.
+ *    reason, and so is, with the schedule known, every slot from the ledger's newest row to the
+ *    newest of those fires (one a follower's drifted timer never fired for). Nothing owed
+ *    disappears without a row that says why.
  *  - With the schedule known, a slot between two fires of one term that did not fire here is
  *    recorded skipped (its timer drifted over it, or the event loop was blocked).
  */
@@ -320,8 +322,17 @@ export class SlotGate {
     if (this.onInterrupted === 'rerun') this.owed = interrupted.sort((a, b) => a - b);
     else for (const t of interrupted) await this.call(term, () => this.ledger.claim({ ...this.who(term), key: slotKey(t), slotAtMs: t, onInterrupted: 'skip', rerunFailed: false }));
     const known = new Set(rows.map((r) => r.key));
-    const unled = [...this.seen].filter((t) => t > since && !known.has(slotKey(t))).sort((a, b) => a - b);
+    const seen = [...this.seen].filter((t) => t > since);
     this.seen.clear();
+    // A follower's timer can drift over a slot too (a starved process names its late fire by the
+    // next slot), so the fires seen here are not every slot that fell due unled. Every slot of the
+    // schedule from the newest row up to the newest fire seen here passed with no replica running
+    // it. Nothing past that newest fire: its own fire may still be on its way here. With no row
+    // yet there is no "since the last leader": only the fires seen are recorded.
+    const newestRow = rows.reduce((m, r) => (r.slotAtMs !== null && r.slotAtMs > m ? r.slotAtMs : m), -Infinity);
+    const newestSeen = Math.max(...seen);
+    if (this.schedule !== undefined && Number.isFinite(newestRow) && newestSeen > newestRow) seen.push(...slotsBetween(this.schedule, newestRow, newestSeen));
+    const unled = [...new Set(seen)].filter((t) => !known.has(slotKey(t))).sort((a, b) => a - b);
     if (unled.length > 0) {
       await this.call(term, () =>
         this.ledger.skip({ ...this.who(term), reason: 'missed: it fired while no replica led (the leader was gone and its lease not yet expired)', slots: unled.map((t) => ({ key: slotKey(t), slotAtMs: t })) }),

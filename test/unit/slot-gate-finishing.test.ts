@@ -4,64 +4,21 @@
  * outcome is on its way to the ledger waits for that one write and runs (CI once lost a node-cron
  * slot that fired 2 ms after a job's end, its completion in flight, as an overlap).
  *
- * The ledger here is a stand-in that keeps rows in memory and lets the test hold a completion: the
- * property is the gate's ordering, not a store's; the ledgers themselves are proven against real
- * stores by the conformance suite.
+ * The ledger is one in memory that lets the test hold a completion (./memory-ledger.ts).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { SlotGate, type Admission } from '../../src/scheduler/gate.js';
-import type { SlotClaimRequest, SlotClaimResult, SlotCompletion, SlotLedgerPort, SlotRecord, SlotSkipRequest, SlotTerm } from '../../src/scheduler/ledger.js';
 import { world, TIMING } from './harness.js';
-
-class HeldLedger implements SlotLedgerPort {
-  readonly kind = 'unit';
-  readonly rows = new Map<string, { status: SlotRecord['status']; token: bigint }>();
-  readonly skipped: Array<{ key: string; reason: string }> = [];
-  /** While set, complete() waits for it: an outcome on its way to the store. */
-  hold: Promise<void> | undefined;
-  constructor(private readonly now: () => number) {}
-
-  claim(req: SlotClaimRequest): Promise<SlotClaimResult> {
-    const storeNowMs = this.now();
-    if (req.slotAtMs !== null && req.slotAtMs > storeNowMs) return Promise.resolve({ outcome: 'early', storeNowMs });
-    const row = this.rows.get(req.key);
-    if (row !== undefined && row.status !== 'claimed') {
-      return Promise.resolve({ outcome: 'done', storeNowMs, record: { key: req.key, status: row.status, token: row.token } as unknown as SlotRecord });
-    }
-    this.rows.set(req.key, { status: 'claimed', token: req.token });
-    return Promise.resolve({ outcome: 'claimed', storeNowMs, rerunOf: null });
-  }
-  skip(req: SlotSkipRequest): Promise<{ fenced: boolean; skipped: number; storeNowMs: number }> {
-    for (const s of req.slots) {
-      this.skipped.push({ key: s.key, reason: req.reason });
-      this.rows.set(s.key, { status: 'skipped', token: req.token });
-    }
-    return Promise.resolve({ fenced: false, skipped: req.slots.length, storeNowMs: this.now() });
-  }
-  async complete(req: SlotCompletion): Promise<{ completed: boolean; storeNowMs: number }> {
-    if (this.hold !== undefined) await this.hold;
-    this.rows.set(req.key, { status: req.status, token: req.token });
-    return { completed: true, storeNowMs: this.now() };
-  }
-  interruptStale(_term: SlotTerm): Promise<{ fenced: boolean; interrupted: number; storeNowMs: number }> {
-    return Promise.resolve({ fenced: false, interrupted: 0, storeNowMs: this.now() });
-  }
-  records(): Promise<SlotRecord[]> {
-    return Promise.resolve([]);
-  }
-  close(): Promise<void> {
-    return Promise.resolve();
-  }
-}
+import { MemoryLedger } from './memory-ledger.js';
 
 async function turns(n = 20): Promise<void> {
   for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
 }
 
-async function leading(): Promise<{ w: ReturnType<typeof world>; ledger: HeldLedger; gate: SlotGate; slot: (back: number) => number }> {
+async function leading(): Promise<{ w: ReturnType<typeof world>; ledger: MemoryLedger; gate: SlotGate; slot: (back: number) => number }> {
   const w = world();
-  const ledger = new HeldLedger(() => w.clock.outsideNow());
+  const ledger = new MemoryLedger(() => w.clock.outsideNow());
   const gate = new SlotGate(w.leasehold(), ledger, 'job', TIMING);
   await w.clock.until(() => gate.isLeader, 5000, 100);
   await gate.ready();
