@@ -10,7 +10,8 @@
  *    owner-dead; the other stops gracefully and shows deregistered; the resources table shows
  *    each resource's owner and generation, and both resources owner-dead (as does
  *    `leasehold fleet resources`);
- * and counts the dashboard's store reads by kind with 0, 1 and 10 browsers connected.
+ * and counts the dashboard's store reads by kind with 0, 1 and 10 watchers connected (one a Chromium
+ * page, the rest the page's event stream read as its EventSource reads it).
  *
  * LEASEHOLD_DASHBOARD_SCREENSHOT=docs/dashboard-schedules.png saves the docs' screenshot (taken after the fleet test);
  * LEASEHOLD_DASHBOARD_WINDOW=60s measures reads over a minute per browser count (default 10s,
@@ -41,6 +42,14 @@ if (skip !== false) process.stdout.write(`# skipping the dashboard views test: $
 /** The cron period: long enough for a 1s job on a loaded machine, short enough to miss several slots in a test. */
 const PERIOD_MS = 2000;
 /**
+ * The cron replicas' TTL. What this file shows is the dashboard's account of a takeover, not how
+ * fast one happens, so a replica must keep its term through the stalls a loaded CI host gives it:
+ * ci72 saw the first replica's event loop held about 5 s (its own log: "local deadline passed
+ * 3729ms ago ... suspension suspected") against a 2 s TTL, and it lost its term before finishing
+ * a slot. 8 s outlasts such a stall with a renewal to spare (one every TTL/3).
+ */
+const CRON_TTL_MS = 8000;
+/**
  * The liveness TTL (--stale-after) of the agent that is SIGKILLed: it shows stale this long after
  * its last heartbeat. Its liveness until the kill is the test's precondition (placement needs it),
  * so it gets 20 heartbeats of slack: under stress-ng --cpu 2 an agent with 2s (4 heartbeats) went
@@ -53,6 +62,50 @@ const SURVIVOR_STALE_MS = 30_000;
 const WINDOW_MS = parseDuration(process.env['LEASEHOLD_DASHBOARD_WINDOW'] ?? '10s', 'LEASEHOLD_DASHBOARD_WINDOW');
 
 const errorText = (e: unknown): string => (e instanceof Error ? `${e.message}` : String(e));
+
+/**
+ * Reads the dashboard's event stream as a browser's EventSource does, in the background until
+ * `signal` aborts (a watcher that stopped reading would be a slow client, not a browser), and
+ * settles once a `state` event holding the schedule `name` arrived: within 30 s, the same bound as
+ * the page's.
+ */
+async function watchUntilSchedule(url: string, name: string, signal: AbortSignal, who: string): Promise<void> {
+  const res = await fetch(url, { signal, headers: { accept: 'text/event-stream' } });
+  assert.equal(res.status, 200, `${who}: GET ${url}`);
+  assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/, `${who}: an event stream`);
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let seen = 0;
+  const shown = new Promise<void>((resolveShown, rejectShown) => {
+    let buffer = '';
+    void (async () => {
+      try {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return rejectShown(new Error(`${who}: the server ended the stream after ${seen} state events`));
+          buffer += decoder.decode(value, { stream: true });
+          for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
+            const lines = buffer.slice(0, end).split('\n');
+            buffer = buffer.slice(end + 2);
+            if (!lines.includes('event: state')) continue;
+            seen++;
+            const state = JSON.parse(lines.filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n')) as BoardState;
+            if (state.schedules.some((x) => x.name === name)) resolveShown();
+          }
+        }
+      } catch (e) {
+        if (!signal.aborted) rejectShown(e instanceof Error ? e : new Error(String(e)));
+      }
+    })();
+  });
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${who}: no state with the schedule ${name} in 30 s (${seen} state events read)`)), 30_000)));
+  try {
+    await Promise.race([shown, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 function events(r: Running): Array<Record<string, unknown>> {
   return r.stderr
@@ -95,7 +148,7 @@ function views(kind: StoreKind): void {
       procs.push(r);
       return r;
     };
-    const cron = (): Running => startCli(['cron', '--name', 'billing', '--every', `${PERIOD_MS}ms`, '--ttl', '2s', '--json', '--store', store, '--', 'sleep', '1']);
+    const cron = (): Running => startCli(['cron', '--name', 'billing', '--every', `${PERIOD_MS}ms`, '--ttl', `${CRON_TTL_MS}ms`, '--json', '--store', store, '--', 'sleep', '1']);
     const agent = (id: string, labels: string, staleMs = SURVIVOR_STALE_MS): Running =>
       startCli(['agent', '--id', id, '--labels', labels, '--heartbeat', '500ms', '--stale-after', `${staleMs}ms`, '--json', '--store', store]);
     const boardState = async (): Promise<BoardState> => (await (await fetch(`${url}state.json`)).json()) as BoardState;
@@ -157,7 +210,9 @@ function views(kind: StoreKind): void {
       await new Promise((r) => setTimeout(r, 3 * PERIOD_MS));
       const second = cron();
       liveCron = second;
-      await until('the second replica finishes a slot', () => eventOf(second, 'slot-succeeded') !== undefined, 5 * PERIOD_MS + 5000).catch((e: unknown) => {
+      // The killed term holds the lease until it expires (a TTL after its last renewal, at most),
+      // then the second replica reruns the killed slot: a TTL more than the first replica's bound.
+      await until('the second replica finishes a slot', () => eventOf(second, 'slot-succeeded') !== undefined, CRON_TTL_MS + 5 * PERIOD_MS + 5000).catch((e: unknown) => {
         throw new Error(`${errorText(e)}; the replica said:\n${second.stdout.slice(-2000)}${second.stderr.slice(-4000)}`, { cause: e });
       });
       const b = String(eventOf(second, 'slot-succeeded')!['holder']);
@@ -290,44 +345,52 @@ function views(kind: StoreKind): void {
       await page.close();
     });
 
-    void it('store reads with 0, 1 and 10 browsers: the fleet only while watched, everything else independent of the number of browsers', async (t) => {
+    void it('store reads with 0, 1 and 10 watchers (one a Chromium page): the fleet only while watched, everything else independent of the number of watchers', async (t) => {
       // A live schedule and a live agent, so every kind of read has something to do.
       if (liveCron === undefined || liveCron.proc.exitCode !== null) liveCron = cron();
       const live = agent('a3', 'zone=eu-1');
       await until('the agent is live', () => stdoutEvent(live, 'live'));
       const measure = async (n: number): Promise<{ n: number; list: number; history: number; ledger: number; records: number; fleet: number; resources: number; total: number }> => {
         const contexts: BrowserContext[] = [];
+        const streams: AbortController[] = [];
         const shownAfter: number[] = [];
         if (n > 0) {
-          // One page after another: what is measured is the store's reads with n pages connected, not
-          // how fast ten Chromium renderers start at once on a loaded two-core host (CI once saw ten
-          // pages opened together not all render within 30 s). A script error on a page fails the test
-          // with the error, rather than as a selector that never shows.
-          for (let i = 0; i < n; i++) {
-            const context = await browser.newContext();
-            contexts.push(context);
-            const page: Page = await context.newPage();
-            const errors: string[] = [];
-            page.on('pageerror', (e) => errors.push(errorText(e)));
+          // One Chromium page, and n - 1 more watchers as the dashboard's own event stream read
+          // from here. To the server a browser is its EventSource: one GET of /events, held open
+          // and written to, and its store reads are what this test counts. Ten Chromium renderers
+          // are not: CI (stop 49, five test files at once on two cores) saw the sixth page not
+          // render within 30 s although the server had sent it the schedule, so the test failed
+          // on how fast Chromium renders, which it does not claim. Every watcher still has to
+          // receive the schedule, and the page has to render it.
+          const context = await browser.newContext();
+          contexts.push(context);
+          const page: Page = await context.newPage();
+          const errors: string[] = [];
+          page.on('pageerror', (e) => errors.push(errorText(e)));
+          const opened = performance.now();
+          await page.goto(url);
+          // A predicate polled in the page, not waitForSelector: the schedules section is rebuilt
+          // whenever a slot changes, and an element the protocol resolved can be replaced before
+          // its next round trip returns it on a loaded host. One evaluation in the page answers
+          // atomically whether it got the schedule.
+          await page.waitForFunction(() => document.querySelector('[data-schedule="billing"]') !== null, undefined, { polling: 250, timeout: 30_000 }).catch(async (e: unknown) => {
+            // What the page shows instead: its connection, the schedules section and the server's counts.
+            const shown = await page
+              .evaluate(() => ['connText', 'schedList', 'schedErr', 'stats'].map((id) => `${id}: ${(document.querySelector('#' + id)?.textContent ?? '(none)').slice(0, 300)}`).join(' | '))
+              .catch((x: unknown) => `(page unreadable: ${errorText(x)})`);
+            throw new Error(`the browser: the schedule did not show; page errors: ${errors.join(' | ') || 'none'}; it shows ${shown}`, { cause: e });
+          });
+          shownAfter.push(Math.round(performance.now() - opened));
+          assert.deepEqual(errors, [], 'the browser: no script errors');
+          for (let i = 1; i < n; i++) {
+            const stream = new AbortController();
+            streams.push(stream);
             const opened = performance.now();
-            await page.goto(url);
-            // A predicate polled in the page, not waitForSelector: the schedules section is rebuilt
-            // whenever a slot changes (about once a second here), and CI saw the ninth of ten pages
-            // find the element visible yet time out, each element it resolved replaced before the
-            // protocol's next round trip could return it on a loaded host. What matters here is that
-            // the page got the schedule, which one evaluation in the page answers atomically.
-            await page.waitForFunction(() => document.querySelector('[data-schedule="billing"]') !== null, undefined, { polling: 250, timeout: 30_000 }).catch(async (e: unknown) => {
-              // What the page shows instead: its connection, the schedules section and the server's counts.
-              const shown = await page
-                .evaluate(() => ['connText', 'schedList', 'schedErr', 'stats'].map((id) => `${id}: ${(document.querySelector('#' + id)?.textContent ?? '(none)').slice(0, 300)}`).join(' | '))
-                .catch((x: unknown) => `(page unreadable: ${errorText(x)})`);
-              throw new Error(`browser ${i + 1} of ${n}: the schedule did not show; page errors: ${errors.join(' | ') || 'none'}; it shows ${shown}`, { cause: e });
-            });
+            await watchUntilSchedule(`${url}events`, 'billing', stream.signal, `watcher ${i + 1} of ${n}`);
             shownAfter.push(Math.round(performance.now() - opened));
-            assert.deepEqual(errors, [], `browser ${i + 1} of ${n}: no script errors`);
           }
-          t.diagnostic(`${n} browser(s): each page showed the schedule after ${shownAfter.join(', ')}ms`);
-          await until(`the server counts ${n} browsers`, async () => (await boardState()).clients === n, 30_000);
+          t.diagnostic(`${n} watcher(s): each had the schedule after ${shownAfter.join(', ')}ms (the first a Chromium page)`);
+          await until(`the server counts ${n} watchers`, async () => (await boardState()).clients === n, 30_000);
         } else {
           await until('no browser connected', async () => (await boardState()).clients === 0);
           // A fleet reading already in flight when the last browser left may still land.
@@ -336,6 +399,7 @@ function views(kind: StoreKind): void {
         const before = (await boardState()).reads;
         await new Promise((r) => setTimeout(r, WINDOW_MS));
         const after = (await boardState()).reads;
+        for (const s of streams) s.abort();
         await Promise.all(contexts.map((c) => c.close()));
         const perMin = (k: keyof typeof before): number => Math.round(((after[k] - before[k]) * 60_000) / WINDOW_MS);
         return { n, list: perMin('list'), history: perMin('history'), ledger: perMin('ledger'), records: perMin('records'), fleet: perMin('fleet'), resources: perMin('resources'), total: perMin('total') };
@@ -343,24 +407,24 @@ function views(kind: StoreKind): void {
       const figures = [];
       for (const n of [0, 1, 10]) figures.push(await measure(n));
       for (const f of figures) {
-        t.diagnostic(`${f.n} browsers: ${f.total} store reads/min (lease lists ${f.list}, histories ${f.history}, slot ledgers ${f.ledger}, schedule records ${f.records}, fleet ${f.fleet}, resource pages ${f.resources}) over ${WINDOW_MS / 1000}s, scaled to a minute`);
+        t.diagnostic(`${f.n} watchers: ${f.total} store reads/min (lease lists ${f.list}, histories ${f.history}, slot ledgers ${f.ledger}, schedule records ${f.records}, fleet ${f.fleet}, resource pages ${f.resources}) over ${WINDOW_MS / 1000}s, scaled to a minute`);
       }
       const [none, one, ten] = figures as [(typeof figures)[0], (typeof figures)[0], (typeof figures)[0]];
       assert.equal(none.fleet, 0, 'nobody watching: the fleet is not read');
       // At most one fleet reading per 2s (FLEET_EVERY_MS), plus one for the window's edges.
       const fleetBound = Math.round(((WINDOW_MS / 2000 + 1) * 60_000) / WINDOW_MS);
-      assert.ok(one.fleet > 0 && one.fleet <= fleetBound, `1 browser: fleet ${one.fleet}/min <= ${fleetBound}`);
-      assert.ok(ten.fleet <= fleetBound, `10 browsers: fleet ${ten.fleet}/min <= ${fleetBound}, the same bound as one`);
+      assert.ok(one.fleet > 0 && one.fleet <= fleetBound, `1 watcher: fleet ${one.fleet}/min <= ${fleetBound}`);
+      assert.ok(ten.fleet <= fleetBound, `10 watchers: fleet ${ten.fleet}/min <= ${fleetBound}, the same bound as one`);
       // Nobody places or moves anything here: the resources page every 30 s at most (RESOURCES_EVERY_MS), plus one for the window's edges, only while watched.
       assert.equal(none.resources, 0, 'nobody watching: no resource pages');
       const resourcesBound = Math.round(((WINDOW_MS / 30_000 + 1) * 60_000) / WINDOW_MS);
-      for (const f of [one, ten]) assert.ok(f.resources <= resourcesBound, `${f.n} browsers: resource pages ${f.resources}/min <= ${resourcesBound}`);
-      // One schedule: its ledger at most once a second, whatever the browsers.
+      for (const f of [one, ten]) assert.ok(f.resources <= resourcesBound, `${f.n} watchers: resource pages ${f.resources}/min <= ${resourcesBound}`);
+      // One schedule: its ledger at most once a second, whatever the watchers.
       const ledgerBound = Math.round(((WINDOW_MS / 1000 + 1) * 60_000) / WINDOW_MS);
-      for (const f of figures) assert.ok(f.ledger <= ledgerBound, `${f.n} browsers: ledger ${f.ledger}/min <= ${ledgerBound}`);
+      for (const f of figures) assert.ok(f.ledger <= ledgerBound, `${f.n} watchers: ledger ${f.ledger}/min <= ${ledgerBound}`);
       // The schedule records: every 30 s once every schedule has one, plus one for the window's edges.
       const recordsBound = Math.round(((WINDOW_MS / 30_000 + 1) * 60_000) / WINDOW_MS);
-      for (const f of figures) assert.ok(f.records <= recordsBound, `${f.n} browsers: schedule records ${f.records}/min <= ${recordsBound}`);
+      for (const f of figures) assert.ok(f.records <= recordsBound, `${f.n} watchers: schedule records ${f.records}/min <= ${recordsBound}`);
     });
   });
 }
