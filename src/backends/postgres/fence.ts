@@ -181,10 +181,7 @@ export async function fencedTransaction<T>(
     let advanced: PgResultLike;
     try {
       // The store's own mark table, on a schema with migration 21: the advance's plan is kept.
-      const advance =
-        fns?.advance === true && options.table === undefined && owner !== undefined
-          ? advanceCall(same!.schema, sqlLiteral(options.resource), token, sqlLiteral(owner))
-          : advanceSql(table, sqlLiteral(options.resource), token, owner === undefined ? undefined : sqlLiteral(owner));
+      const advance = advanceStatement(fns, options.table === undefined ? same?.schema : undefined, table, sqlLiteral(options.resource), token, owner === undefined ? undefined : sqlLiteral(owner));
       const results = (await client.query(`${begin};\n         ${advance}`)) as PgResultLike | PgResultLike[];
       advanced = Array.isArray(results) ? results[results.length - 1]! : results;
     } catch (err) {
@@ -310,14 +307,10 @@ export const pgFenceDialect: FenceDialect<PgTxFenceOptions, PgPlan> = {
     try {
       if (plan.idleMs !== undefined) await exec(`SELECT set_config('idle_in_transaction_session_timeout', '${plan.idleMs}', true) AS idle`, []);
       const fns = await plan.cached;
-      const rows =
-        fns?.advance === true && plan.ownTable && plan.owner !== undefined && plan.schema !== undefined
-          ? await exec(advanceCall(plan.schema, '$1', plan.token, '$2'), [plan.resource, plan.owner])
-          : await exec(
-              `WITH a AS (${advanceSql(plan.table, '$1', plan.token, plan.owner === undefined ? undefined : '$2')})
-         SELECT token::text AS token FROM a`,
-              plan.owner === undefined ? [plan.resource] : [plan.resource, plan.owner],
-            );
+      const rows = await exec(
+        advanceStatement(fns, plan.ownTable ? plan.schema : undefined, plan.table, '$1', plan.token, plan.owner === undefined ? undefined : '$2'),
+        plan.owner === undefined ? [plan.resource] : [plan.resource, plan.owner],
+      );
       if (rows.length > 0) return;
       const hw = await exec(`SELECT token::text AS token${plan.owner === undefined ? '' : ', lease'} FROM ${plan.table} WHERE resource = $1`, [plan.resource]);
       throw refusedMark(plan.resource, plan.token, plan.owner, hw[0]);
@@ -438,12 +431,18 @@ function advanceSql(table: string, resource: string, token: bigint, owner: strin
 }
 
 /**
- * The same advance through migration 21's `fence_advance` on the store's own fences table: the
- * same rule, its plan kept per connection, and a lock without a write when the mark already
- * holds this token (a term writing again). No row when refused, as the upsert.
+ * The mark's advance as one statement, one row when the mark holds `token` after it and none when
+ * refused; the one place that chooses its form, for the `pg` fence and the ORM fences alike. On
+ * the store's own fences table (`ownSchema`) with migration 21 and a lease to own the mark, it is
+ * `fence_advance`: the same rule, its plan kept per connection, and a lock without a write when
+ * the mark already holds this token (a term writing again). Anywhere else, the upsert.
+ * `resource` and `owner` are SQL expressions (literals, or placeholders).
  */
-function advanceCall(schema: string, resource: string, token: bigint, owner: string): string {
-  return `SELECT t::text AS token FROM "${validateSchemaName(schema)}".fence_advance(${resource}, ${token.toString()}, ${owner}) AS t WHERE t IS NOT NULL`;
+function advanceStatement(fns: FenceFunctions | undefined, ownSchema: string | undefined, table: string, resource: string, token: bigint, owner: string | undefined): string {
+  if (fns?.advance === true && ownSchema !== undefined && owner !== undefined) {
+    return `SELECT t::text AS token FROM "${validateSchemaName(ownSchema)}".fence_advance(${resource}, ${token.toString()}, ${owner}) AS t WHERE t IS NOT NULL`;
+  }
+  return `WITH a AS (${advanceSql(table, resource, token, owner)}) SELECT token::text AS token FROM a`;
 }
 
 /** Why the advance changed nothing, from the mark's row: another lease's mark, or a newer token. */
