@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { closeSync, readdirSync, readlinkSync } from 'node:fs';
+import { closeSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { newHolderId, newNonce, newNonces } from '../../src/core/identity.js';
 
 /** The descriptors of this process that are open on /dev/urandom (Linux's /proc). */
@@ -44,4 +44,21 @@ void test('a descriptor closed under the library is opened again, and draws go o
   assert.match(a, /^[A-Za-z0-9_-]{22}$/);
   assert.match(b, /^x:[0-9a-f]{32}$/);
   assert.equal(urandomFds().length, 1, 'the kernel source was not opened again (fell back to the userspace RNG)');
+});
+
+/** Read system calls this process has made so far (Linux's /proc/self/io). */
+function readSyscalls(): number {
+  const line = /^syscr: (\d+)$/m.exec(readFileSync('/proc/self/io', 'utf8'));
+  assert.ok(line !== null, '/proc/self/io has no syscr line');
+  return Number(line[1]);
+}
+
+void test('every nonce is its own read of the kernel: nothing drawn ahead and buffered in the heap, where two restored clones would share it', () => {
+  newNonce();
+  const draws = 1000;
+  const before = readSyscalls();
+  for (let i = 0; i < draws; i++) newNonce();
+  const reads = readSyscalls() - before;
+  // Other reads of this process only add to the count; a buffer of even two nonces halves it.
+  assert.ok(reads >= draws, `${draws} nonces took ${reads} read system calls`);
 });
