@@ -47,6 +47,15 @@ async function crash(config: HolderConfig, follow: () => Promise<void>, settleMs
   const child = spawn(process.execPath, [holderJs, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  // Listened for from the start: a holder can end before its SIGKILL (below), and an 'exit' listened
+  // for only at the kill then never comes (ci1 of 2026-12-07: "did not exit: not within 90 s").
+  let endedAs: string | undefined;
+  const exited = new Promise<void>((r) =>
+    child.once('exit', (code, signal) => {
+      endedAs = String(code ?? signal);
+      r();
+    }),
+  );
   await bounded(
     new Promise<void>((resolve, reject) => {
       child.stdout!.on('data', (d: Buffer) => d.toString().includes('held') && resolve());
@@ -61,13 +70,37 @@ async function crash(config: HolderConfig, follow: () => Promise<void>, settleMs
   const followed = follow();
   // Let the follower see the live holder (and the holder renew) before the crash.
   await new Promise((r) => setTimeout(r, settleMs));
-  const exited = new Promise((r) => child.once('exit', r));
+  if (endedAs !== undefined) {
+    // A leasehold holder whose term ended (a stall past a short TTL on a loaded host) exits: nothing
+    // holds its process open. There is no crash to time; the follower takes the freed lease.
+    await bounded(followed, step('the follower did not take the lease its holder lost'));
+    throw new HolderEndedEarly(`${step(`the holder ended (${endedAs}) before its SIGKILL, its term lost`)}: ${err.slice(-1000)}`);
+  }
   const t0 = performance.now();
   child.kill('SIGKILL');
   await bounded(followed, step('the follower did not take over after the SIGKILL'));
   const ms = performance.now() - t0;
   await bounded(exited, step('the SIGKILLed holder did not exit'));
   return ms;
+}
+
+class HolderEndedEarly extends Error {}
+
+/**
+ * A crash sample of a leasehold holder, taken again with a fresh lease name (at most twice) when
+ * the holder lost its term before the SIGKILL: the smoke run's 500 ms TTL does not outlast every
+ * stall of a loaded host, and such a sample measures no crash. Said on stderr each time.
+ */
+async function leaseholdCrash(make: () => { config: HolderConfig; follow: () => Promise<void> }, settleMs: () => number): Promise<number> {
+  for (let attempt = 1; ; attempt++) {
+    const { config, follow } = make();
+    try {
+      return await crash(config, follow, settleMs());
+    } catch (e) {
+      if (!(e instanceof HolderEndedEarly) || attempt === 3) throw e;
+      process.stderr.write(`bench: ${e.message.split('\n')[0]}; the sample is taken again (attempt ${attempt + 1} of 3)\n`);
+    }
+  }
 }
 
 async function pgTable(): Promise<{ table: string; drop(): Promise<void> }> {
@@ -96,9 +129,13 @@ export async function failover(rec: Recorder, kind: StoreKind, reps: number, bas
   const table = await pgTable();
   try {
     for (let i = 0; i < reps; i++) {
-      const name = uniq('failover');
+      let name = '';
       ours.push(
-        (await crash({ mode: 'leasehold', url: t.url, name, ttl }, async () => void (await follower.lease(name, { ttl }).acquire({ wait: '60s' })), settle())) / ttl,
+        (await leaseholdCrash(() => {
+          name = uniq('failover');
+          const n = name;
+          return { config: { mode: 'leasehold', url: t.url, name: n, ttl }, follow: async () => void (await follower.lease(n, { ttl }).acquire({ wait: '60s' })) };
+        }, settle)) / ttl,
       );
       if (kind === 'postgres' || kind === 'redis') {
         const records = kind === 'postgres' ? await pgRecords(TEST_PG_URL, table.table) : await redisRecords(TEST_REDIS_URL);
@@ -114,9 +151,11 @@ export async function failover(rec: Recorder, kind: StoreKind, reps: number, bas
         }
       }
       if (kind === 'postgres' || kind === 'mysql' || kind === 'sqlite') {
-        const s = uniq('failover-session');
-        const follow = async (): Promise<void> => void (await follower.lease(s, { ttl, liveness: 'session' }).acquire({ wait: '60s' }));
-        session.push((await crash({ mode: 'leasehold', url: t.url, name: s, ttl, liveness: 'session' }, follow, settle())) / ttl);
+        const ms = await leaseholdCrash(() => {
+          const s = uniq('failover-session');
+          return { config: { mode: 'leasehold', url: t.url, name: s, ttl, liveness: 'session' }, follow: async () => void (await follower.lease(s, { ttl, liveness: 'session' }).acquire({ wait: '60s' })) };
+        }, settle);
+        session.push(ms / ttl);
       }
       if (kind === 'mysql') {
         const c = await namedLockClient();
