@@ -156,7 +156,14 @@ export async function until(what: string, check: () => boolean | Promise<boolean
   const end = performance.now() + ms;
   for (;;) {
     if (await check()) return;
-    if (performance.now() > end) throw new Error(`timed out after ${ms}ms waiting until ${what}`);
+    if (performance.now() > end) {
+      // Held off the CPU past the deadline, this wakes in the timers phase, before the I/O that
+      // arrived meanwhile (a child's output) is read in the poll phase: one turn through it, then
+      // the last look (CI: a replica's lines read only after the wait had timed out).
+      await new Promise((r) => setImmediate(r));
+      if (await check()) return;
+      throw new Error(`timed out after ${ms}ms waiting until ${what}`);
+    }
     await sleep(20);
   }
 }
