@@ -330,7 +330,8 @@ export class SlotGate {
     // it. Nothing past that newest fire: its own fire may still be on its way here. With no row
     // yet there is no "since the last leader": only the fires seen are recorded.
     const newestRow = rows.reduce((m, r) => (r.slotAtMs !== null && r.slotAtMs > m ? r.slotAtMs : m), -Infinity);
-    const newestSeen = Math.max(...seen);
+    // A loop, not Math.max(...seen): a day's catch-up window of 1 s slots is 86,400 arguments.
+    const newestSeen = seen.reduce((m, t) => (t > m ? t : m), -Infinity);
     if (this.schedule !== undefined && Number.isFinite(newestRow) && newestSeen > newestRow) seen.push(...slotsBetween(this.schedule, newestRow, newestSeen));
     const unled = [...new Set(seen)].filter((t) => !known.has(slotKey(t))).sort((a, b) => a - b);
     if (unled.length > 0) {
