@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -166,6 +166,37 @@ export async function until(what: string, check: () => boolean | Promise<boolean
     }
     await sleep(20);
   }
+}
+
+/**
+ * What a process's threads are doing, from Linux's /proc, for a test whose child went quiet: per
+ * thread its state (R running, S sleeping, D in uninterruptible I/O, T stopped), the CPU it has
+ * used (user+system ticks), where it sleeps in the kernel (wchan) and its current system call.
+ * Two readings a second apart tell a busy loop (ticks grow, R) from a wait on the event loop
+ * (S, epoll_wait) from a disk stall (D). Never throws: what cannot be read is said.
+ */
+export function threadStates(pid: number): string {
+  const read = (f: string): string => {
+    try {
+      return readFileSync(f, 'utf8').trim();
+    } catch (e) {
+      return `(${(e as NodeJS.ErrnoException).code ?? 'unreadable'})`;
+    }
+  };
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch (e) {
+    return `pid ${pid}: no /proc entry (${(e as NodeJS.ErrnoException).code ?? 'unreadable'})`;
+  }
+  return tids
+    .map((tid) => {
+      const stat = read(`/proc/${pid}/task/${tid}/stat`);
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      return `${tid} ${name} ${f[0] ?? '?'} cpu ${Number(f[11]) + Number(f[12])} ticks, wchan ${read(`/proc/${pid}/task/${tid}/wchan`)}, syscall ${read(`/proc/${pid}/task/${tid}/syscall`).split(' ')[0]}`;
+    })
+    .join('; ');
 }
 
 /** Alive means: exists and is not a zombie (a SIGKILLed orphan may linger as one until reaped). */
