@@ -247,8 +247,10 @@ void describe('fleet registry on each store', SIDE_BY_SIDE, () => {
       });
 
       void it('a write fenced with the old generation after a reassign is refused', async () => {
-        await start('f1', 'pool=f');
-        await start('f2', 'pool=f');
+        // Both must stay live through the placement and the reassign: survivors (a five-file run
+        // saw f1 lapse at 6 heartbeats on SQLite: "no live, non-draining agent other than f2").
+        await start('f1', 'pool=f', survivorTiming(kind));
+        await start('f2', 'pool=f', survivorTiming(kind));
         const old = await fleet.place('fenced', { labels: { pool: 'f' } });
         const resource = `fleet:fenced:${Math.random()}`;
         // etcd holds no application data, and the MySQL fence is not wired in here: there the
