@@ -87,6 +87,26 @@ void describe('PostgreSQL fenced write with `term`', { skip: !selectedStores().i
   /** What another process holding this term does when it commits a fenced write: the row's nonce moves to one this process never set. */
   const cloneWrites = (name: string): Promise<unknown> => client.query(`UPDATE "${schema}".leases SET fence_nonce = 'the-clone''s' WHERE name = $1`, [name]);
 
+  /**
+   * A store opened afresh (which functions a schema has is learned once per store) on a schema
+   * from before a migration (`drop` undoes it), a table for the writes, and a term on it.
+   */
+  async function onOldSchema(drop: (schema: string) => string, body: (schema: string, term: Term) => Promise<void>): Promise<void> {
+    const old = await makeTestStore('postgres');
+    const oldSchema = new URL(old.url).searchParams.get('schema')!;
+    try {
+      await client.query(`${drop(oldSchema)}; CREATE TABLE "${oldSchema}".app (id int PRIMARY KEY)`);
+      const lh = new Leasehold({ store: old.store });
+      try {
+        await body(oldSchema, await lh.lease('old', { ttl: TTL_MS }).acquire());
+      } finally {
+        await lh.close();
+      }
+    } finally {
+      await old.cleanup();
+    }
+  }
+
   void it('costs the three round trips of an unfenced transaction: the mark advanced by fence_advance with BEGIN, the lease row checked by the cached fence_rotate with COMMIT', async () => {
     const term = await leader(t.store, 'rt');
     const { db, sent } = recording(client);
@@ -114,14 +134,9 @@ void describe('PostgreSQL fenced write with `term`', { skip: !selectedStores().i
   });
 
   void it('on a schema from before migration 16 (no fence_rotate) sends the statement, and still refuses a clone', async () => {
-    // A store opened afresh: which form a schema takes is learned once per store.
-    const old = await makeTestStore('postgres');
-    const oldSchema = new URL(old.url).searchParams.get('schema')!;
-    try {
-      await client.query(`DROP FUNCTION "${oldSchema}".fence_rotate(text, text, bigint, text, text[], boolean); CREATE TABLE "${oldSchema}".app (id int PRIMARY KEY)`);
-      const lh = new Leasehold({ store: old.store });
-      try {
-        const term = await lh.lease('old', { ttl: TTL_MS }).acquire();
+    await onOldSchema(
+      (schema) => `DROP FUNCTION "${schema}".fence_rotate(text, text, bigint, text, text[], boolean)`,
+      async (oldSchema, term) => {
         const { db, sent } = recording(client);
         await fencedTransaction(db, { resource: 'old', term }, (tx) => tx.query(`INSERT INTO "${oldSchema}".app VALUES (1)`));
         assert.equal(sent.length, 3);
@@ -133,12 +148,8 @@ void describe('PostgreSQL fenced write with `term`', { skip: !selectedStores().i
           (err: unknown) => err instanceof LeaseLostError && err.reason === 'cloned',
         );
         assert.deepEqual((await client.query(`SELECT id FROM "${oldSchema}".app`)).rows, [{ id: 1 }]);
-      } finally {
-        await lh.close();
-      }
-    } finally {
-      await old.cleanup();
-    }
+      },
+    );
   });
 
   for (const via of ['pg', 'kysely'] as const) {
@@ -198,14 +209,9 @@ void describe('PostgreSQL fenced write with `term`', { skip: !selectedStores().i
   });
 
   void it('on a schema from before migration 21 (no fence_advance) sends the upsert, which refuses a higher mark the same way', async () => {
-    // A store opened afresh: which functions a schema has is learned once per store.
-    const old = await makeTestStore('postgres');
-    const oldSchema = new URL(old.url).searchParams.get('schema')!;
-    try {
-      await client.query(`DROP FUNCTION "${oldSchema}".fence_advance(text, bigint, text); CREATE TABLE "${oldSchema}".app (id int PRIMARY KEY)`);
-      const lh = new Leasehold({ store: old.store });
-      try {
-        const term = await lh.lease('old', { ttl: TTL_MS }).acquire();
+    await onOldSchema(
+      (schema) => `DROP FUNCTION "${schema}".fence_advance(text, bigint, text)`,
+      async (oldSchema, term) => {
         const { db, sent } = recording(client);
         await fencedTransaction(db, { resource: 'old', term }, (tx) => tx.query(`INSERT INTO "${oldSchema}".app VALUES (1)`));
         assert.equal(sent.length, 3);
@@ -217,11 +223,7 @@ void describe('PostgreSQL fenced write with `term`', { skip: !selectedStores().i
           (err: unknown) => err instanceof FencedError,
         );
         assert.deepEqual((await client.query(`SELECT id FROM "${oldSchema}".app`)).rows, [{ id: 1 }]);
-      } finally {
-        await lh.close();
-      }
-    } finally {
-      await old.cleanup();
-    }
+      },
+    );
   });
 });
