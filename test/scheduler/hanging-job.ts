@@ -53,6 +53,18 @@ export class HangingJob {
     return { pid: Number(pid), slot: slot! };
   }
 
+  /**
+   * A replica dying mid-job, as a crash does: the replica (`runnerPid`) first, then the hung run's
+   * process group (its reaper would kill it too). Not the other way round: a replica that outlives
+   * its job by a moment sees the job killed and records the slot 'failed' (exit 137), a final
+   * outcome nobody reruns, before its own SIGKILL lands (ci4 of stop 50, MySQL: the killed
+   * replica's last line was "command killed by SIGKILL" and its slot was never rerun).
+   */
+  killReplicaMidJob(runnerPid: number): void {
+    process.kill(runnerPid, 'SIGKILL');
+    this.killHung();
+  }
+
   /** Kills the hung run's process group, if there is one still (finally blocks). */
   killHung(): void {
     const h = this.hung();

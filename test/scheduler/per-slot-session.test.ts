@@ -56,8 +56,7 @@ void describe('per-slot cron with liveness session on each store', SIDE_BY_SIDE,
             assert.ok(runner !== undefined, `no replica says it started ${hung}`);
             const killedAt = Date.now();
             killedJobs.push(Number(pid));
-            process.kill(-Number(pid), 'SIGKILL');
-            process.kill(runner.pid, 'SIGKILL');
+            hj.killReplicaMidJob(runner.pid);
             replicas.splice(replicas.indexOf(runner), 1);
             await until(`slot ${hung} rerun`, () => lines().some((l) => l[0] === 'end' && l[1] === hung), BOUND_MS);
             const starts = lines().filter((l) => l[0] === 'start' && l[1] === hung);

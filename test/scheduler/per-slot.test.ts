@@ -106,11 +106,10 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
           // Mid-job: the replica whose job took the trigger dies with its job.
           hj.arm();
           await until('a job hangs', () => hj.hung() !== undefined, BOUND_MS);
-          const { pid, slot: hung } = hj.hung()!;
+          const { slot: hung } = hj.hung()!;
           const runner = replicas.find((r) => r.stderr.includes(`slot ${hung}: started`));
           assert.ok(runner !== undefined, `no replica says it started ${hung}`);
-          process.kill(-Number(pid), 'SIGKILL');
-          process.kill(runner.pid, 'SIGKILL');
+          hj.killReplicaMidJob(runner.pid);
           replicas.splice(replicas.indexOf(runner), 1);
           replicas.push(sb.start(args));
           await untilRerun(hung, lines, replicas, BOUND_MS);
