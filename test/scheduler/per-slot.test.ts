@@ -64,9 +64,16 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
           const args = ['cron', '--name', 'tick', '--every', '1s', '--ttl', `${TTL_MS}ms`, '--store', ts.url, '--', hj.job];
           const lines = (): string[][] => hj.lines();
           const ends = (): number => lines().filter((l) => l[0] === 'end').length;
+          /** Every replica started, the killed ones too: what each said of a lost slot goes in the failure. */
+          const started: Running[] = [];
+          const startReplica = (): Running => {
+            const r = sb.start(args);
+            started.push(r);
+            return r;
+          };
           // Bounds: a slot a second, plus one TTL for a dead term to run out, with room for a slow CI host.
           const BOUND_MS = 10 * PERIOD_MS + 2 * TTL_MS;
-          for (let i = 0; i < 3; i++) replicas.push(sb.start(args));
+          for (let i = 0; i < 3; i++) replicas.push(startReplica());
           const killed: string[] = [];
           await until('three slots ran', () => ends() >= 3, BOUND_MS);
 
@@ -97,7 +104,7 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
             killed.push(`${lines().find((l) => l[0] === 'start' && l[1] === ranLast)?.[3] ?? '?'} (between slots, after ${ranLast})`);
             process.kill(victim!.pid, 'SIGKILL');
             replicas.splice(replicas.indexOf(victim!), 1);
-            replicas.push(sb.start(args));
+            replicas.push(startReplica());
             const before = ends();
             await until('two more slots after the kill', () => ends() >= before + 2, BOUND_MS);
           }
@@ -111,7 +118,7 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
           assert.ok(runner !== undefined, `no replica says it started ${hung}`);
           hj.killReplicaMidJob(runner.pid);
           replicas.splice(replicas.indexOf(runner), 1);
-          replicas.push(sb.start(args));
+          replicas.push(startReplica());
           await untilRerun(hung, lines, replicas, BOUND_MS);
           const before = ends();
           await until('two more slots after the rerun', () => ends() >= before + 2, BOUND_MS);
@@ -148,7 +155,12 @@ void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
               .map((e) => `\n    ${new Date(e.atMs).toISOString()} ${e.event} ${e.token} ${e.holder ?? ''}`)
               .join('');
           const lost = beforeHang.filter((r) => r.status !== 'succeeded' && !overlapByRule(rows, r));
-          assert.deepEqual(lost.map((r) => `${r.slot} ${r.status} ${r.reason}`), [], `the lease's history around them:${lost.map((r) => `\n  ${r.slot}:${around(r)}`).join('')}\n  killed: ${killed.join(', ')}`);
+          // And what each replica said of them (a term that let a slot go unrun says why, or says nothing).
+          const said = (r: Row): string =>
+            started
+              .map((p) => `\n    replica ${p.pid}: ${p.stderr.split('\n').filter((l) => l.includes(r.slot) || /taking over|following|released/.test(l)).slice(0, 40).join(' | ')}`)
+              .join('');
+          assert.deepEqual(lost.map((r) => `${r.slot} ${r.status} ${r.reason}`), [], `the lease's history around them:${lost.map((r) => `\n  ${r.slot}:${around(r)}${said(r)}`).join('')}\n  killed: ${killed.join(', ')}`);
 
           // The hung slot: rerun by a later term, after its dead term ran out.
           const hungRow = rows.find((r) => r.slot === hung)!;
