@@ -52,7 +52,7 @@ import { SessionWatch } from './session-watch.js';
 import { StoreOffset } from './store-offset.js';
 import { earlyClaim, sendsClaimEarly } from './early-claim.js';
 import { slotStatus, trySlotTerm } from './slot-wait.js';
-import { EARLY_HOLD_MS, ERROR_RETRY_MS, HOLD_FOR_NEXT_MS, RECHECK_AFTER_MS } from './per-slot-timing.js';
+import { EARLY_HOLD_MS, ERROR_RETRY_MS, HOLD_FOR_NEXT_MS, RECHECK_AFTER_MS, startupOnTime } from './per-slot-timing.js';
 import { FINAL_SLOT_STATUSES, ledgerCall, slotIdempotencyKey, slotKey, type SlotClaimResult, type SlotLedgerPort, type SlotRecord, type SlotTerm } from './ledger.js';
 
 export { CronHandle, type CatchUp, type CronEvents, type CronMode, type CronOptions, type CronRetention, type SlotContext, type SlotEvent, type SlotJob } from './cron-handle.js';
@@ -359,6 +359,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     /** The on-time slot's claim, when it went out with the reads. */
     let ahead: Promise<SlotClaimResult | undefined> | undefined;
     let upTo = typeof what === 'number' ? what : storeNow();
+    /** The slot this term runs whatever catchUp says: the on-time one it was won for, or see below. */
+    let onTime = typeof what === 'number' ? what : undefined;
     let rows: SlotRecord[];
     if (since === undefined) {
       // This replica's first term: the whole window, as a new leader reads it.
@@ -376,9 +378,11 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       ]);
       if (recent === undefined || older === undefined) return undefined;
       rows = recent;
+      const first = older.length > 0 ? undefined : recent.find((r) => r.slotAtMs !== null)?.slotAtMs;
+      if (what === 'startup') onTime = startupOnTime(schedule, term.acquiredAtMs, now, recent, older.length === 0 && first === undefined);
       // Slots before the name's first row were never owed (as in lead()): a name the ledger has
-      // never seen starts with this slot, or at startup with the next one.
-      lower = older.length > 0 ? windowStart : (recent.find((r) => r.slotAtMs !== null)?.slotAtMs ?? (typeof what === 'number' ? what : now));
+      // never seen starts with the on-time slot, or at startup with the next one.
+      lower = older.length > 0 ? windowStart : (first ?? (onTime === undefined ? now : onTime - 1));
     } else {
       lower = Math.max(since, storeNow() - windowMs);
       // This replica knows every slot before this one has a row (it ran or skipped the last
@@ -401,9 +405,12 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     }
     const known = new Map(rows.map((r) => [r.key, r]));
     const due = slotsBetween(schedule, lower, upTo);
+    // Slots that came due while a startup term read (a slow store) were refused to the others
+    // too: the newest is its on-time one, and catchUp decides the one before it, as for any.
+    if (what === 'startup' && onTime !== undefined) onTime = Math.max(onTime, due.at(-1) ?? onTime);
     // An on-time slot is this term's to claim whatever its row says (the claim decides);
     // catchUp decides only the slots before it.
-    const missed = due.filter((t) => t !== what && !known.has(slotKey(t)));
+    const missed = due.filter((t) => t !== onTime && !known.has(slotKey(t)));
     const interrupted = rows.filter((r) => r.status === 'interrupted' && r.token < term.token && r.slotAtMs !== null && r.slotAtMs <= upTo).map((r) => r.slotAtMs!);
     // The read says an earlier term finished this slot: this replica's try was answered after
     // that term had released (on SQLite, ten processes' write locks queue for longer than a
@@ -417,10 +424,9 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     }
     let run = missed;
     if (catchUp !== 'all' && missed.length > 0) {
-      const onTime = typeof what === 'number';
-      run = catchUp === 'latest' && !onTime ? missed.slice(-1) : [];
+      run = catchUp === 'latest' && onTime === undefined ? missed.slice(-1) : [];
       const skipped = missed.filter((t) => !run.includes(t));
-      const ran = onTime ? what : missed.at(-1)!;
+      const ran = onTime ?? missed.at(-1)!;
       const why =
         what === 'late'
           ? 'missed: this replica was late (paused or slow) and no other claimed it'
@@ -430,14 +436,13 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       const reason = `${why}; --catch-up ${catchUp}${catchUp === 'latest' ? ` ran ${slotKey(ran)}` : ''}`;
       if (!(await skip(term, skipped, reason))) return undefined;
     }
-    const owed = [...new Set([...interrupted, ...run])].sort((a, b) => a - b);
-    const catchingUp = owed.filter((t) => t !== what);
+    const owed = [...new Set([...interrupted, ...run, ...(onTime === undefined ? [] : [onTime])])].sort((a, b) => a - b);
+    const catchingUp = owed.filter((t) => t !== onTime);
     // The schedule's record says a catch-up before it runs; with none, it is written (a replica's
     // first term) beside the job, not before it.
     const noted = note(term, catchingUp, storeNow());
     if (catchingUp.length > 0) await noted;
-    if (typeof what === 'number' && !owed.includes(what)) owed.push(what);
-    const cursor = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower), typeof what === 'number' ? what : undefined, ahead);
+    const cursor = await runAll(term, lease, owed, Math.max(lower, due.at(-1) ?? lower), onTime, ahead);
     await noted;
     if (cursor !== undefined && catchingUp.length > 0) await note(term, [], storeNow());
     return cursor;

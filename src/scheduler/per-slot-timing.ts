@@ -3,6 +3,8 @@
  * a slot about to come due, and when a replica that did not win looks again. Each is sized from
  * the stores' round trips or clocks, as its comment says, not from a schedule's period.
  */
+import type { SlotRecord } from './ledger.js';
+import { slotsBetween, type Schedule } from './schedule.js';
 
 /**
  * Per-slot: a term keeps the lease for a slot due within this much of its end, and runs it. Its
@@ -36,3 +38,23 @@ export const RECHECK_AFTER_MS = 250;
 
 /** After a slot's claim got no answer (a store error): when to try the slot again. */
 export const ERROR_RETRY_MS = 500;
+
+/**
+ * Per-slot: a startup term's on-time slot, one that came due just before the term was granted
+ * (by the lease store's clock, within EARLY_HOLD_MS, as a term that began after the next slot
+ * holds for it) while the fleet was running. Replicas up before it take a term granted since a
+ * slot, and released, as that slot's winner, and are refused the slot (busy, then released
+ * since). Let go unrun, it had no row at all for a new name ("before the name's first slot"; CI,
+ * etcd: a third replica's startup term 124 ms after the first slot), and was recorded skipped
+ * under catch-up none though replicas were waiting for it. "Running": the slot before it has a
+ * row, or the name has none yet (a replica alone cannot tell, and a slot due a moment ago is the
+ * first it could run). After a gap (no row for the slot before) it is a missed slot like the
+ * rest, and catchUp decides.
+ */
+export function startupOnTime(schedule: Schedule, acquiredAtMs: number, storeNowMs: number, rows: readonly SlotRecord[], newName: boolean): number | undefined {
+  const slot = slotsBetween(schedule, acquiredAtMs - EARLY_HOLD_MS, Math.min(acquiredAtMs, storeNowMs)).at(-1);
+  if (slot === undefined || newName) return slot;
+  let prev: number | undefined;
+  for (const r of rows) if (r.slotAtMs !== null && r.slotAtMs < slot && (prev === undefined || r.slotAtMs > prev)) prev = r.slotAtMs;
+  return prev !== undefined && schedule.next(prev) === slot ? slot : undefined;
+}

@@ -19,6 +19,7 @@ import type { World } from '../unit/harness.js';
 import { useCronWorld } from './cron-world.js';
 import { MemoryLedger } from './memory-ledger.js';
 import { lateReleases } from '../helpers/late-releases.js';
+import { EARLY_HOLD_MS } from '../../src/scheduler/per-slot-timing.js';
 
 const SEC = 1000;
 const { world, crons } = useCronWorld();
@@ -95,7 +96,8 @@ void describe('per-slot: an earlier slot\'s term still holds the lease at a slot
 function justPastASlot(period: number): { cw: World; now: () => number; ledger: MemoryLedger } {
   const cw = world();
   const now = (): number => cw.clock.outsideNow();
-  cw.clock.suspend(period - (now() % period) + 100);
+  // Past EARLY_HOLD_MS: a new name's first term started closer after a slot runs that slot.
+  cw.clock.suspend(period - (now() % period) + EARLY_HOLD_MS + 100);
   return { cw, now, ledger: new MemoryLedger(cw.store, now) };
 }
 

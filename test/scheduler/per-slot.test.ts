@@ -52,23 +52,10 @@ function overlapByRule(rows: readonly Row[], r: Row): boolean {
   return r.status === 'skipped' && /^overlap/.test(r.reason ?? '') && prev?.endedAt != null && Date.parse(prev.endedAt) >= Date.parse(r.slotAt);
 }
 
-
-/**
- * Left out on etcd until its defect is mended (issue 33; stop 50's closing note): the first slot
- * of a schedule name with no ledger rows yet can be lost at startup. A replica's startup term,
- * taken just after that slot's time, counts slots before its own reading of the clock as never
- * owed (a new name "starts with the next one"), while the other replicas' claims for that slot
- * found the lease held by a term taken since the slot and released, and read the slot as
- * handled. Seen twice in the last three runs on etcd (18:34:25 and 19:14:34 of 2026-12-07); not
- * seen on the other stores, though the rule is the same there.
- */
-const STARTUP_SLOT_DEFECT = 'etcd: the first slot of a new schedule name can be lost at startup (issue 33, stop 50 closing note): left out until mended';
-
 void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
   for (const kind of selectedStores()) {
-    if (kind === 'etcd') process.stdout.write(`# skipping per-slot's kill test on etcd: ${STARTUP_SLOT_DEFECT}\n`);
     void describe(`per-slot cron replicas on ${kind}`, { concurrency: 1 }, () => {
-      void it('a replica killed between slots costs no slot; one killed mid-job costs only its own slot, rerun', { skip: kind === 'etcd' ? STARTUP_SLOT_DEFECT : false }, async () => {
+      void it('a replica killed between slots costs no slot; one killed mid-job costs only its own slot, rerun', async () => {
         const ts = await makeTestStore(kind);
         const replicas: Running[] = [];
         const hj = new HangingJob(sb, `res-${kind}`, '$LEASEHOLD_HOLDER');
