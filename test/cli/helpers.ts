@@ -191,20 +191,24 @@ export function threadStates(pid: number): string {
   }
   return tids
     .map((tid) => {
-      const stat = read(`/proc/${pid}/task/${tid}/stat`);
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const { name, fields: f } = procStat(read(`/proc/${pid}/task/${tid}/stat`));
       return `${tid} ${name} ${f[0] ?? '?'} cpu ${Number(f[11]) + Number(f[12])} ticks, wchan ${read(`/proc/${pid}/task/${tid}/wchan`)}, syscall ${read(`/proc/${pid}/task/${tid}/syscall`).split(' ')[0]}`;
     })
     .join('; ');
 }
 
+/**
+ * A /proc stat line: the command name, in parentheses and possibly with spaces or parentheses of
+ * its own, then the fields from the state on (fields[0] is the state).
+ */
+function procStat(stat: string): { name: string; fields: string[] } {
+  return { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), fields: stat.slice(stat.lastIndexOf(')') + 2).split(' ') };
+}
+
 /** Alive means: exists and is not a zombie (a SIGKILLed orphan may linger as one until reaped). */
 export function isAlive(pid: number): boolean {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // The state follows the parenthesised command name, which may itself contain spaces.
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+    return procStat(readFileSync(`/proc/${pid}/stat`, 'utf8')).fields[0] !== 'Z';
   } catch {
     return false;
   }

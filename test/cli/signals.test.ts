@@ -164,6 +164,8 @@ while :; do date +%s%3N >> "${sb.path('stubborn.beat')}"; sleep 0.05; done`,
     await sleep(300);
     proxy.setMode('blackhole');
     await until('the command got SIGTERM', () => sb.has('stubborn.term'), 5000);
+    // Only a bound on a hang (the SIGKILL is due 700 ms after the SIGTERM): its timing is read
+    // from the command's own clock below, not from when this test saw it dead.
     await until('the command is dead', () => !isAlive(pid), 5000);
     // From the command's own clock (it wrote when SIGTERM came and on each turn of its loop), not
     // from when this test looked: a test process held off the CPU saw the command already

@@ -74,20 +74,8 @@ export async function whenReady(replicas: Replica[], line = 'ready'): Promise<vo
   }
 }
 
-export async function until(what: string, check: () => boolean, ms: number): Promise<void> {
-  const end = performance.now() + ms;
-  while (!check()) {
-    if (performance.now() > end) {
-      // Held off the CPU past the deadline, this wakes in the timers phase, before the I/O that
-      // arrived meanwhile (a child's output) is read in the poll phase: one turn through it, then
-      // the last look (CI: a replica's lines read only after the wait had timed out).
-      await new Promise((r) => setImmediate(r));
-      if (check()) return;
-      throw new Error(`timed out after ${ms}ms waiting until ${what}`);
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+/** The shared wait (a last look past its deadline; see there). */
+export { until } from '../cli/helpers.js';
 
 export async function ledgerRows(url: string, name: string): Promise<SlotRecord[]> {
   const store = await openStore(url);
