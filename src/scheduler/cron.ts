@@ -77,13 +77,6 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
   // A schedule with no next slot would have this replica lead for ever and run nothing.
   if (schedule.next(leasehold.clock.wallNow()) === null) throw new ConfigError(`schedule ${schedule.description} has no next slot: it never fires`);
   const clock = leasehold.clock;
-  /**
-   * This replica was up from here (this host's wall clock; by the store's, through the offset a
-   * term's first answer gives). A name with no rows owes the slots since: a follower waiting in
-   * leader mode, or a slow first term, was there to run them.
-   */
-  const startedAtWall = clock.wallNow();
-  const startedAt = (storeNowMs: number): number => Math.min(storeNowMs, startedAtWall + storeNowMs - clock.wallNow());
   const prune = cronPruner(ledger, name, cronRetention(options.retention, windowMs, ledger), { catchUpWindowMs: windowMs, clock, logger: leasehold.logger, signal });
   const emit = (e: SlotEvent): void => void handle.emit('slot', e);
   /** Not retryable (schema, SQL): running without a working ledger would run slots unrecorded. */
@@ -140,7 +133,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     // first leader died before writing a row left the slot due meanwhile with no row at all.)
     const older = await call(term, () => ledger.records(name, { sinceMs: 0, untilMs: windowStart, limit: 1 }));
     if (older === undefined) return;
-    const lower = older.length > 0 ? windowStart : (recent.find((r) => r.slotAtMs !== null)?.slotAtMs ?? Math.max(windowStart, startedAt(now)));
+    const lower = older.length > 0 ? windowStart : (recent.find((r) => r.slotAtMs !== null)?.slotAtMs ?? Math.max(windowStart, offset.startedAt(now)));
     const known = new Map(recent.map((r) => [r.key, r]));
     const due = slotsBetween(schedule, lower, now);
     const missed = due.filter((t) => !known.has(slotKey(t)));
@@ -392,7 +385,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       // Slots before the name's first row were never owed (as in lead()): a name the ledger has
       // never seen starts with the on-time slot, or at startup with the next one after this
       // replica started.
-      lower = older.length > 0 ? windowStart : (first ?? Math.max(windowStart, Math.min(onTime === undefined ? now : onTime - 1, startedAt(now))));
+      lower = older.length > 0 ? windowStart : (first ?? Math.max(windowStart, Math.min(onTime === undefined ? now : onTime - 1, offset.startedAt(now))));
     } else {
       lower = Math.max(since, storeNow() - windowMs);
       // This replica knows every slot before this one has a row (it ran or skipped the last

@@ -19,7 +19,9 @@ export class StoreOffset {
     private readonly clock: Clock,
     private readonly logger: LoggerLike,
     private readonly name: string,
-  ) {}
+  ) {
+    this.startedAtWall = clock.wallNow();
+  }
 
   /** Takes in a store answer's time; returns it. */
   note(storeNowMs: number): number {
@@ -33,6 +35,18 @@ export class StoreOffset {
       );
     }
     return storeNowMs;
+  }
+
+  /**
+   * This replica was up from when its cron started (this host's wall clock). A name with no rows
+   * owes the slots since: a follower waiting in leader mode, or a slow first term, was there to
+   * run them.
+   */
+  private readonly startedAtWall: number;
+
+  /** When this replica started, by the store's clock through the offset `storeNowMs` gives; at most `storeNowMs`. */
+  startedAt(storeNowMs: number): number {
+    return Math.min(storeNowMs, this.startedAtWall + storeNowMs - this.clock.wallNow());
   }
 
   /** The store's time now, by this host's clock and the last offset seen. */
