@@ -408,12 +408,12 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     }
     const known = new Map(rows.map((r) => [r.key, r]));
     const due = slotsBetween(schedule, lower, upTo);
-    // Slots that came due while a startup term read (a slow store) were refused to the others
-    // too: the newest is its on-time one, and catchUp decides the one before it, as for any.
-    if (what === 'startup' && onTime !== undefined) onTime = Math.max(onTime, due.at(-1) ?? onTime);
+    // A startup term whose first answer came a period or more after its grant (a slow store):
+    // the newest slot due by then runs too, as a leader's would; catchUp decides those between.
+    const newest = what === 'startup' && onTime !== undefined && (due.at(-1) ?? onTime) > onTime ? due.at(-1) : undefined;
     // An on-time slot is this term's to claim whatever its row says (the claim decides);
     // catchUp decides only the slots before it.
-    const missed = due.filter((t) => t !== onTime && !known.has(slotKey(t)));
+    const missed = due.filter((t) => t !== onTime && t !== newest && !known.has(slotKey(t)));
     const interrupted = rows.filter((r) => r.status === 'interrupted' && r.token < term.token && r.slotAtMs !== null && r.slotAtMs <= upTo).map((r) => r.slotAtMs!);
     // The read says an earlier term finished this slot: this replica's try was answered after
     // that term had released (on SQLite, ten processes' write locks queue for longer than a
@@ -429,7 +429,7 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
     if (catchUp !== 'all' && missed.length > 0) {
       run = catchUp === 'latest' && onTime === undefined ? missed.slice(-1) : [];
       const skipped = missed.filter((t) => !run.includes(t));
-      const ran = onTime ?? missed.at(-1)!;
+      const ran = newest ?? onTime ?? missed.at(-1)!;
       const why =
         what === 'late'
           ? 'missed: this replica was late (paused or slow) and no other claimed it'
@@ -439,8 +439,8 @@ export function startCron(leasehold: Leasehold, ledger: SlotLedgerPort, name: st
       const reason = `${why}; --catch-up ${catchUp}${catchUp === 'latest' ? ` ran ${slotKey(ran)}` : ''}`;
       if (!(await skip(term, skipped, reason))) return undefined;
     }
-    const owed = [...new Set([...interrupted, ...run, ...(onTime === undefined ? [] : [onTime])])].sort((a, b) => a - b);
-    const catchingUp = owed.filter((t) => t !== onTime);
+    const owed = [...new Set([...interrupted, ...run, ...[onTime, newest].filter((t) => t !== undefined)])].sort((a, b) => a - b);
+    const catchingUp = owed.filter((t) => t !== onTime && t !== newest);
     // The schedule's record says a catch-up before it runs; with none, it is written (a replica's
     // first term) beside the job, not before it.
     const noted = note(term, catchingUp, storeNow());
