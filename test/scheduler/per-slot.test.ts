@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { Sandbox, until, type Running } from '../cli/helpers.js';
 import { HangingJob } from './hanging-job.js';
+import { overlapByRule, type Row } from './ledger-rows.js';
 import { makeTestStore, selectedStores, SIDE_BY_SIDE } from '../helpers/stores.js';
 
 const TTL_MS = 3000;
@@ -19,16 +20,6 @@ const PERIOD_MS = 1000;
 const sb = new Sandbox('cron-per-slot');
 after(() => sb.cleanup());
 
-interface Row {
-  slot: string;
-  slotAt: string;
-  status: string;
-  token: string;
-  holder: string | null;
-  startedAt: string | null;
-  endedAt: string | null;
-  reason: string | null;
-}
 
 /**
  * An 'overlap' skip is the no-overlap rule at work, not a lost slot: the run before it (its job
@@ -45,11 +36,6 @@ async function untilRerun(hung: string, lines: () => string[][], replicas: reado
     const said = replicas.map((r, i) => `replica ${i + 1} (pid ${r.pid}):\n${r.stderr.trim().split('\n').slice(-15).join('\n')}`).join('\n');
     throw new Error(`${(e as Error).message}; the job lines: ${JSON.stringify(lines().slice(-8))}; what each live replica said last:\n${said}`, { cause: e });
   });
-}
-
-function overlapByRule(rows: readonly Row[], r: Row): boolean {
-  const prev = rows[rows.indexOf(r) - 1];
-  return r.status === 'skipped' && /^overlap/.test(r.reason ?? '') && prev?.endedAt != null && Date.parse(prev.endedAt) >= Date.parse(r.slotAt);
 }
 
 void describe('per-slot cron replicas on each store', SIDE_BY_SIDE, () => {
