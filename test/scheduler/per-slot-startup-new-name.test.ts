@@ -18,7 +18,7 @@ import { slotKey } from '../../src/scheduler/ledger.js';
 import { Leasehold } from '../../src/core/leasehold.js';
 import { useCronWorld } from './cron-world.js';
 import { MemoryLedger } from './memory-ledger.js';
-import { lateClaims } from './slow-stores.js';
+import { lateClaims, slowFirstCall } from './slow-stores.js';
 
 const SEC = 1000;
 const { world, crons } = useCronWorld();
@@ -72,17 +72,7 @@ void describe('per-slot: a startup term whose first answer comes two periods aft
     ledger.put({ name: 'tick', key: slotKey(first - SEC), slotAtMs: first - SEC, status: 'succeeded', token: 0n });
     // The startup term's first ledger call answered 2.5 s late (a slow store): two more slots come
     // due meanwhile, and the answer's store time says so.
-    let slowCalls = 1;
-    const slow = new Proxy(ledger, {
-      get(target, prop) {
-        const v: unknown = Reflect.get(target, prop, target);
-        if (prop !== 'interruptStale' || typeof v !== 'function') return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-        return async (...args: unknown[]) => {
-          if (slowCalls-- > 0) await new Promise<void>((resolve) => cw.clock.setTimeout(() => resolve(), 2500));
-          return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        };
-      },
-    });
+    const slow = slowFirstCall(ledger, cw, 2500);
     const ran: number[] = [];
     await cw.clock.advance(first + 100 - now());
     crons.push(startCron(new Leasehold({ store: cw.store, clock: cw.clock, suspension: false }), slow, 'tick', { schedule: everySchedule(SEC), ttl: 3 * SEC }, (ctx: SlotContext) => void ran.push(ctx.slotAtMs)));

@@ -36,3 +36,23 @@ export function lateClaims(cw: World, delay: { ms: number }): LeasePort {
     },
   });
 }
+
+/** `ledger` with its first `interruptStale` (a replica's first ledger call) answered `ms` late on the world's clock: a slow store at startup. */
+export function slowFirstCall(ledger: SlotLedgerPort, cw: World, ms: number): SlotLedgerPort {
+  let slow = true;
+  return new Proxy(ledger, {
+    get(target, prop) {
+      const v: unknown = Reflect.get(target, prop, target);
+      if (typeof v !== 'function') return v;
+      const f = (...args: unknown[]): unknown => (v as (...a: unknown[]) => unknown).apply(target, args);
+      if (prop !== 'interruptStale') return f;
+      return async (...args: unknown[]) => {
+        if (slow) {
+          slow = false;
+          await new Promise<void>((resolve) => cw.clock.setTimeout(() => resolve(), ms));
+        }
+        return await f(...args);
+      };
+    },
+  });
+}
